@@ -1,0 +1,2 @@
+DROP TABLE message_flow;
+DROP TABLE message;

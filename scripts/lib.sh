@@ -1,0 +1,170 @@
+# shellcheck shell=bash
+# Helpers sourced by scripts/serve and scripts/test.
+# Safe under `set -euo pipefail`; every function returns non-zero on failure.
+# Assumes Debian 12, running as root, no systemd (see shared/SERVICES.md).
+
+# Make a rustup-installed toolchain visible even when PATH was trimmed.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+    export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+
+log() { printf '[delayq] %s\n' "$*" >&2; }
+die() { printf '[delayq] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Run an apt-get command, waiting for (rather than failing on) a dpkg/apt lock
+# held by another apt-get that may be running on the machine.
+_apt_get() {
+    local try
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+        if DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 "$@"; then
+            return 0
+        fi
+        log "apt-get $* failed (try $try/10); waiting 10 s in case apt/dpkg is locked"
+        sleep 10
+    done
+    return 1
+}
+
+_pkg_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# ensure_apt_packages PKG... : install only the missing ones; `apt-get update`
+# runs once, and only when something is missing.
+ensure_apt_packages() {
+    local missing=() p
+    for p in "$@"; do
+        _pkg_installed "$p" || missing+=("$p")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    log "installing ${missing[*]}"
+    _apt_get update -q
+    _apt_get install -y -q "${missing[@]}"
+}
+
+ensure_redis_binary() { ensure_apt_packages redis-server redis-tools; }
+
+# diesel's mysql feature links libmysqlclient (found through pkg-config).
+ensure_build_deps() { ensure_apt_packages default-libmysqlclient-dev pkg-config; }
+
+# ensure_rust_tools: cargo fmt, cargo clippy and cargo nextest.
+ensure_rust_tools() {
+    command -v cargo >/dev/null 2>&1 || die "cargo not found (install a Rust toolchain with rustup)"
+    local comps=()
+    cargo fmt --version >/dev/null 2>&1 || comps+=(rustfmt)
+    cargo clippy --version >/dev/null 2>&1 || comps+=(clippy)
+    if [ "${#comps[@]}" -gt 0 ]; then
+        command -v rustup >/dev/null 2>&1 || die "missing ${comps[*]} and no rustup to add them"
+        log "rustup component add ${comps[*]}"
+        rustup component add "${comps[@]}"
+    fi
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        log "cargo install cargo-nextest --locked"
+        cargo install cargo-nextest --locked
+    fi
+}
+
+# ---------------------------------------------------------------- MariaDB ----
+
+_mariadb_ping() { mariadb-admin ping >/dev/null 2>&1; }
+
+# ensure_mariadb: installed, running (started only if not answering; never
+# stopped), with database `delayq` and user delayq/delayq (127.0.0.1 and
+# localhost) granted ALL on `delayq`.* and on `delayq\_test%`.*.
+ensure_mariadb() {
+    ensure_apt_packages mariadb-server mariadb-client
+    if ! _mariadb_ping; then
+        log "starting MariaDB"
+        mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+        start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+        for _ in $(seq 1 40); do
+            _mariadb_ping && break
+            sleep 0.5
+        done
+        _mariadb_ping || die "MariaDB did not answer 'mariadb-admin ping' within 20 s (see /var/log/mysql/ or run /usr/sbin/mariadbd --user=mysql in the foreground)"
+    fi
+    local host
+    for host in 127.0.0.1 localhost; do
+        mariadb -uroot <<SQL || die "could not set up database/user in MariaDB as root over the socket"
+CREATE DATABASE IF NOT EXISTS \`delayq\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
+CREATE USER IF NOT EXISTS 'delayq'@'${host}' IDENTIFIED BY 'delayq';
+ALTER USER 'delayq'@'${host}' IDENTIFIED BY 'delayq';
+GRANT ALL PRIVILEGES ON \`delayq\`.* TO 'delayq'@'${host}';
+GRANT ALL PRIVILEGES ON \`delayq\\_test%\`.* TO 'delayq'@'${host}';
+SQL
+    done
+    mariadb -uroot -e 'FLUSH PRIVILEGES'
+    # Prove the grants: the tests create and drop delayq_test_* databases over TCP.
+    mariadb --no-defaults -h127.0.0.1 -P3306 -udelayq -pdelayq -e \
+        'CREATE DATABASE IF NOT EXISTS delayq_test_probe; DROP DATABASE delayq_test_probe;' \
+        || die "user delayq cannot create/drop delayq_test_probe over TCP 127.0.0.1:3306"
+}
+
+# ------------------------------------------------------------------ Redis ----
+
+# redis_answers URL: true when a Redis at URL answers PING with PONG.
+redis_answers() {
+    local url=$1 out
+    # redis-cli sends AUTH "" pw for redis://:pw@...; name the default user.
+    url=${url/#redis:\/\/:/redis://default:}
+    out=$(timeout 5 redis-cli --no-auth-warning -u "$url" ping 2>/dev/null) || return 1
+    [ "$out" = "PONG" ]
+}
+
+# _redis_url_parts URL -> prints "scheme host port password" (password may be empty).
+_redis_url_parts() {
+    local url=$1 scheme rest auth="" hostport host port pass=""
+    scheme=${url%%://*}
+    [ "$scheme" != "$url" ] || { scheme=redis; }
+    rest=${url#*://}
+    rest=${rest%%/*}
+    rest=${rest%%\?*}
+    if [[ $rest == *@* ]]; then
+        auth=${rest%@*}
+        hostport=${rest##*@}
+        [[ $auth == *:* ]] && pass=${auth#*:}
+    else
+        hostport=$rest
+    fi
+    if [[ $hostport == \[*\]* ]]; then            # [ipv6]:port
+        host=${hostport%%]*}; host=${host#[}
+        port=${hostport##*]}; port=${port#:}
+    else
+        host=${hostport%%:*}
+        port=${hostport#"$host"}; port=${port#:}
+    fi
+    printf '%s %s %s %s\n' "$scheme" "${host:-127.0.0.1}" "${port:-6379}" "$pass"
+}
+
+# ensure_local_redis URL DIR: if nothing answers at URL and URL's host is
+# 127.0.0.1/localhost, start a persistent (AOF) daemonized redis-server on
+# that port with its data, log and pid file in DIR. A running Redis is reused;
+# a remote one that does not answer is an error. Never stops anything.
+ensure_local_redis() {
+    local url=$1 dir=$2 scheme host port pass
+    if redis_answers "$url"; then
+        log "Redis answers at $url; reusing it"
+        return 0
+    fi
+    read -r scheme host port pass <<<"$(_redis_url_parts "$url")"
+    case "$host" in
+        127.0.0.1|localhost) ;;
+        *) die "nothing answers at Redis URL $url (host $host is not local, so it will not be started here); start it or set DELAYQ_REDIS_URL" ;;
+    esac
+    [ "$scheme" = redis ] || die "nothing answers at $url; only plain redis:// URLs can be started locally"
+    [[ $port =~ ^[0-9]+$ ]] || die "bad port '$port' in Redis URL $url"
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)     # redis-server chdirs to --dir: use absolute paths
+    local args=(--daemonize yes --bind 127.0.0.1 --port "$port"
+                --appendonly yes --dir "$dir"
+                --logfile "$dir/redis.log" --pidfile "$dir/redis.pid")
+    [ -n "$pass" ] && args+=(--requirepass "$pass")
+    log "starting redis-server on 127.0.0.1:$port (data in $dir)"
+    redis-server "${args[@]}" || die "redis-server failed to start; see $dir/redis.log"
+    for _ in $(seq 1 50); do
+        redis_answers "$url" && return 0
+        sleep 0.2
+    done
+    tail -n 20 "$dir/redis.log" >&2 2>/dev/null || true
+    die "redis-server started on port $port but $url does not answer PING (port taken by something else?)"
+}

@@ -1,0 +1,103 @@
+//! JournalActor: the journal's blocking work (diesel) on a SyncArbiter, away
+//! from the HTTP and shard threads. Callers use [`crate::journal::Journal`],
+//! which batches inserts and flow rows before they reach this actor.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::Pool;
+use crate::journal::models::{FlowRow, MessageRow};
+use crate::journal::store::{self, InsertOutcome, NodeInfo, StatusChange};
+use crate::message::{IdGenerator, Message, MessageId};
+use crate::redis::keys::Keys;
+
+/// Insert messages as WaitPut in one transaction (a group commit).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<InsertOutcome>, JournalError>")]
+pub struct InsertMessages(pub Vec<Message>);
+
+/// Write flow rows and status updates in one transaction.
+#[derive(Message)]
+#[rtype(result = "Result<(), JournalError>")]
+pub struct RecordFlow(pub Vec<StatusChange>);
+
+/// A message and its flow history.
+#[derive(Message)]
+#[rtype(result = "Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError>")]
+pub struct FindMessage(pub MessageId);
+
+/// One keyset page of live messages, for restore.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<MessageRow>, JournalError>")]
+pub struct LivePage {
+    pub after: i64,
+    pub limit: i64,
+}
+
+/// Is the database answering?
+#[derive(Message)]
+#[rtype(result = "Result<(), JournalError>")]
+pub struct Ping;
+
+pub struct JournalActor {
+    pub pool: Pool,
+    pub ids: Arc<IdGenerator>,
+    pub node: NodeInfo,
+    pub keys: Keys,
+}
+
+impl Actor for JournalActor {
+    type Context = SyncContext<Self>;
+}
+
+impl Handler<InsertMessages> for JournalActor {
+    type Result = Result<Vec<InsertOutcome>, JournalError>;
+
+    fn handle(&mut self, msg: InsertMessages, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let keys = &self.keys;
+        let shard_name = |id: MessageId| keys.delay(keys.shard_of(id));
+        store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0)
+    }
+}
+
+impl Handler<RecordFlow> for JournalActor {
+    type Result = Result<(), JournalError>;
+
+    fn handle(&mut self, msg: RecordFlow, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::apply_changes(&mut conn, &self.ids, &self.node, &msg.0)
+    }
+}
+
+impl Handler<FindMessage> for JournalActor {
+    type Result = Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError>;
+
+    fn handle(&mut self, msg: FindMessage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        match store::find(&mut conn, msg.0)? {
+            Some(row) => Ok(Some((row, store::history(&mut conn, msg.0)?))),
+            None => Ok(None),
+        }
+    }
+}
+
+impl Handler<LivePage> for JournalActor {
+    type Result = Result<Vec<MessageRow>, JournalError>;
+
+    fn handle(&mut self, msg: LivePage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::live_page(&mut conn, msg.after, msg.limit)
+    }
+}
+
+impl Handler<Ping> for JournalActor {
+    type Result = Result<(), JournalError>;
+
+    fn handle(&mut self, _: Ping, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::ping(&mut conn)
+    }
+}

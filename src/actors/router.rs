@@ -1,0 +1,117 @@
+//! RouterActor: `shard = hash(id) % shards`. Writes a message into its
+//! shard's keys (any node may write any shard) and wakes the shard's actor
+//! when this node owns the shard, so it can move its wake-up earlier.
+
+use actix::prelude::*;
+
+use crate::actors::shard::{Wake, ZsetShardActor};
+use crate::error::ShardError;
+use crate::message::{Message, MessageId};
+use crate::redis::schedule::{CancelResult, RedisSchedule};
+
+/// Schedule messages (with their delivery counts); answers, per message,
+/// whether Redis did not hold it before.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<bool>, ShardError>")]
+pub struct Schedule(pub Vec<(Message, i32)>);
+
+/// Cancel a message that has not been handed to a consumer.
+#[derive(Message)]
+#[rtype(result = "Result<CancelResult, ShardError>")]
+pub struct Cancel(pub MessageId);
+
+/// Something in `shard` needs attention at `at_ms` (a new due time, or an
+/// ack deadline of a message just handed out).
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Touch {
+    pub shard: u32,
+    pub at_ms: i64,
+}
+
+/// This node now owns `shard` and scans it with `actor`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ShardOwned {
+    pub shard: u32,
+    pub actor: Addr<ZsetShardActor>,
+}
+
+pub struct RouterActor {
+    redis: RedisSchedule,
+    owned: Vec<Option<Addr<ZsetShardActor>>>,
+}
+
+impl RouterActor {
+    /// A router that owns no shard yet (the CLI's restore runs this way).
+    pub fn new(redis: RedisSchedule) -> Self {
+        let shards = redis.keys().shards() as usize;
+        RouterActor { redis, owned: vec![None; shards] }
+    }
+
+    fn wake(&self, shard: u32, at_ms: i64) {
+        if let Some(Some(actor)) = self.owned.get(shard as usize) {
+            actor.do_send(Wake { at_ms });
+        }
+    }
+}
+
+impl Actor for RouterActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Schedule> for RouterActor {
+    type Result = ResponseActFuture<Self, Result<Vec<bool>, ShardError>>;
+
+    fn handle(&mut self, msg: Schedule, _: &mut Self::Context) -> Self::Result {
+        let redis = self.redis.clone();
+        Box::pin(
+            async move {
+                let added = redis.schedule(&msg.0).await?;
+                Ok((msg.0, added))
+            }
+            .into_actor(self)
+            .map(|res: Result<(Vec<(Message, i32)>, Vec<bool>), ShardError>, act, _| {
+                let (messages, added) = res?;
+                let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
+                for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
+                    let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
+                    *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
+                }
+                for (shard, at) in earliest.into_iter().enumerate() {
+                    if let Some(at) = at {
+                        act.wake(shard as u32, at);
+                    }
+                }
+                Ok(added)
+            }),
+        )
+    }
+}
+
+impl Handler<Cancel> for RouterActor {
+    type Result = ResponseFuture<Result<CancelResult, ShardError>>;
+
+    fn handle(&mut self, msg: Cancel, _: &mut Self::Context) -> Self::Result {
+        let redis = self.redis.clone();
+        Box::pin(async move { redis.cancel(msg.0).await })
+    }
+}
+
+impl Handler<Touch> for RouterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Touch, _: &mut Self::Context) {
+        self.wake(msg.shard, msg.at_ms);
+    }
+}
+
+impl Handler<ShardOwned> for RouterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ShardOwned, _: &mut Self::Context) {
+        if let Some(slot) = self.owned.get_mut(msg.shard as usize) {
+            *slot = Some(msg.actor);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Consumers: long-poll a topic, ack.
+
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::{int_param, parse_id, AppState, Query};
+use crate::actors::router::Touch;
+use crate::error::ApiError;
+use crate::journal::StatusChange;
+use crate::message::{now_ms, valid_topic, MessageView, Status};
+use crate::redis::schedule::{AckResult, Claimed};
+
+pub const MAX_COUNT: u64 = 100;
+pub const MAX_TIMEOUT_S: u64 = 300;
+
+/// `GET /get/{topic}?timeout=S&count=N`: answers as soon as messages are
+/// ready, or with an empty list when the timeout passes.
+pub async fn get(state: web::Data<AppState>, topic: web::Path<String>, q: Query) -> Result<HttpResponse, ApiError> {
+    let topic = topic.into_inner();
+    if !valid_topic(&topic) {
+        return Err(ApiError::invalid("invalid_topic", "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -"));
+    }
+    let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
+    let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    let notify = state.waiters.topic(&topic);
+    loop {
+        // Listen before looking, so a message made ready in between wakes us.
+        let woken = notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let claimed = claim(&state, &topic, count).await?;
+        if !claimed.is_empty() {
+            return Ok(deliver(&state, claimed));
+        }
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Ok(HttpResponse::Ok().json(json!({ "messages": [] })));
+            }
+        }
+    }
+}
+
+async fn claim(state: &AppState, topic: &str, count: usize) -> Result<Vec<Claimed>, ApiError> {
+    // Another consumer may take what we peeked; look again while the
+    // queues are not empty.
+    for _ in 0..8 {
+        let picks = state.redis.peek_ready(topic, count).await?;
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claimed = state.redis.claim(topic, &picks, now_ms()).await?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
+    let now = now_ms();
+    let keys = state.redis.keys();
+    let mut changes = Vec::with_capacity(claimed.len());
+    let mut views = Vec::with_capacity(claimed.len());
+    for c in claimed {
+        // The shard's actor must wake for this ack deadline.
+        state.router.do_send(Touch { shard: c.shard, at_ms: now + c.message.ttl });
+        changes.push(StatusChange {
+            id: c.message.id,
+            status: Status::Consuming,
+            attempts: Some(c.attempts),
+            at: now,
+            shard: keys.inflight(c.shard),
+        });
+        views.push(MessageView { message: c.message, status: Status::Consuming, attempts: c.attempts });
+    }
+    state.journal.record(changes);
+    HttpResponse::Ok().json(json!({ "messages": views }))
+}
+
+/// `POST /ack/{id}`: the message is consumed.
+pub async fn ack(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&id)?;
+    match state.redis.ack(id).await? {
+        AckResult::Acked => {
+            let keys = state.redis.keys();
+            let change = StatusChange {
+                id,
+                status: Status::Consumed,
+                attempts: None,
+                at: now_ms(),
+                shard: keys.inflight(keys.shard_of(id)),
+            };
+            state.journal.record_durable(vec![change]).await?;
+            Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
+        }
+        AckResult::NotInFlight => Err(ApiError::Conflict {
+            code: "not_in_flight",
+            message: format!("message {id} has not been delivered yet; only a delivered message can be acked"),
+        }),
+        AckResult::Absent => match state.journal.find(id).await? {
+            None => Err(ApiError::NotFound { code: "not_found", message: format!("no message {id}") }),
+            // Acking twice is harmless.
+            Some((row, _)) if row.status() == Status::Consumed => {
+                Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
+            }
+            Some((row, _)) => Err(ApiError::Conflict {
+                code: "not_in_flight",
+                message: format!("message {id} is {} and cannot be acked", row.status()),
+            }),
+        },
+    }
+}

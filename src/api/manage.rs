@@ -1,0 +1,67 @@
+//! Restore, inspection and health.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use super::{bool_param, parse_id, AppState, Query};
+use crate::error::ApiError;
+
+/// `GET /reStore?expire=true|false`: rebuild Redis from the journal.
+pub async fn restore_all(state: web::Data<AppState>, req: HttpRequest, q: Query) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let expire = bool_param(&q, "expire", false)?;
+    let dry_run = bool_param(&q, "dryRun", false)?;
+    let report = state.restorer().all(expire, dry_run, |_| {}).await?;
+    tracing::info!(?report, expire, "restore from the journal finished");
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// `GET /reStore/{id}?expire=true|false`: the same for one message.
+pub async fn restore_one(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let id = parse_id(&id)?;
+    let expire = bool_param(&q, "expire", true)?;
+    let (report, status) = state.restorer().one(id, expire).await?;
+    let mut body = serde_json::to_value(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    body["id"] = json!(id);
+    body["status"] = json!(status);
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `GET /messages/{id}`: the message, its status and its flow history.
+pub async fn message(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&id)?;
+    match state.journal.find(id).await? {
+        None => Err(ApiError::NotFound { code: "not_found", message: format!("no message {id}") }),
+        Some((row, history)) => Ok(HttpResponse::Ok().json(json!({
+            "message": row.view(),
+            "updatedTime": row.updated_time,
+            "history": history,
+        }))),
+    }
+}
+
+pub async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+/// Ready when both Redis and the journal answer.
+pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    let (redis, journal) = futures::join!(state.redis.ping(), state.journal.ping());
+    let show = |r: Result<(), String>| r.map_or_else(|e| e, |_| "ok".to_string());
+    let ok = redis.is_ok() && journal.is_ok();
+    let body = json!({
+        "redis": show(redis.map_err(|e| e.to_string())),
+        "journal": show(journal.map_err(|e| e.to_string())),
+    });
+    if ok {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

@@ -1,0 +1,128 @@
+//! The HTTP API (actix-web). The original routes keep their exact shape:
+//! `POST /push`, `GET /delete?id=`, `GET /reStore?expire=`, `GET /reStore/{id}`,
+//! `GET /get/{topic}`; beside them `POST /push/batch`, `POST /ack/{id}`,
+//! `GET /messages/{id}`, `/health`, `/ready`. Errors are JSON
+//! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
+
+mod consume;
+mod manage;
+mod produce;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::Addr;
+use actix_web::{error::JsonPayloadError, web, HttpRequest, HttpResponse};
+
+use crate::actors::router::RouterActor;
+use crate::error::ApiError;
+use crate::journal::Journal;
+use crate::message::{IdGenerator, MessageId};
+use crate::ready::Waiters;
+use crate::redis::schedule::RedisSchedule;
+use crate::restore::Restorer;
+
+/// Everything a request handler needs, shared by all HTTP workers.
+pub struct AppState {
+    pub journal: Journal,
+    pub router: Addr<RouterActor>,
+    pub redis: RedisSchedule,
+    pub waiters: Waiters,
+    pub ids: Arc<IdGenerator>,
+    pub max_body: usize,
+    pub admin_token: Option<String>,
+}
+
+impl AppState {
+    pub fn restorer(&self) -> Restorer {
+        Restorer { journal: self.journal.clone(), router: self.router.clone(), redis: self.redis.clone() }
+    }
+
+    /// With an admin token configured, the caller must present it.
+    fn require_admin(&self, req: &HttpRequest) -> Result<(), ApiError> {
+        let Some(token) = &self.admin_token else { return Ok(()) };
+        let given = req
+            .headers()
+            .get("Authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+            _ => Err(ApiError::Unauthorized),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Largest request accepted: a full batch of maximal bodies would be far
+/// more, so batches are bounded by this instead.
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let json = web::JsonConfig::default().limit(MAX_REQUEST_BYTES).error_handler(|err, _| {
+        match &err {
+            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => ApiError::TooLarge {
+                code: "payload_too_large",
+                message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
+            },
+            JsonPayloadError::ContentType => {
+                ApiError::invalid("invalid_content_type", "send the message as JSON with Content-Type: application/json")
+            }
+            other => ApiError::invalid("invalid_json", format!("request body is not valid JSON: {other}")),
+        }
+        .into()
+    });
+    let path = web::PathConfig::default()
+        .error_handler(|err, _| ApiError::invalid("invalid_path", err.to_string()).into());
+    cfg.app_data(json)
+        .app_data(path)
+        .route("/push", web::post().to(produce::push))
+        .route("/push/batch", web::post().to(produce::push_batch))
+        .route("/delete", web::get().to(produce::delete))
+        .route("/get/{topic}", web::get().to(consume::get))
+        .route("/ack/{id}", web::post().to(consume::ack))
+        .route("/reStore", web::get().to(manage::restore_all))
+        .route("/reStore/{id}", web::get().to(manage::restore_one))
+        .route("/messages/{id}", web::get().to(manage::message))
+        .route("/health", web::get().to(manage::health))
+        .route("/ready", web::get().to(manage::ready))
+        .default_service(web::to(not_found));
+}
+
+async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound {
+        code: "no_such_route",
+        message: format!("no route {} {}", req.method(), req.path()),
+    })
+}
+
+type Query = web::Query<HashMap<String, String>>;
+
+fn parse_id(raw: &str) -> Result<MessageId, ApiError> {
+    raw.parse().map_err(|e: String| ApiError::invalid("invalid_id", e))
+}
+
+fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
+    match q.get(name).map(String::as_str) {
+        None => Ok(default),
+        Some("true") | Some("1") => Ok(true),
+        Some("false") | Some("0") => Ok(false),
+        Some(other) => Err(ApiError::invalid("invalid_parameter", format!("{name} must be true or false, got '{other}'"))),
+    }
+}
+
+fn int_param(q: &HashMap<String, String>, name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, ApiError> {
+    match q.get(name) {
+        None => Ok(default),
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(v) if range.contains(&v) => Ok(v),
+            _ => Err(ApiError::invalid(
+                "invalid_parameter",
+                format!("{name} must be a whole number from {} to {}, got '{raw}'", range.start(), range.end()),
+            )),
+        },
+    }
+}

@@ -1,0 +1,227 @@
+//! The journal: every accepted message and every status change, in MySQL/
+//! MariaDB or SQLite, so Redis can be rebuilt from it.
+//!
+//! [`Journal`] is the handle the rest of delayq uses. It feeds two batchers:
+//! - inserts are group-committed: pushes that arrive while a commit is under
+//!   way go together into the next transaction, and each push is answered
+//!   only after its own transaction committed;
+//! - status changes are gathered for a few milliseconds (or until many are
+//!   waiting) and written together; a failed write is retried with backoff
+//!   and never dropped.
+
+pub mod connection;
+pub mod models;
+pub mod schema;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::actors::journal::{FindMessage, InsertMessages, JournalActor, LivePage, Ping, RecordFlow};
+use crate::error::JournalError;
+use crate::journal::connection::{JournalConn, JournalUrl};
+use crate::journal::models::{FlowRow, MessageRow};
+use crate::message::{IdGenerator, Message, MessageId};
+use crate::redis::keys::Keys;
+pub use store::{InsertOutcome, NodeInfo, StatusChange};
+
+/// Most messages in one group commit.
+const MAX_INSERT_BATCH: usize = 2_000;
+/// Most status changes in one flow write, and how long the first waits.
+const MAX_FLOW_BATCH: usize = 5_000;
+const FLOW_WINDOW: Duration = Duration::from_millis(5);
+/// How long a caller waits for its status change to be durable.
+const DURABLE_WAIT: Duration = Duration::from_secs(10);
+
+struct InsertRequest {
+    messages: Vec<Message>,
+    reply: oneshot::Sender<Result<Vec<InsertOutcome>, JournalError>>,
+}
+
+struct FlowRequest {
+    changes: Vec<StatusChange>,
+    done: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Clone)]
+pub struct Journal {
+    actor: Addr<JournalActor>,
+    inserts: mpsc::UnboundedSender<InsertRequest>,
+    flows: mpsc::UnboundedSender<FlowRequest>,
+}
+
+/// Runs the embedded migrations, waiting up to `wait` for the database to answer.
+pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match JournalConn::establish(url) {
+            Ok(mut conn) => return conn.run_migrations(),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "journal database not reachable yet; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(JournalError::Connection(e)),
+        }
+    }
+}
+
+impl Journal {
+    /// Starts the JournalActor threads and the two batchers. Must run inside
+    /// an actix system.
+    pub fn start(url: &JournalUrl, keys: Keys, node: NodeInfo, ids: Arc<IdGenerator>) -> Journal {
+        let writers = url.parallel_writers();
+        // One thread per parallel insert batch, one for flow rows, two for reads.
+        let threads = writers + 3;
+        let pool = connection::pool(url, threads as u32);
+        let actor = SyncArbiter::start(threads, move || JournalActor {
+            pool: pool.clone(),
+            ids: ids.clone(),
+            node: node.clone(),
+            keys: keys.clone(),
+        });
+        let (inserts, insert_rx) = mpsc::unbounded_channel();
+        let (flows, flow_rx) = mpsc::unbounded_channel();
+        actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
+        actix::spawn(run_flows(actor.clone(), flow_rx));
+        Journal { actor, inserts, flows }
+    }
+
+    /// Makes messages durable (status WaitPut). Answers once their
+    /// transaction committed, or with the error that stopped it: then
+    /// nothing of the call was written.
+    pub async fn insert(&self, messages: Vec<Message>) -> Result<Vec<InsertOutcome>, JournalError> {
+        let (reply, rx) = oneshot::channel();
+        self.inserts
+            .send(InsertRequest { messages, reply })
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        rx.await.map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+    }
+
+    /// Queues status changes; they are written within a few milliseconds,
+    /// and retried until written.
+    pub fn record(&self, changes: Vec<StatusChange>) {
+        if !changes.is_empty() && self.flows.send(FlowRequest { changes, done: None }).is_err() {
+            tracing::error!("journal flow writer has stopped; status changes not recorded");
+        }
+    }
+
+    /// Like [`Journal::record`], and waits until the changes are committed.
+    pub async fn record_durable(&self, changes: Vec<StatusChange>) -> Result<(), JournalError> {
+        let (done, rx) = oneshot::channel();
+        self.flows
+            .send(FlowRequest { changes, done: Some(done) })
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        match tokio::time::timeout(DURABLE_WAIT, rx).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(JournalError::Unavailable("journal is shutting down".into())),
+            Err(_) => Err(JournalError::Unavailable(
+                "the journal database did not commit in time; the change is queued and will be written when it answers".into(),
+            )),
+        }
+    }
+
+    pub async fn find(&self, id: MessageId) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+        self.actor.send(FindMessage(id)).await?
+    }
+
+    pub async fn live_page(&self, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor.send(LivePage { after, limit }).await?
+    }
+
+    pub async fn ping(&self) -> Result<(), JournalError> {
+        self.actor.send(Ping).await?
+    }
+
+    /// Waits until every status change queued so far is written.
+    pub async fn flush(&self) -> Result<(), JournalError> {
+        self.record_durable(Vec::new()).await
+    }
+}
+
+/// Group commit: while one batch commits, the next one gathers.
+async fn run_inserts(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<InsertRequest>, writers: usize) {
+    let slots = Arc::new(Semaphore::new(writers));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let Some(first) = rx.recv().await else { return };
+        let mut count = first.messages.len();
+        let mut batch = vec![first];
+        while count < MAX_INSERT_BATCH {
+            match rx.try_recv() {
+                Ok(req) => {
+                    count += req.messages.len();
+                    batch.push(req);
+                }
+                Err(_) => break,
+            }
+        }
+        let actor = actor.clone();
+        actix::spawn(async move {
+            let messages: Vec<Message> = batch.iter().flat_map(|r| r.messages.iter().cloned()).collect();
+            let result = match actor.send(InsertMessages(messages)).await {
+                Ok(r) => r,
+                Err(e) => Err(e.into()),
+            };
+            match result {
+                Ok(mut outcomes) => {
+                    for req in batch.into_iter().rev() {
+                        let mine = outcomes.split_off(outcomes.len() - req.messages.len());
+                        let _ = req.reply.send(Ok(mine));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "journal insert failed; pushes answered with 503");
+                    let shared = e.to_string();
+                    for req in batch {
+                        let _ = req.reply.send(Err(JournalError::Unavailable(shared.clone())));
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Flow rows: gathered for a few ms, written in order, retried until written.
+async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<FlowRequest>) {
+    while let Some(first) = rx.recv().await {
+        let mut changes = Vec::new();
+        let mut waiters = Vec::new();
+        let mut take = |req: FlowRequest, changes: &mut Vec<StatusChange>| {
+            changes.extend(req.changes);
+            waiters.extend(req.done);
+        };
+        take(first, &mut changes);
+        let window = tokio::time::sleep(FLOW_WINDOW);
+        tokio::pin!(window);
+        while changes.len() < MAX_FLOW_BATCH {
+            tokio::select! {
+                biased;
+                req = rx.recv() => match req {
+                    Some(req) => take(req, &mut changes),
+                    None => break,
+                },
+                _ = &mut window => break,
+            }
+        }
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if changes.is_empty() {
+                break;
+            }
+            match actor.send(RecordFlow(changes.clone())).await {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => tracing::warn!(error = %e, pending = changes.len(), "journal flow write failed; retrying"),
+                Err(e) => tracing::warn!(error = %e, "journal actor unreachable; retrying"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        for w in waiters {
+            let _ = w.send(());
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The journal's tables, written by hand with types every backend shares.
+
+diesel::table! {
+    message (id) {
+        id -> BigInt,
+        topic -> Varchar,
+        biz_key -> Nullable<Varchar>,
+        live_biz_key -> Nullable<Varchar>,
+        body -> Text,
+        priority -> Integer,
+        ttl -> BigInt,
+        delay_ms -> BigInt,
+        due_time -> BigInt,
+        create_time -> BigInt,
+        status -> SmallInt,
+        attempts -> Integer,
+        updated_time -> BigInt,
+    }
+}
+
+diesel::table! {
+    message_flow (id) {
+        id -> BigInt,
+        message_id -> BigInt,
+        status -> SmallInt,
+        attempts -> Integer,
+        flow_time -> BigInt,
+        shard -> Varchar,
+        node_id -> Varchar,
+        host -> Varchar,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(message, message_flow);

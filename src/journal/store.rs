@@ -1,0 +1,231 @@
+//! The journal's queries, written once for every backend. Each function is
+//! synchronous and runs on the JournalActor's threads.
+
+use std::collections::HashMap;
+
+use diesel::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::JournalConn;
+use crate::journal::models::{FlowRow, MessageRow, NewMessage};
+use crate::journal::schema::{message, message_flow};
+use crate::message::{IdGenerator, Message, MessageId, Status};
+use crate::with_conn;
+
+/// Rows per INSERT statement: well under SQLite's bound-variable limit.
+const INSERT_CHUNK: usize = 500;
+
+/// Where a status change happened, written on every flow row.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub node_id: String,
+    pub host: String,
+}
+
+/// One status change of one message.
+#[derive(Debug, Clone)]
+pub struct StatusChange {
+    pub id: MessageId,
+    pub status: Status,
+    /// The delivery count after this change, when it changed.
+    pub attempts: Option<i32>,
+    pub at: i64,
+    /// The zset key (or actor) that made the change.
+    pub shard: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum InsertOutcome {
+    /// Durable, status WaitPut.
+    Inserted,
+    /// `(topic, bizKey)` belongs to this live message already.
+    Duplicate(Box<MessageRow>),
+}
+
+fn flow_row(ids: &IdGenerator, node: &NodeInfo, c: &StatusChange, attempts: i32) -> FlowRow {
+    FlowRow {
+        id: ids.next_id().0,
+        message_id: c.id.0,
+        status: c.status.code(),
+        attempts,
+        flow_time: c.at,
+        shard: c.shard.clone(),
+        node_id: node.node_id.clone(),
+        host: node.host.clone(),
+    }
+}
+
+/// Inserts messages as WaitPut with their first flow row, all in one
+/// transaction. A message whose `(topic, bizKey)` is live already, in the
+/// journal or earlier in the same batch, is not inserted.
+pub fn insert_messages(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    shard_names: &dyn Fn(MessageId) -> String,
+    msgs: &[Message],
+) -> Result<Vec<InsertOutcome>, JournalError> {
+    with_conn!(conn, c => c.transaction(|c| {
+        let mut outcomes = Vec::with_capacity(msgs.len());
+        let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut rows = Vec::with_capacity(msgs.len());
+        let mut flows = Vec::with_capacity(msgs.len());
+        for (i, m) in msgs.iter().enumerate() {
+            if let Some(key) = m.biz_key.as_deref() {
+                if let Some(&first) = seen.get(&(m.topic.as_str(), key)) {
+                    let first_row = match &outcomes[first] {
+                        InsertOutcome::Duplicate(row) => row.clone(),
+                        InsertOutcome::Inserted => Box::new(waiting_row(&msgs[first])),
+                    };
+                    outcomes.push(InsertOutcome::Duplicate(first_row));
+                    continue;
+                }
+                seen.insert((m.topic.as_str(), key), i);
+                let existing = message::table
+                    .filter(message::topic.eq(&m.topic))
+                    .filter(message::live_biz_key.eq(key))
+                    .select(MessageRow::as_select())
+                    .first(c)
+                    .optional()?;
+                if let Some(row) = existing {
+                    outcomes.push(InsertOutcome::Duplicate(Box::new(row)));
+                    continue;
+                }
+            }
+            rows.push(NewMessage::waiting(m));
+            let change = StatusChange {
+                id: m.id,
+                status: Status::WaitPut,
+                attempts: None,
+                at: m.create_time,
+                shard: shard_names(m.id),
+            };
+            flows.push(flow_row(ids, node, &change, 0));
+            outcomes.push(InsertOutcome::Inserted);
+        }
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message::table).values(chunk).execute(c)?;
+        }
+        for chunk in flows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
+        }
+        Ok::<_, diesel::result::Error>(outcomes)
+    }))
+    .map_err(JournalError::from)
+}
+
+fn waiting_row(m: &Message) -> MessageRow {
+    let n = NewMessage::waiting(m);
+    MessageRow {
+        id: n.id,
+        topic: m.topic.clone(),
+        biz_key: m.biz_key.clone(),
+        live_biz_key: m.biz_key.clone(),
+        body: m.body.clone(),
+        priority: n.priority,
+        ttl: n.ttl,
+        delay_ms: n.delay_ms,
+        due_time: n.due_time,
+        create_time: n.create_time,
+        status: n.status,
+        attempts: 0,
+        updated_time: n.updated_time,
+    }
+}
+
+/// Writes flow rows and moves each message to its latest status, in one
+/// transaction. A message already Consumed, Deleted or Dead keeps that status;
+/// reaching one of them frees its bizKey.
+pub fn apply_changes(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    changes: &[StatusChange],
+) -> Result<(), JournalError> {
+    // The last change of each message wins; group the updates by outcome so
+    // a batch costs a few statements, not one per message.
+    let mut last: HashMap<MessageId, (Status, Option<i32>, i64)> = HashMap::new();
+    for ch in changes {
+        let entry = last.entry(ch.id).or_insert((ch.status, ch.attempts, ch.at));
+        *entry = (ch.status, ch.attempts.or(entry.1), ch.at.max(entry.2));
+    }
+    let mut groups: HashMap<(Status, Option<i32>), (i64, Vec<i64>)> = HashMap::new();
+    for (id, (status, attempts, at)) in last {
+        let g = groups.entry((status, attempts)).or_insert((at, Vec::new()));
+        g.0 = g.0.max(at);
+        g.1.push(id.0);
+    }
+    let flows: Vec<FlowRow> =
+        changes.iter().map(|ch| flow_row(ids, node, ch, ch.attempts.unwrap_or(0))).collect();
+
+    with_conn!(conn, c => c.transaction(|c| {
+        for chunk in flows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
+        }
+        for ((status, attempts), (at, ids)) in &groups {
+            for chunk in ids.chunks(INSERT_CHUNK) {
+                let target = message::table
+                    .filter(message::id.eq_any(chunk))
+                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
+                match (attempts, status.is_terminal()) {
+                    (Some(a), false) => diesel::update(target)
+                        .set((message::status.eq(status.code()), message::attempts.eq(a), message::updated_time.eq(at)))
+                        .execute(c)?,
+                    (None, false) => diesel::update(target)
+                        .set((message::status.eq(status.code()), message::updated_time.eq(at)))
+                        .execute(c)?,
+                    (Some(a), true) => diesel::update(target)
+                        .set((
+                            message::status.eq(status.code()),
+                            message::attempts.eq(a),
+                            message::updated_time.eq(at),
+                            message::live_biz_key.eq(None::<String>),
+                        ))
+                        .execute(c)?,
+                    (None, true) => diesel::update(target)
+                        .set((
+                            message::status.eq(status.code()),
+                            message::updated_time.eq(at),
+                            message::live_biz_key.eq(None::<String>),
+                        ))
+                        .execute(c)?,
+                };
+            }
+        }
+        Ok::<_, diesel::result::Error>(())
+    }))
+    .map_err(JournalError::from)
+}
+
+pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .find(id.0)
+        .select(MessageRow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+pub fn history(conn: &mut JournalConn, id: MessageId) -> Result<Vec<FlowRow>, JournalError> {
+    Ok(with_conn!(conn, c => message_flow::table
+        .filter(message_flow::message_id.eq(id.0))
+        .order(message_flow::id.asc())
+        .select(FlowRow::as_select())
+        .load(c))?)
+}
+
+/// Live messages (not Consumed, Deleted or Dead) with ids above `after`, in
+/// id order: one keyset page of a restore.
+pub fn live_page(conn: &mut JournalConn, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?)
+}
+
+pub fn ping(conn: &mut JournalConn) -> Result<(), JournalError> {
+    use diesel::connection::SimpleConnection;
+    Ok(with_conn!(conn, c => c.batch_execute("SELECT 1"))?)
+}

@@ -1,0 +1,35 @@
+//! delayq: a clustered delayed-message queue.
+//!
+//! # Layout
+//!
+//! A message's path, module by module:
+//!
+//! - [`api`]: actix-web routes. `POST /push` checks the message
+//!   ([`message::parse_draft`]) and gives it a Snowflake id ([`message`]).
+//! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
+//!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
+//!   then is the push answered.
+//! - [`actors::router`]: the RouterActor hashes the id to a shard and writes it
+//!   into that shard's delay zset ([`redis::keys`], [`redis::scripts`]),
+//!   waking the shard's actor when the message is due before its next wake-up.
+//! - [`actors::shard`]: a ZsetShardActor per owned shard sleeps until the
+//!   earliest due time, then moves due ids to their topic's ready queue and
+//!   notifies waiting consumers ([`ready`]).
+//! - [`api`] again: `GET /get/{topic}` hands ready messages out (Consuming,
+//!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
+//!   unacked message returns to the ready queue when its deadline passes.
+//! - Every status change is written to the journal's flow table in batches.
+//! - [`restore`]: rebuilds Redis from the journal.
+//! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
+//!   twins; [`error`]: the error policy.
+
+pub mod actors;
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod journal;
+pub mod message;
+pub mod node;
+pub mod ready;
+pub mod redis;
+pub mod restore;

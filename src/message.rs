@@ -1,0 +1,424 @@
+//! The message: its fields, its status codes, its id, and the rules a
+//! producer's input must pass before anything is written.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Longest accepted delay: ten years, in milliseconds.
+pub const MAX_DELAY_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
+/// Default time a consumer has to ack a message.
+pub const DEFAULT_TTL_MS: i64 = 30_000;
+/// Accepted ack deadlines: 100 ms to one day.
+pub const MIN_TTL_MS: i64 = 100;
+pub const MAX_TTL_MS: i64 = 24 * 3600 * 1000;
+pub const MAX_TOPIC_LEN: usize = 128;
+pub const MAX_BIZ_KEY_LEN: usize = 256;
+
+/// Current wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A message's place in its life, with the numeric code the journal stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Status {
+    WaitPut = 0,
+    Delaying = 1,
+    Ready = 2,
+    Consuming = 3,
+    Consumed = 4,
+    Deleted = 5,
+    Dead = 6,
+}
+
+impl Status {
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    pub fn from_code(code: i16) -> Option<Status> {
+        Some(match code {
+            0 => Status::WaitPut,
+            1 => Status::Delaying,
+            2 => Status::Ready,
+            3 => Status::Consuming,
+            4 => Status::Consumed,
+            5 => Status::Deleted,
+            6 => Status::Dead,
+            _ => return None,
+        })
+    }
+
+    /// Consumed, Deleted and Dead end a message's life: nothing moves it again
+    /// and restore leaves it out.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Consumed | Status::Deleted | Status::Dead)
+    }
+
+    /// Codes of the terminal statuses; everything below is live.
+    pub const FIRST_TERMINAL_CODE: i16 = 4;
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A 64-bit Snowflake id: 41 bits of milliseconds since [`MessageId::EPOCH_MS`],
+/// 10 bits of worker id, 12 bits of sequence. Sent as a decimal string in JSON
+/// because JavaScript numbers cannot hold 64 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageId(pub i64);
+
+impl MessageId {
+    /// 2024-01-01T00:00:00Z.
+    pub const EPOCH_MS: i64 = 1_704_067_200_000;
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for MessageId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.parse::<i64>() {
+            Ok(v) if v > 0 && !s.starts_with('+') => Ok(MessageId(v)),
+            _ => Err(format!("'{s}' is not a message id (a positive 64-bit decimal number)")),
+        }
+    }
+}
+
+impl Serialize for MessageId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Hands out Snowflake ids. Never repeats an id within one worker: when the
+/// clock steps back it keeps counting from the last millisecond it used.
+pub struct IdGenerator {
+    worker: i64,
+    state: Mutex<(i64, i64)>, // (last millisecond used, sequence within it)
+}
+
+impl IdGenerator {
+    pub const MAX_WORKER: u16 = 1023;
+
+    pub fn new(worker: u16) -> Self {
+        assert!(worker <= Self::MAX_WORKER, "worker id must be 0..=1023");
+        IdGenerator { worker: worker as i64, state: Mutex::new((0, 0)) }
+    }
+
+    pub fn next_id(&self) -> MessageId {
+        let mut st = self.state.lock().expect("id generator poisoned");
+        let now = now_ms() - MessageId::EPOCH_MS;
+        if now > st.0 {
+            *st = (now, 0);
+        } else if st.1 < 4095 {
+            st.1 += 1;
+        } else {
+            // Sequence exhausted (or the clock went back): borrow the next millisecond.
+            *st = (st.0 + 1, 0);
+        }
+        MessageId((st.0 << 22) | (self.worker << 12) | st.1)
+    }
+}
+
+/// The message as producers and consumers see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: MessageId,
+    pub topic: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub biz_key: Option<String>,
+    pub body: String,
+    pub priority: u8,
+    pub ttl: i64,
+    pub delay: i64,
+    pub create_time: i64,
+    pub due_time: i64,
+}
+
+/// A message together with where it is in its life, as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    #[serde(flatten)]
+    pub message: Message,
+    pub status: Status,
+    pub attempts: i32,
+}
+
+/// What a producer asked for, checked but not yet given an id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    pub topic: String,
+    pub biz_key: Option<String>,
+    pub body: String,
+    pub priority: u8,
+    pub ttl: i64,
+    /// Either a delay from now or an absolute due time.
+    pub when: When,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum When {
+    Delay(i64),
+    At(i64),
+}
+
+impl Draft {
+    /// Gives the draft its id and times. A `deliverAt` in the past is due now.
+    pub fn into_message(self, id: MessageId, now: i64) -> Message {
+        let due_time = match self.when {
+            When::Delay(d) => now + d,
+            When::At(at) => at.max(now),
+        };
+        Message {
+            id,
+            topic: self.topic,
+            biz_key: self.biz_key,
+            body: self.body,
+            priority: self.priority,
+            ttl: self.ttl,
+            delay: due_time - now,
+            create_time: now,
+            due_time,
+        }
+    }
+}
+
+/// Why a producer's message was refused: a stable code and a sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    pub code: &'static str,
+    pub message: String,
+}
+
+fn invalid(code: &'static str, message: impl Into<String>) -> Invalid {
+    Invalid { code, message: message.into() }
+}
+
+pub fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= MAX_TOPIC_LEN
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
+const FIELDS: &[&str] = &["topic", "bizKey", "delay", "deliverAt", "priority", "ttl", "body"];
+
+fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
+            invalid("invalid_field", format!("{name} must be a whole number of milliseconds, got {n}"))
+        }),
+        Some(other) => Err(invalid(
+            "invalid_field",
+            format!("{name} must be a number, got {}", json_type(other)),
+        )),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks one pushed message (a JSON object) against the contract.
+/// `max_body` is the largest body accepted, in bytes.
+pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, Invalid> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| invalid("invalid_message", format!("a message must be a JSON object, got {}", json_type(value))))?;
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(invalid(
+            "unknown_field",
+            format!("unknown field '{unknown}'; a message has {}", FIELDS.join(", ")),
+        ));
+    }
+
+    let topic = match obj.get("topic") {
+        Some(Value::String(t)) => t.clone(),
+        None | Some(Value::Null) => return Err(invalid("missing_topic", "topic is required")),
+        Some(other) => return Err(invalid("invalid_topic", format!("topic must be a string, got {}", json_type(other)))),
+    };
+    if !valid_topic(&topic) {
+        return Err(invalid(
+            "invalid_topic",
+            format!("topic must be 1 to {MAX_TOPIC_LEN} characters of A-Z a-z 0-9 . _ : -"),
+        ));
+    }
+
+    let biz_key = match obj.get("bizKey") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_BIZ_KEY_LEN => Some(k.clone()),
+        Some(Value::String(_)) => {
+            return Err(invalid("invalid_biz_key", format!("bizKey must be 1 to {MAX_BIZ_KEY_LEN} characters")))
+        }
+        Some(other) => {
+            return Err(invalid("invalid_biz_key", format!("bizKey must be a string, got {}", json_type(other))))
+        }
+    };
+
+    let when = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
+        (Some(_), Some(_)) => {
+            return Err(invalid("invalid_delay", "give either delay or deliverAt, not both"))
+        }
+        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
+        (Some(d), None) => {
+            return Err(invalid(
+                "invalid_delay",
+                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
+            ))
+        }
+        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
+        (None, Some(at)) => {
+            return Err(invalid(
+                "invalid_delay",
+                format!("deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"),
+            ))
+        }
+        (None, None) => When::Delay(0),
+    };
+
+    let priority = match int_field(obj, "priority")? {
+        None => 0,
+        Some(p) if (0..=255).contains(&p) => p as u8,
+        Some(p) => return Err(invalid("invalid_priority", format!("priority must be 0 to 255, got {p}"))),
+    };
+
+    let ttl = match int_field(obj, "ttl")? {
+        None => DEFAULT_TTL_MS,
+        Some(t) if (MIN_TTL_MS..=MAX_TTL_MS).contains(&t) => t,
+        Some(t) => {
+            return Err(invalid(
+                "invalid_ttl",
+                format!("ttl must be {MIN_TTL_MS} to {MAX_TTL_MS} ms, got {t}"),
+            ))
+        }
+    };
+
+    let body = match obj.get("body") {
+        Some(Value::String(b)) => b.clone(),
+        None | Some(Value::Null) => return Err(invalid("missing_body", "body is required (a string; JSON text is fine)")),
+        Some(other) => {
+            return Err(invalid(
+                "invalid_body",
+                format!("body must be a string (send JSON as text), got {}", json_type(other)),
+            ))
+        }
+    };
+    if body.len() > max_body {
+        return Err(invalid(
+            "body_too_large",
+            format!("body is {} bytes; the limit is {max_body}", body.len()),
+        ));
+    }
+
+    Ok(Draft { topic, biz_key, body, priority, ttl, when })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn parse(v: Value) -> Result<Draft, Invalid> {
+        parse_draft(&v, 16, NOW)
+    }
+
+    #[test]
+    fn status_codes_round_trip() {
+        for code in 0..=6 {
+            assert_eq!(Status::from_code(code).unwrap().code(), code);
+        }
+        assert_eq!(Status::from_code(7), None);
+        assert!(Status::Consumed.is_terminal() && !Status::Consuming.is_terminal());
+    }
+
+    #[test]
+    fn ids_are_unique_increasing_and_carry_the_worker() {
+        let g = IdGenerator::new(513);
+        let ids: Vec<MessageId> = (0..20_000).map(|_| g.next_id()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(ids.iter().all(|id| (id.0 >> 12) & 1023 == 513));
+        let ms = (ids[0].0 >> 22) + MessageId::EPOCH_MS;
+        assert!((ms - now_ms()).abs() < 5_000);
+    }
+
+    #[test]
+    fn ids_parse_only_positive_decimals() {
+        assert_eq!("42".parse::<MessageId>(), Ok(MessageId(42)));
+        for bad in ["", "0", "-1", "+4", "abc", "1.5", "99999999999999999999"] {
+            assert!(bad.parse::<MessageId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_fields() {
+        let d = parse(json!({"topic": "a.b:c-d_1", "body": "x"})).unwrap();
+        assert_eq!((d.priority, d.ttl, d.when), (0, DEFAULT_TTL_MS, When::Delay(0)));
+        let d = parse(json!({"topic": "t", "body": "x", "deliverAt": NOW + 5, "priority": 255, "bizKey": "k"})).unwrap();
+        assert_eq!((d.priority, d.when, d.biz_key.as_deref()), (255, When::At(NOW + 5), Some("k")));
+        let m = d.into_message(MessageId(7), NOW);
+        assert_eq!((m.due_time, m.delay), (NOW + 5, 5));
+    }
+
+    #[test]
+    fn past_deliver_at_is_due_now() {
+        let d = parse(json!({"topic": "t", "body": "", "deliverAt": NOW - 1000})).unwrap();
+        let m = d.into_message(MessageId(1), NOW);
+        assert_eq!((m.due_time, m.delay), (NOW, 0));
+    }
+
+    #[test]
+    fn rejects_bad_input_with_codes() {
+        let cases = [
+            (json!([1]), "invalid_message"),
+            (json!({"body": "x"}), "missing_topic"),
+            (json!({"topic": "", "body": "x"}), "invalid_topic"),
+            (json!({"topic": "a b", "body": "x"}), "invalid_topic"),
+            (json!({"topic": "x".repeat(129), "body": "x"}), "invalid_topic"),
+            (json!({"topic": "t", "body": "x", "delay": -1}), "invalid_delay"),
+            (json!({"topic": "t", "body": "x", "delay": MAX_DELAY_MS + 1}), "invalid_delay"),
+            (json!({"topic": "t", "body": "x", "delay": 1.5}), "invalid_field"),
+            (json!({"topic": "t", "body": "x", "delay": 1, "deliverAt": NOW}), "invalid_delay"),
+            (json!({"topic": "t", "body": "x", "priority": 300}), "invalid_priority"),
+            (json!({"topic": "t", "body": "x", "ttl": 5}), "invalid_ttl"),
+            (json!({"topic": "t", "body": "x".repeat(17)}), "body_too_large"),
+            (json!({"topic": "t", "body": {"a": 1}}), "invalid_body"),
+            (json!({"topic": "t"}), "missing_body"),
+            (json!({"topic": "t", "body": "x", "bizKey": ""}), "invalid_biz_key"),
+            (json!({"topic": "t", "body": "x", "delay_ms": 5}), "unknown_field"),
+        ];
+        for (input, code) in cases {
+            assert_eq!(parse(input.clone()).unwrap_err().code, code, "{input}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Every Redis key delayq uses, built in one place.
+//!
+//! All keys of shard `s` carry the hash tag `{PREFIX:s}`, so one shard's keys
+//! share a Redis Cluster slot and every script touches one slot:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{P:s}:delay` | zset | scheduled ids, scored by [`score`] (due time, then priority) |
+//! | `{P:s}:msg` | hash | id → message record ([`crate::redis::record`]) |
+//! | `{P:s}:ready:TOPIC` | zset | due ids of one topic waiting for a consumer, same score |
+//! | `{P:s}:inflight` | zset | ids handed to a consumer, scored by ack deadline (epoch ms) |
+//! | `{P:s}:epoch` | string | the shard's fencing epoch |
+//! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
+
+use crate::message::MessageId;
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+    shards: u32,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, shards: u32) -> Self {
+        assert!(shards > 0, "at least one shard");
+        Keys { prefix: prefix.to_string(), shards }
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The shard a message belongs to, for the life of the cluster.
+    pub fn shard_of(&self, id: MessageId) -> u32 {
+        shard_of(id, self.shards)
+    }
+
+    fn tag(&self, shard: u32) -> String {
+        format!("{{{}:{}}}", self.prefix, shard)
+    }
+
+    pub fn delay(&self, shard: u32) -> String {
+        format!("{}:delay", self.tag(shard))
+    }
+
+    pub fn messages(&self, shard: u32) -> String {
+        format!("{}:msg", self.tag(shard))
+    }
+
+    pub fn inflight(&self, shard: u32) -> String {
+        format!("{}:inflight", self.tag(shard))
+    }
+
+    /// Prefix of the shard's ready queues; the scripts append the topic.
+    pub fn ready_prefix(&self, shard: u32) -> String {
+        format!("{}:ready:", self.tag(shard))
+    }
+
+    pub fn ready(&self, shard: u32, topic: &str) -> String {
+        format!("{}{}", self.ready_prefix(shard), topic)
+    }
+
+    pub fn epoch(&self, shard: u32) -> String {
+        format!("{}:epoch", self.tag(shard))
+    }
+
+    pub fn dataset_marker(&self) -> String {
+        format!("{{{}}}:dataset", self.prefix)
+    }
+
+    /// Glob patterns matching every key of this deployment.
+    pub fn all_patterns(&self) -> [String; 2] {
+        [format!("\\{{{}:*", self.prefix), format!("\\{{{}}}:*", self.prefix)]
+    }
+}
+
+/// `splitmix64(id) % shards`: the low bits of a Snowflake id are a sequence
+/// and a worker id, so they are mixed before the modulo to spread evenly.
+pub fn shard_of(id: MessageId, shards: u32) -> u32 {
+    let mut z = (id.0 as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % shards as u64) as u32
+}
+
+/// Zset score of a message: due time first, then higher priority first.
+/// `due_ms * 256 + (255 - priority)` stays an exact f64 integer until the
+/// year 3000 (2^53 / 256 ms), so the order is exact.
+pub fn score(due_ms: i64, priority: u8) -> f64 {
+    (due_ms * 256 + (255 - priority as i64)) as f64
+}
+
+/// Highest score of anything due at `now_ms`.
+pub fn max_due_score(now_ms: i64) -> f64 {
+    (now_ms * 256 + 255) as f64
+}
+
+/// The due time encoded in a score.
+pub fn due_of_score(score: f64) -> i64 {
+    (score as i64).div_euclid(256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::IdGenerator;
+
+    #[test]
+    fn keys_share_the_shard_tag() {
+        let k = Keys::new("dq", 8);
+        assert_eq!(k.delay(3), "{dq:3}:delay");
+        assert_eq!(k.messages(3), "{dq:3}:msg");
+        assert_eq!(k.ready(3, "orders"), "{dq:3}:ready:orders");
+        assert_eq!(k.inflight(0), "{dq:0}:inflight");
+        assert_eq!(k.epoch(7), "{dq:7}:epoch");
+        assert_eq!(k.dataset_marker(), "{dq}:dataset");
+    }
+
+    #[test]
+    fn shards_are_stable_and_even() {
+        assert_eq!(shard_of(MessageId(1), 8), shard_of(MessageId(1), 8));
+        let g = IdGenerator::new(1);
+        let mut counts = [0u32; 8];
+        for _ in 0..80_000 {
+            counts[shard_of(g.next_id(), 8) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn score_orders_by_due_then_priority() {
+        let now = 1_900_000_000_000;
+        assert!(score(now, 255) < score(now, 0));
+        assert!(score(now, 0) < score(now + 1, 255));
+        assert!(score(now, 0) <= max_due_score(now) && score(now + 1, 255) > max_due_score(now));
+        assert_eq!(due_of_score(score(now, 17)), now);
+        assert_eq!(due_of_score(max_due_score(now)), now);
+    }
+}

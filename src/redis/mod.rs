@@ -1,0 +1,23 @@
+//! Redis: the schedule. Key names ([`keys`]), the stored record ([`record`]),
+//! the atomic steps as Lua ([`scripts`]), and the connection.
+
+pub mod keys;
+pub mod record;
+pub mod schedule;
+pub mod scripts;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+/// Opens a multiplexed, self-reconnecting connection. Commands fail after
+/// `response_timeout` instead of hanging while Redis is away.
+pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
+    let client = redis::Client::open(url)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(5)))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_with_config(client, config).await
+}

@@ -1,0 +1,290 @@
+//! The schedule's operations on Redis, each one script call (or one pipeline
+//! of them) on one shard's keys. Any node may run any of them: ownership only
+//! decides who runs [`RedisSchedule::tick`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+
+use crate::error::ShardError;
+use crate::message::{Message, MessageId};
+use crate::redis::keys::{due_of_score, max_due_score, score, Keys};
+use crate::redis::record;
+use crate::redis::scripts::{evalsha, Scripts};
+
+#[derive(Clone)]
+pub struct RedisSchedule {
+    con: ConnectionManager,
+    keys: Keys,
+    scripts: Arc<Scripts>,
+}
+
+/// What one scan step did.
+#[derive(Debug, Default)]
+pub struct TickResult {
+    /// (id, topic) moved from the delay zset to a ready queue.
+    pub moved: Vec<(MessageId, String)>,
+    /// (id, topic, attempts) whose ack deadline passed, back in a ready queue.
+    pub requeued: Vec<(MessageId, String, i32)>,
+    /// Due time (ms) of the earliest message still scheduled.
+    pub next_due: Option<i64>,
+    /// Earliest ack deadline (ms) still running.
+    pub next_deadline: Option<i64>,
+}
+
+/// A message handed to a consumer.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub shard: u32,
+    pub attempts: i32,
+    pub message: Message,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckResult {
+    Acked,
+    NotInFlight,
+    Absent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelResult {
+    Deleted,
+    InFlight,
+    Absent,
+}
+
+fn ids_and_topics(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(items) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn text(v: &Value) -> Result<String, ShardError> {
+    redis::from_redis_value_ref::<String>(v).map_err(|e| ShardError::BadRecord(e.to_string()))
+}
+
+fn opt_score(v: &Value) -> Option<f64> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        Value::Int(i) => Some(*i as f64),
+        Value::Double(d) => Some(*d),
+        _ => None,
+    }
+}
+
+fn parse_id(v: &Value) -> Result<MessageId, ShardError> {
+    text(v)?.parse().map_err(ShardError::BadRecord)
+}
+
+impl RedisSchedule {
+    pub async fn new(con: ConnectionManager, keys: Keys) -> Result<Self, ShardError> {
+        let scripts = Arc::new(Scripts::default());
+        let mut c = con.clone();
+        scripts.load(&mut c).await?;
+        Ok(RedisSchedule { con, keys, scripts })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    /// Adds messages (with their delivery counts) to their shards' delay
+    /// zsets; a message Redis holds already is left as it is. Returns, per
+    /// message in input order, whether it was added.
+    pub async fn schedule(&self, messages: &[(Message, i32)]) -> Result<Vec<bool>, ShardError> {
+        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, (m, _)) in messages.iter().enumerate() {
+            by_shard.entry(self.keys.shard_of(m.id)).or_default().push(i);
+        }
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let mut args: Vec<String> = Vec::with_capacity(idx.len() * 3);
+            for &i in idx {
+                let (m, attempts) = &messages[i];
+                args.push(m.id.to_string());
+                args.push((score(m.due_time, m.priority) as i64).to_string());
+                args.push(record::encode(m, *attempts));
+            }
+            pipe.add_command(evalsha(
+                &self.scripts.schedule,
+                &[self.keys.delay(shard), self.keys.messages(shard)],
+                &args,
+            ));
+        }
+        let replies: Vec<Vec<i64>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut added = vec![false; messages.len()];
+        for ((_, idx), flags) in by_shard.iter().zip(replies) {
+            for (&i, flag) in idx.iter().zip(flags) {
+                added[i] = flag == 1;
+            }
+        }
+        Ok(added)
+    }
+
+    /// Which of these messages does Redis hold already?
+    pub async fn present(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hexists(self.keys.messages(self.keys.shard_of(*id)), id.to_string());
+        }
+        Ok(pipe.query_async(&mut self.con.clone()).await?)
+    }
+
+    /// Raises the shard's fencing epoch and returns the new value: from now
+    /// on, scans with an older epoch are refused.
+    pub async fn raise_epoch(&self, shard: u32) -> Result<i64, ShardError> {
+        Ok(redis::cmd("INCR").arg(self.keys.epoch(shard)).query_async(&mut self.con.clone()).await?)
+    }
+
+    /// One scan step of a shard at `now_ms`: moves up to `limit` due
+    /// messages to their ready queues and returns up to `limit` expired
+    /// in-flight ones.
+    pub async fn tick(&self, shard: u32, now_ms: i64, limit: usize, epoch: i64) -> Result<TickResult, ShardError> {
+        let k = &self.keys;
+        let cmd = evalsha(
+            &self.scripts.tick,
+            &[k.delay(shard), k.messages(shard), k.inflight(shard), k.epoch(shard)],
+            &[
+                (max_due_score(now_ms) as i64).to_string(),
+                now_ms.to_string(),
+                limit.to_string(),
+                k.ready_prefix(shard),
+                epoch.to_string(),
+            ],
+        );
+        let reply: Value = match self.scripts.run(&mut self.con.clone(), &cmd).await {
+            Err(e) if e.code() == Some("STALE_EPOCH") => return Err(ShardError::StaleEpoch(shard)),
+            other => other?,
+        };
+        let parts = ids_and_topics(&reply);
+        if parts.len() != 4 {
+            return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+        }
+        let mut out = TickResult::default();
+        for pair in ids_and_topics(&parts[0]).chunks(2) {
+            out.moved.push((parse_id(&pair[0])?, text(&pair[1])?));
+        }
+        for triple in ids_and_topics(&parts[1]).chunks(3) {
+            let attempts = text(&triple[2])?.parse().unwrap_or(0);
+            out.requeued.push((parse_id(&triple[0])?, text(&triple[1])?, attempts));
+        }
+        out.next_due = opt_score(&parts[2]).map(due_of_score);
+        out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
+        Ok(out)
+    }
+
+    /// The first `count` ready messages of a topic across all shards, by
+    /// score: (score, shard, id).
+    pub async fn peek_ready(&self, topic: &str, count: usize) -> Result<Vec<(f64, u32, String)>, ShardError> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            pipe.cmd("ZRANGE")
+                .arg(self.keys.ready(shard, topic))
+                .arg(0)
+                .arg(count as i64 - 1)
+                .arg("WITHSCORES");
+        }
+        let heads: Vec<Vec<(String, f64)>> = pipe.query_async(&mut self.con.clone()).await?;
+        let mut all: Vec<(f64, u32, String)> = heads
+            .into_iter()
+            .enumerate()
+            .flat_map(|(shard, items)| items.into_iter().map(move |(id, s)| (s, shard as u32, id)))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        all.truncate(count);
+        Ok(all)
+    }
+
+    /// Claims the chosen ready messages for a consumer (attempts + 1, ack
+    /// deadline now + ttl). Ids another consumer took first are skipped.
+    pub async fn claim(&self, topic: &str, picks: &[(f64, u32, String)], now_ms: i64) -> Result<Vec<Claimed>, ShardError> {
+        let mut by_shard: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (_, shard, id) in picks {
+            by_shard.entry(*shard).or_insert_with(|| vec![now_ms.to_string()]).push(id.clone());
+        }
+        let mut pipe = redis::pipe();
+        for (&shard, args) in &by_shard {
+            let k = &self.keys;
+            pipe.add_command(evalsha(
+                &self.scripts.claim,
+                &[k.ready(shard, topic), k.messages(shard), k.inflight(shard)],
+                args,
+            ));
+        }
+        let replies: Vec<Vec<String>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut out = Vec::new();
+        for (&shard, records) in by_shard.keys().zip(&replies) {
+            for rec in records {
+                let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
+                out.push(Claimed { shard, attempts, message });
+            }
+        }
+        // Keep the order the consumer chose (score order across shards).
+        out.sort_by(|a, b| {
+            score(a.message.due_time, a.message.priority)
+                .total_cmp(&score(b.message.due_time, b.message.priority))
+                .then_with(|| a.message.id.cmp(&b.message.id))
+        });
+        Ok(out)
+    }
+
+    pub async fn ack(&self, id: MessageId) -> Result<AckResult, ShardError> {
+        let shard = self.keys.shard_of(id);
+        let cmd = evalsha(
+            &self.scripts.ack,
+            &[self.keys.inflight(shard), self.keys.messages(shard)],
+            &[id.to_string(), self.keys.ready_prefix(shard)],
+        );
+        let r: String = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        Ok(match r.as_str() {
+            "acked" | "acked_late" => AckResult::Acked,
+            "not_in_flight" => AckResult::NotInFlight,
+            _ => AckResult::Absent,
+        })
+    }
+
+    pub async fn cancel(&self, id: MessageId) -> Result<CancelResult, ShardError> {
+        let shard = self.keys.shard_of(id);
+        let k = &self.keys;
+        let cmd = evalsha(
+            &self.scripts.cancel,
+            &[k.delay(shard), k.messages(shard), k.inflight(shard)],
+            &[id.to_string(), k.ready_prefix(shard)],
+        );
+        let r: String = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        Ok(match r.as_str() {
+            "deleted" => CancelResult::Deleted,
+            "in_flight" => CancelResult::InFlight,
+            _ => CancelResult::Absent,
+        })
+    }
+
+    pub async fn ping(&self) -> Result<(), ShardError> {
+        let _: String = redis::cmd("PING").query_async(&mut self.con.clone()).await?;
+        Ok(())
+    }
+
+    /// Does this Redis hold a delayq data set (the marker key)?
+    pub async fn has_dataset_marker(&self) -> Result<bool, ShardError> {
+        Ok(redis::cmd("EXISTS").arg(self.keys.dataset_marker()).query_async::<i64>(&mut self.con.clone()).await? == 1)
+    }
+
+    pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), ShardError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.keys.dataset_marker())
+            .arg(node_id)
+            .arg("NX")
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,78 @@
+//! The Lua scripts, one per atomic step, loaded with `include_str!` and run by
+//! SHA. When Redis has forgotten them (a restart, `SCRIPT FLUSH`) they are
+//! loaded again and the call is retried once.
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs};
+
+pub struct Scripts {
+    pub schedule: Script,
+    pub tick: Script,
+    pub claim: Script,
+    pub ack: Script,
+    pub cancel: Script,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            schedule: Script::new(include_str!("lua/schedule.lua")),
+            tick: Script::new(include_str!("lua/tick.lua")),
+            claim: Script::new(include_str!("lua/claim.lua")),
+            ack: Script::new(include_str!("lua/ack.lua")),
+            cancel: Script::new(include_str!("lua/cancel.lua")),
+        }
+    }
+}
+
+/// One EVALSHA call, to run alone or inside a pipeline.
+pub fn evalsha<K: ToRedisArgs, A: ToRedisArgs>(script: &Script, keys: &[K], args: &[A]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len());
+    for k in keys {
+        cmd.arg(k);
+    }
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd
+}
+
+fn is_noscript(err: &redis::RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+impl Scripts {
+    fn all(&self) -> [&Script; 5] {
+        [&self.schedule, &self.tick, &self.claim, &self.ack, &self.cancel]
+    }
+
+    pub async fn load(&self, con: &mut ConnectionManager) -> RedisResult<()> {
+        for s in self.all() {
+            s.prepare_invoke().load_async(con).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs one script call.
+    pub async fn run<T: FromRedisValue>(&self, con: &mut ConnectionManager, cmd: &Cmd) -> RedisResult<T> {
+        match cmd.query_async(con).await {
+            Err(e) if is_noscript(&e) => {
+                self.load(con).await?;
+                cmd.query_async(con).await
+            }
+            other => other,
+        }
+    }
+
+    /// Runs a pipeline of script calls (and plain commands).
+    pub async fn run_pipe<T: FromRedisValue>(&self, con: &mut ConnectionManager, pipe: &Pipeline) -> RedisResult<T> {
+        match pipe.query_async(con).await {
+            Err(e) if is_noscript(&e) => {
+                self.load(con).await?;
+                pipe.query_async(con).await
+            }
+            other => other,
+        }
+    }
+}
