@@ -14,6 +14,11 @@ use crate::redis::schedule::CancelResult;
 
 pub const MAX_BATCH: usize = 1_000;
 
+/// A live duplicate still WaitPut this long after its push never reached
+/// Redis (its push met an outage), so a repeated push schedules it. Younger
+/// ones are most likely scheduled already, their Delaying row still queued.
+const STALE_WAIT_PUT_MS: i64 = 10_000;
+
 pub async fn push(state: web::Data<AppState>, body: web::Json<Value>) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
@@ -67,7 +72,8 @@ async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<Message
                 fresh.push(false);
                 // A live message that never reached Redis (its push met a
                 // Redis outage) is scheduled now.
-                if row.status() == Status::WaitPut && seen.insert(MessageId(row.id)) {
+                let stale = row.status() == Status::WaitPut && now_ms() - row.create_time > STALE_WAIT_PUT_MS;
+                if stale && seen.insert(MessageId(row.id)) {
                     to_schedule.push((row.message(), row.attempts));
                 }
             }
@@ -78,13 +84,15 @@ async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<Message
     }
     let scheduled = state.router.send(Schedule(to_schedule.clone())).await.map_err(ShardError::from);
     match scheduled.and_then(|r| r) {
-        Ok(_) => {
+        Ok(added) => {
             let keys = state.redis.keys();
             let now = now_ms();
             state.journal.record(
                 to_schedule
                     .iter()
-                    .map(|(m, _)| StatusChange {
+                    .zip(added)
+                    .filter(|(_, added)| *added)
+                    .map(|((m, _), _)| StatusChange {
                         id: m.id,
                         status: Status::Delaying,
                         attempts: None,
