@@ -44,7 +44,11 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Redis holding the schedule.
-    #[arg(long, env = "DELAYQ_REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
+    #[arg(
+        long,
+        env = "DELAYQ_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/0"
+    )]
     pub redis_url: String,
     /// Prefix of every Redis key, so deployments and tests can share one Redis.
     #[arg(long, env = "DELAYQ_KEY_PREFIX", default_value = "dq", value_parser = parse_prefix)]
@@ -57,7 +61,11 @@ pub struct RedisArgs {
 #[derive(Debug, Clone, Args)]
 pub struct JournalArgs {
     /// Journal database: sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB.
-    #[arg(long, env = "DELAYQ_DATABASE_URL", default_value = "sqlite://data/delayq.db")]
+    #[arg(
+        long,
+        env = "DELAYQ_DATABASE_URL",
+        default_value = "sqlite://data/delayq.db"
+    )]
     pub database_url: String,
 }
 

@@ -70,7 +70,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::Invalid { code, message: message.into() }
+        ApiError::Invalid {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn code(&self) -> &'static str {
@@ -101,22 +104,33 @@ impl ResponseError for ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::RedisUnavailable(_) | ApiError::JournalUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RedisUnavailable(_) | ApiError::JournalUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(ErrorBody { error: self.code(), message: self.to_string() })
+        HttpResponse::build(self.status_code()).json(ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+        })
     }
 }
 
 impl From<crate::message::Invalid> for ApiError {
     fn from(e: crate::message::Invalid) -> Self {
         if e.code == "body_too_large" {
-            ApiError::TooLarge { code: e.code, message: e.message }
+            ApiError::TooLarge {
+                code: e.code,
+                message: e.message,
+            }
         } else {
-            ApiError::Invalid { code: e.code, message: e.message }
+            ApiError::Invalid {
+                code: e.code,
+                message: e.message,
+            }
         }
     }
 }

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if cli.log_json {
         logs.json().init();
     } else {
@@ -19,7 +21,8 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => actix_web::rt::System::new().block_on(delayq::node::serve(args)),
         Command::Migrate(args) => {
             let url = JournalUrl::parse(&args.database_url)?;
-            let applied = journal::migrate(&url, Duration::from_secs(30)).context("journal migrations")?;
+            let applied =
+                journal::migrate(&url, Duration::from_secs(30)).context("journal migrations")?;
             println!("{{\"applied\":{applied}}}");
             Ok(())
         }

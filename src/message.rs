@@ -92,7 +92,9 @@ impl FromStr for MessageId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.parse::<i64>() {
             Ok(v) if v > 0 && !s.starts_with('+') => Ok(MessageId(v)),
-            _ => Err(format!("'{s}' is not a message id (a positive 64-bit decimal number)")),
+            _ => Err(format!(
+                "'{s}' is not a message id (a positive 64-bit decimal number)"
+            )),
         }
     }
 }
@@ -122,7 +124,10 @@ impl IdGenerator {
 
     pub fn new(worker: u16) -> Self {
         assert!(worker <= Self::MAX_WORKER, "worker id must be 0..=1023");
-        IdGenerator { worker: worker as i64, state: Mutex::new((0, 0)) }
+        IdGenerator {
+            worker: worker as i64,
+            state: Mutex::new((0, 0)),
+        }
     }
 
     pub fn next_id(&self) -> MessageId {
@@ -213,22 +218,38 @@ pub struct Invalid {
 }
 
 fn invalid(code: &'static str, message: impl Into<String>) -> Invalid {
-    Invalid { code, message: message.into() }
+    Invalid {
+        code,
+        message: message.into(),
+    }
 }
 
 pub fn valid_topic(topic: &str) -> bool {
     !topic.is_empty()
         && topic.len() <= MAX_TOPIC_LEN
-        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
 }
 
-const FIELDS: &[&str] = &["topic", "bizKey", "delay", "deliverAt", "priority", "ttl", "body"];
+const FIELDS: &[&str] = &[
+    "topic",
+    "bizKey",
+    "delay",
+    "deliverAt",
+    "priority",
+    "ttl",
+    "body",
+];
 
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
-            invalid("invalid_field", format!("{name} must be a whole number of milliseconds, got {n}"))
+            invalid(
+                "invalid_field",
+                format!("{name} must be a whole number of milliseconds, got {n}"),
+            )
         }),
         Some(other) => Err(invalid(
             "invalid_field",
@@ -251,20 +272,31 @@ fn json_type(v: &Value) -> &'static str {
 /// Checks one pushed message (a JSON object) against the contract.
 /// `max_body` is the largest body accepted, in bytes.
 pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, Invalid> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| invalid("invalid_message", format!("a message must be a JSON object, got {}", json_type(value))))?;
+    let obj = value.as_object().ok_or_else(|| {
+        invalid(
+            "invalid_message",
+            format!("a message must be a JSON object, got {}", json_type(value)),
+        )
+    })?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(invalid(
             "unknown_field",
-            format!("unknown field '{unknown}'; a message has {}", FIELDS.join(", ")),
+            format!(
+                "unknown field '{unknown}'; a message has {}",
+                FIELDS.join(", ")
+            ),
         ));
     }
 
     let topic = match obj.get("topic") {
         Some(Value::String(t)) => t.clone(),
         None | Some(Value::Null) => return Err(invalid("missing_topic", "topic is required")),
-        Some(other) => return Err(invalid("invalid_topic", format!("topic must be a string, got {}", json_type(other)))),
+        Some(other) => {
+            return Err(invalid(
+                "invalid_topic",
+                format!("topic must be a string, got {}", json_type(other)),
+            ))
+        }
     };
     if !valid_topic(&topic) {
         return Err(invalid(
@@ -275,40 +307,57 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
 
     let biz_key = match obj.get("bizKey") {
         None | Some(Value::Null) => None,
-        Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_BIZ_KEY_LEN => Some(k.clone()),
+        Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_BIZ_KEY_LEN => {
+            Some(k.clone())
+        }
         Some(Value::String(_)) => {
-            return Err(invalid("invalid_biz_key", format!("bizKey must be 1 to {MAX_BIZ_KEY_LEN} characters")))
+            return Err(invalid(
+                "invalid_biz_key",
+                format!("bizKey must be 1 to {MAX_BIZ_KEY_LEN} characters"),
+            ))
         }
         Some(other) => {
-            return Err(invalid("invalid_biz_key", format!("bizKey must be a string, got {}", json_type(other))))
+            return Err(invalid(
+                "invalid_biz_key",
+                format!("bizKey must be a string, got {}", json_type(other)),
+            ))
         }
     };
 
-    let when = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
-        (Some(_), Some(_)) => {
-            return Err(invalid("invalid_delay", "give either delay or deliverAt, not both"))
-        }
-        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
-        (Some(d), None) => {
-            return Err(invalid(
+    let when =
+        match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "invalid_delay",
+                    "give either delay or deliverAt, not both",
+                ))
+            }
+            (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
+            (Some(d), None) => {
+                return Err(invalid(
+                    "invalid_delay",
+                    format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
+                ))
+            }
+            (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
+            (None, Some(at)) => return Err(invalid(
                 "invalid_delay",
-                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
-            ))
-        }
-        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
-        (None, Some(at)) => {
-            return Err(invalid(
-                "invalid_delay",
-                format!("deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"),
-            ))
-        }
-        (None, None) => When::Delay(0),
-    };
+                format!(
+                    "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
+                ),
+            )),
+            (None, None) => When::Delay(0),
+        };
 
     let priority = match int_field(obj, "priority")? {
         None => 0,
         Some(p) if (0..=255).contains(&p) => p as u8,
-        Some(p) => return Err(invalid("invalid_priority", format!("priority must be 0 to 255, got {p}"))),
+        Some(p) => {
+            return Err(invalid(
+                "invalid_priority",
+                format!("priority must be 0 to 255, got {p}"),
+            ))
+        }
     };
 
     let ttl = match int_field(obj, "ttl")? {
@@ -324,11 +373,19 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
 
     let body = match obj.get("body") {
         Some(Value::String(b)) => b.clone(),
-        None | Some(Value::Null) => return Err(invalid("missing_body", "body is required (a string; JSON text is fine)")),
+        None | Some(Value::Null) => {
+            return Err(invalid(
+                "missing_body",
+                "body is required (a string; JSON text is fine)",
+            ))
+        }
         Some(other) => {
             return Err(invalid(
                 "invalid_body",
-                format!("body must be a string (send JSON as text), got {}", json_type(other)),
+                format!(
+                    "body must be a string (send JSON as text), got {}",
+                    json_type(other)
+                ),
             ))
         }
     };
@@ -339,7 +396,14 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         ));
     }
 
-    Ok(Draft { topic, biz_key, body, priority, ttl, when })
+    Ok(Draft {
+        topic,
+        biz_key,
+        body,
+        priority,
+        ttl,
+        when,
+    })
 }
 
 #[cfg(test)]
@@ -383,9 +447,15 @@ mod tests {
     #[test]
     fn defaults_and_fields() {
         let d = parse(json!({"topic": "a.b:c-d_1", "body": "x"})).unwrap();
-        assert_eq!((d.priority, d.ttl, d.when), (0, DEFAULT_TTL_MS, When::Delay(0)));
+        assert_eq!(
+            (d.priority, d.ttl, d.when),
+            (0, DEFAULT_TTL_MS, When::Delay(0))
+        );
         let d = parse(json!({"topic": "t", "body": "x", "deliverAt": NOW + 5, "priority": 255, "bizKey": "k"})).unwrap();
-        assert_eq!((d.priority, d.when, d.biz_key.as_deref()), (255, When::At(NOW + 5), Some("k")));
+        assert_eq!(
+            (d.priority, d.when, d.biz_key.as_deref()),
+            (255, When::At(NOW + 5), Some("k"))
+        );
         let m = d.into_message(MessageId(7), NOW);
         assert_eq!((m.due_time, m.delay), (NOW + 5, 5));
     }
@@ -404,18 +474,45 @@ mod tests {
             (json!({"body": "x"}), "missing_topic"),
             (json!({"topic": "", "body": "x"}), "invalid_topic"),
             (json!({"topic": "a b", "body": "x"}), "invalid_topic"),
-            (json!({"topic": "x".repeat(129), "body": "x"}), "invalid_topic"),
-            (json!({"topic": "t", "body": "x", "delay": -1}), "invalid_delay"),
-            (json!({"topic": "t", "body": "x", "delay": MAX_DELAY_MS + 1}), "invalid_delay"),
-            (json!({"topic": "t", "body": "x", "delay": 1.5}), "invalid_field"),
-            (json!({"topic": "t", "body": "x", "delay": 1, "deliverAt": NOW}), "invalid_delay"),
-            (json!({"topic": "t", "body": "x", "priority": 300}), "invalid_priority"),
+            (
+                json!({"topic": "x".repeat(129), "body": "x"}),
+                "invalid_topic",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "delay": -1}),
+                "invalid_delay",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "delay": MAX_DELAY_MS + 1}),
+                "invalid_delay",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "delay": 1.5}),
+                "invalid_field",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "delay": 1, "deliverAt": NOW}),
+                "invalid_delay",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "priority": 300}),
+                "invalid_priority",
+            ),
             (json!({"topic": "t", "body": "x", "ttl": 5}), "invalid_ttl"),
-            (json!({"topic": "t", "body": "x".repeat(17)}), "body_too_large"),
+            (
+                json!({"topic": "t", "body": "x".repeat(17)}),
+                "body_too_large",
+            ),
             (json!({"topic": "t", "body": {"a": 1}}), "invalid_body"),
             (json!({"topic": "t"}), "missing_body"),
-            (json!({"topic": "t", "body": "x", "bizKey": ""}), "invalid_biz_key"),
-            (json!({"topic": "t", "body": "x", "delay_ms": 5}), "unknown_field"),
+            (
+                json!({"topic": "t", "body": "x", "bizKey": ""}),
+                "invalid_biz_key",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "delay_ms": 5}),
+                "unknown_field",
+            ),
         ];
         for (input, code) in cases {
             assert_eq!(parse(input.clone()).unwrap_err().code, code, "{input}");

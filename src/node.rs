@@ -54,7 +54,12 @@ async fn open_redis(args: &RedisArgs) -> anyhow::Result<RedisSchedule> {
 }
 
 fn log_progress(r: &RestoreReport) {
-    tracing::info!(scanned = r.scanned, restored = r.restored, already_present = r.already_present, "restoring");
+    tracing::info!(
+        scanned = r.scanned,
+        restored = r.restored,
+        already_present = r.already_present,
+        "restoring"
+    );
 }
 
 /// Runs a node until it is told to stop (SIGINT/SIGTERM).
@@ -62,7 +67,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let db_url = open_journal(&args.journal.database_url).await?;
     let redis = open_redis(&args.redis).await?;
     let node_id = args.node.node_id(Some(args.bind.port()));
-    let node = NodeInfo { node_id: node_id.clone(), host: format!("{}/{}", host_name(), args.bind.ip()) };
+    let node = NodeInfo {
+        node_id: node_id.clone(),
+        host: format!("{}/{}", host_name(), args.bind.ip()),
+    };
     let ids = Arc::new(IdGenerator::new(args.node.worker_id));
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids.clone());
     let waiters = Waiters::default();
@@ -74,11 +82,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     // A Redis without the marker has lost (or never held) the data set:
     // rebuild it from the journal before scanning.
-    let restorer = Restorer { journal: journal.clone(), router: router.clone(), redis: redis.clone() };
+    let restorer = Restorer {
+        journal: journal.clone(),
+        router: router.clone(),
+        redis: redis.clone(),
+    };
     if !redis.has_dataset_marker().await? {
-        let report = restorer.all(true, false, log_progress).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let report = restorer
+            .all(true, false, log_progress)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         if report.restored > 0 {
-            tracing::warn!(restored = report.restored, "Redis held no delayq data set; restored it from the journal");
+            tracing::warn!(
+                restored = report.restored,
+                "Redis held no delayq data set; restored it from the journal"
+            );
         }
         redis.set_dataset_marker(&node_id).await?;
     }
@@ -87,8 +105,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut shards = Vec::new();
     for shard in 0..redis.keys().shards() {
         let (r, j, w) = (redis.clone(), journal.clone(), waiters.clone());
-        let actor = ZsetShardActor::start_in_arbiter(&scan.handle(), move |_| ZsetShardActor::new(shard, r, j, w));
-        router.do_send(ShardOwned { shard, actor: actor.clone() });
+        let actor = ZsetShardActor::start_in_arbiter(&scan.handle(), move |_| {
+            ZsetShardActor::new(shard, r, j, w)
+        });
+        router.do_send(ShardOwned {
+            shard,
+            actor: actor.clone(),
+        });
         shards.push(actor);
     }
 
@@ -101,12 +124,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_body: args.max_body_bytes,
         admin_token: args.admin_token.clone(),
     });
-    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(api::configure))
-        .shutdown_timeout(5);
+    let mut server =
+        HttpServer::new(move || App::new().app_data(state.clone()).configure(api::configure))
+            .shutdown_timeout(5);
     if let Some(n) = args.workers {
         server = server.workers(n);
     }
-    let server = server.bind(args.bind).with_context(|| format!("cannot listen on {}", args.bind))?;
+    let server = server
+        .bind(args.bind)
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(
         bind = %args.bind,
         node = %node_id,
@@ -131,12 +157,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
     let db_url = open_journal(&args.journal.database_url).await?;
     let redis = open_redis(&args.redis).await?;
-    let node = NodeInfo { node_id: args.node.node_id(None), host: host_name() };
+    let node = NodeInfo {
+        node_id: args.node.node_id(None),
+        host: host_name(),
+    };
     let ids = Arc::new(IdGenerator::new(args.node.worker_id));
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids);
     let r = redis.clone();
     let router = RouterActor::create(move |_| RouterActor::new(r));
-    let restorer = Restorer { journal, router, redis };
+    let restorer = Restorer {
+        journal,
+        router,
+        redis,
+    };
     let report = restorer
         .all(args.expire, args.dry_run, |r| {
             eprintln!(

@@ -20,7 +20,12 @@ impl Waiters {
 
     /// Wakes every consumer waiting on `topic`.
     pub fn notify(&self, topic: &str) {
-        let notify = self.topics.lock().expect("waiters poisoned").get(topic).cloned();
+        let notify = self
+            .topics
+            .lock()
+            .expect("waiters poisoned")
+            .get(topic)
+            .cloned();
         if let Some(n) = notify {
             n.notify_waiters();
         }

@@ -48,7 +48,10 @@ impl Restorer {
         progress: impl Fn(&RestoreReport),
     ) -> Result<RestoreReport, ApiError> {
         let start = Instant::now();
-        let mut report = RestoreReport { dry_run, ..Default::default() };
+        let mut report = RestoreReport {
+            dry_run,
+            ..Default::default()
+        };
         let mut after = 0;
         loop {
             let page = self.journal.live_page(after, PAGE).await?;
@@ -69,23 +72,39 @@ impl Restorer {
     }
 
     /// Restores one message, when it is live.
-    pub async fn one(&self, id: MessageId, expire: bool) -> Result<(RestoreReport, Status), ApiError> {
+    pub async fn one(
+        &self,
+        id: MessageId,
+        expire: bool,
+    ) -> Result<(RestoreReport, Status), ApiError> {
         let start = Instant::now();
         let row = match self.journal.find(id).await? {
             Some((row, _)) => row,
-            None => return Err(ApiError::NotFound { code: "not_found", message: format!("no message {id} in the journal") }),
+            None => {
+                return Err(ApiError::NotFound {
+                    code: "not_found",
+                    message: format!("no message {id} in the journal"),
+                })
+            }
         };
         let mut report = RestoreReport::default();
         let status = row.status();
         if !status.is_terminal() {
-            self.page(std::slice::from_ref(&row), expire, false, &mut report).await?;
+            self.page(std::slice::from_ref(&row), expire, false, &mut report)
+                .await?;
             self.journal.flush().await?;
         }
         report.elapsed_ms = start.elapsed().as_millis() as u64;
         Ok((report, status))
     }
 
-    async fn page(&self, rows: &[MessageRow], expire: bool, dry_run: bool, report: &mut RestoreReport) -> Result<(), ApiError> {
+    async fn page(
+        &self,
+        rows: &[MessageRow],
+        expire: bool,
+        dry_run: bool,
+        report: &mut RestoreReport,
+    ) -> Result<(), ApiError> {
         let now = now_ms();
         report.scanned += rows.len() as u64;
         let (wanted, expired): (Vec<&MessageRow>, Vec<&MessageRow>) =
@@ -103,7 +122,11 @@ impl Restorer {
             return Ok(());
         }
         let messages = wanted.iter().map(|r| (r.message(), r.attempts)).collect();
-        let added = self.router.send(Schedule(messages)).await.map_err(crate::error::ShardError::from)??;
+        let added = self
+            .router
+            .send(Schedule(messages))
+            .await
+            .map_err(crate::error::ShardError::from)??;
         let mut changes = Vec::new();
         for (row, added) in wanted.iter().zip(&added) {
             if *added {
@@ -113,7 +136,10 @@ impl Restorer {
                     status: Status::Delaying,
                     attempts: None,
                     at: now,
-                    shard: self.redis.keys().delay(self.redis.keys().shard_of(MessageId(row.id))),
+                    shard: self
+                        .redis
+                        .keys()
+                        .delay(self.redis.keys().shard_of(MessageId(row.id))),
                 });
             } else {
                 report.already_present += 1;

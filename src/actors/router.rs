@@ -46,7 +46,10 @@ impl RouterActor {
     /// A router that owns no shard yet (the CLI's restore runs this way).
     pub fn new(redis: RedisSchedule) -> Self {
         let shards = redis.keys().shards() as usize;
-        RouterActor { redis, owned: vec![None; shards] }
+        RouterActor {
+            redis,
+            owned: vec![None; shards],
+        }
     }
 
     fn wake(&self, shard: u32, at_ms: i64) {
@@ -71,20 +74,22 @@ impl Handler<Schedule> for RouterActor {
                 Ok((msg.0, added))
             }
             .into_actor(self)
-            .map(|res: Result<(Vec<(Message, i32)>, Vec<bool>), ShardError>, act, _| {
-                let (messages, added) = res?;
-                let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
-                for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
-                    let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
-                    *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
-                }
-                for (shard, at) in earliest.into_iter().enumerate() {
-                    if let Some(at) = at {
-                        act.wake(shard as u32, at);
+            .map(
+                |res: Result<(Vec<(Message, i32)>, Vec<bool>), ShardError>, act, _| {
+                    let (messages, added) = res?;
+                    let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
+                    for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
+                        let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
+                        *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
                     }
-                }
-                Ok(added)
-            }),
+                    for (shard, at) in earliest.into_iter().enumerate() {
+                        if let Some(at) = at {
+                            act.wake(shard as u32, at);
+                        }
+                    }
+                    Ok(added)
+                },
+            ),
         )
     }
 }

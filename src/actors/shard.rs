@@ -72,7 +72,10 @@ impl ZsetShardActor {
         if let Some((_, handle)) = self.timer.take() {
             ctx.cancel_future(handle);
         }
-        let now_us = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0);
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0);
         let wait = Duration::from_micros((at_ms * 1000 - now_us).max(0) as u64);
         let handle = ctx.run_later(wait, |act, ctx| {
             act.timer = None;
@@ -98,7 +101,10 @@ impl ZsetShardActor {
                     act.after_scan(t, ctx);
                 }
                 Err(ShardError::StaleEpoch(_)) => {
-                    tracing::error!(shard = act.shard, "a newer owner raised this shard's epoch; stopping its scan");
+                    tracing::error!(
+                        shard = act.shard,
+                        "a newer owner raised this shard's epoch; stopping its scan"
+                    );
                     ctx.stop();
                 }
                 Err(e) => {
@@ -116,12 +122,24 @@ impl ZsetShardActor {
         let mut changes = Vec::with_capacity(t.moved.len() + t.requeued.len());
         let mut topics: Vec<&str> = Vec::new();
         for (id, topic) in &t.moved {
-            changes.push(StatusChange { id: *id, status: Status::Ready, attempts: None, at: now, shard: self.delay_key.clone() });
+            changes.push(StatusChange {
+                id: *id,
+                status: Status::Ready,
+                attempts: None,
+                at: now,
+                shard: self.delay_key.clone(),
+            });
             topics.push(topic);
         }
         for (id, topic, attempts) in &t.requeued {
             tracing::debug!(shard = self.shard, id = %id, attempts, "ack deadline passed; delivering again");
-            changes.push(StatusChange { id: *id, status: Status::Ready, attempts: Some(*attempts), at: now, shard: self.delay_key.clone() });
+            changes.push(StatusChange {
+                id: *id,
+                status: Status::Ready,
+                attempts: Some(*attempts),
+                at: now,
+                shard: self.delay_key.clone(),
+            });
             topics.push(topic);
         }
         topics.sort_unstable();

@@ -17,10 +17,17 @@ pub const MAX_TIMEOUT_S: u64 = 300;
 
 /// `GET /get/{topic}?timeout=S&count=N`: answers as soon as messages are
 /// ready, or with an empty list when the timeout passes.
-pub async fn get(state: web::Data<AppState>, topic: web::Path<String>, q: Query) -> Result<HttpResponse, ApiError> {
+pub async fn get(
+    state: web::Data<AppState>,
+    topic: web::Path<String>,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
     let topic = topic.into_inner();
     if !valid_topic(&topic) {
-        return Err(ApiError::invalid("invalid_topic", "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -"));
+        return Err(ApiError::invalid(
+            "invalid_topic",
+            "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+        ));
     }
     let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
@@ -67,7 +74,10 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
     let mut views = Vec::with_capacity(claimed.len());
     for c in claimed {
         // The shard's actor must wake for this ack deadline.
-        state.router.do_send(Touch { shard: c.shard, at_ms: now + c.message.ttl });
+        state.router.do_send(Touch {
+            shard: c.shard,
+            at_ms: now + c.message.ttl,
+        });
         changes.push(StatusChange {
             id: c.message.id,
             status: Status::Consuming,
@@ -75,14 +85,21 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
             at: now,
             shard: keys.inflight(c.shard),
         });
-        views.push(MessageView { message: c.message, status: Status::Consuming, attempts: c.attempts });
+        views.push(MessageView {
+            message: c.message,
+            status: Status::Consuming,
+            attempts: c.attempts,
+        });
     }
     state.journal.record(changes);
     HttpResponse::Ok().json(json!({ "messages": views }))
 }
 
 /// `POST /ack/{id}`: the message is consumed.
-pub async fn ack(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn ack(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
     match state.redis.ack(id).await? {
         AckResult::Acked => {
@@ -99,10 +116,15 @@ pub async fn ack(state: web::Data<AppState>, id: web::Path<String>) -> Result<Ht
         }
         AckResult::NotInFlight => Err(ApiError::Conflict {
             code: "not_in_flight",
-            message: format!("message {id} has not been delivered yet; only a delivered message can be acked"),
+            message: format!(
+                "message {id} has not been delivered yet; only a delivered message can be acked"
+            ),
         }),
         AckResult::Absent => match state.journal.find(id).await? {
-            None => Err(ApiError::NotFound { code: "not_found", message: format!("no message {id}") }),
+            None => Err(ApiError::NotFound {
+                code: "not_found",
+                message: format!("no message {id}"),
+            }),
             // Acking twice is harmless.
             Some((row, _)) if row.status() == Status::Consumed => {
                 Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))

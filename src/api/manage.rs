@@ -7,7 +7,11 @@ use super::{bool_param, parse_id, AppState, Query};
 use crate::error::ApiError;
 
 /// `GET /reStore?expire=true|false`: rebuild Redis from the journal.
-pub async fn restore_all(state: web::Data<AppState>, req: HttpRequest, q: Query) -> Result<HttpResponse, ApiError> {
+pub async fn restore_all(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let expire = bool_param(&q, "expire", false)?;
     let dry_run = bool_param(&q, "dryRun", false)?;
@@ -34,10 +38,16 @@ pub async fn restore_one(
 }
 
 /// `GET /messages/{id}`: the message, its status and its flow history.
-pub async fn message(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn message(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
     match state.journal.find(id).await? {
-        None => Err(ApiError::NotFound { code: "not_found", message: format!("no message {id}") }),
+        None => Err(ApiError::NotFound {
+            code: "not_found",
+            message: format!("no message {id}"),
+        }),
         Some((row, history)) => Ok(HttpResponse::Ok().json(json!({
             "message": row.view(),
             "updatedTime": row.updated_time,

@@ -35,12 +35,18 @@ pub struct AppState {
 
 impl AppState {
     pub fn restorer(&self) -> Restorer {
-        Restorer { journal: self.journal.clone(), router: self.router.clone(), redis: self.redis.clone() }
+        Restorer {
+            journal: self.journal.clone(),
+            router: self.router.clone(),
+            redis: self.redis.clone(),
+        }
     }
 
     /// With an admin token configured, the caller must present it.
     fn require_admin(&self, req: &HttpRequest) -> Result<(), ApiError> {
-        let Some(token) = &self.admin_token else { return Ok(()) };
+        let Some(token) = &self.admin_token else {
+            return Ok(());
+        };
         let given = req
             .headers()
             .get("Authorization")
@@ -62,19 +68,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub const MAX_REQUEST_BYTES: usize = 16 << 20;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let json = web::JsonConfig::default().limit(MAX_REQUEST_BYTES).error_handler(|err, _| {
-        match &err {
-            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => ApiError::TooLarge {
-                code: "payload_too_large",
-                message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
-            },
-            JsonPayloadError::ContentType => {
-                ApiError::invalid("invalid_content_type", "send the message as JSON with Content-Type: application/json")
+    let json = web::JsonConfig::default()
+        .limit(MAX_REQUEST_BYTES)
+        .error_handler(|err, _| {
+            match &err {
+                JsonPayloadError::Overflow { .. }
+                | JsonPayloadError::OverflowKnownLength { .. } => ApiError::TooLarge {
+                    code: "payload_too_large",
+                    message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
+                },
+                JsonPayloadError::ContentType => ApiError::invalid(
+                    "invalid_content_type",
+                    "send the message as JSON with Content-Type: application/json",
+                ),
+                other => ApiError::invalid(
+                    "invalid_json",
+                    format!("request body is not valid JSON: {other}"),
+                ),
             }
-            other => ApiError::invalid("invalid_json", format!("request body is not valid JSON: {other}")),
-        }
-        .into()
-    });
+            .into()
+        });
     let path = web::PathConfig::default()
         .error_handler(|err, _| ApiError::invalid("invalid_path", err.to_string()).into());
     cfg.app_data(json)
@@ -102,7 +115,8 @@ async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 type Query = web::Query<HashMap<String, String>>;
 
 fn parse_id(raw: &str) -> Result<MessageId, ApiError> {
-    raw.parse().map_err(|e: String| ApiError::invalid("invalid_id", e))
+    raw.parse()
+        .map_err(|e: String| ApiError::invalid("invalid_id", e))
 }
 
 fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
@@ -110,18 +124,30 @@ fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<
         None => Ok(default),
         Some("true") | Some("1") => Ok(true),
         Some("false") | Some("0") => Ok(false),
-        Some(other) => Err(ApiError::invalid("invalid_parameter", format!("{name} must be true or false, got '{other}'"))),
+        Some(other) => Err(ApiError::invalid(
+            "invalid_parameter",
+            format!("{name} must be true or false, got '{other}'"),
+        )),
     }
 }
 
-fn int_param(q: &HashMap<String, String>, name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, ApiError> {
+fn int_param(
+    q: &HashMap<String, String>,
+    name: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ApiError> {
     match q.get(name) {
         None => Ok(default),
         Some(raw) => match raw.parse::<u64>() {
             Ok(v) if range.contains(&v) => Ok(v),
             _ => Err(ApiError::invalid(
                 "invalid_parameter",
-                format!("{name} must be a whole number from {} to {}, got '{raw}'", range.start(), range.end()),
+                format!(
+                    "{name} must be a whole number from {} to {}, got '{raw}'",
+                    range.start(),
+                    range.end()
+                ),
             )),
         },
     }

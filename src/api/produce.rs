@@ -19,7 +19,10 @@ pub const MAX_BATCH: usize = 1_000;
 /// ones are most likely scheduled already, their Delaying row still queued.
 const STALE_WAIT_PUT_MS: i64 = 10_000;
 
-pub async fn push(state: web::Data<AppState>, body: web::Json<Value>) -> Result<HttpResponse, ApiError> {
+pub async fn push(
+    state: web::Data<AppState>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
     let (ids, fresh) = accept(&state, vec![draft.into_message(state.ids.next_id(), now)]).await?;
@@ -30,13 +33,24 @@ pub async fn push(state: web::Data<AppState>, body: web::Json<Value>) -> Result<
     Ok(HttpResponse::Ok().json(reply))
 }
 
-pub async fn push_batch(state: web::Data<AppState>, body: web::Json<Value>) -> Result<HttpResponse, ApiError> {
+pub async fn push_batch(
+    state: web::Data<AppState>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
     let list = body
         .get("messages")
         .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::invalid("invalid_batch", "a batch is {\"messages\": [message, ...]}"))?;
+        .ok_or_else(|| {
+            ApiError::invalid("invalid_batch", "a batch is {\"messages\": [message, ...]}")
+        })?;
     if list.is_empty() || list.len() > MAX_BATCH {
-        return Err(ApiError::invalid("invalid_batch", format!("a batch holds 1 to {MAX_BATCH} messages, got {}", list.len())));
+        return Err(ApiError::invalid(
+            "invalid_batch",
+            format!(
+                "a batch holds 1 to {MAX_BATCH} messages, got {}",
+                list.len()
+            ),
+        ));
     }
     let now = now_ms();
     let mut messages = Vec::with_capacity(list.len());
@@ -53,7 +67,10 @@ pub async fn push_batch(state: web::Data<AppState>, body: web::Json<Value>) -> R
 
 /// Makes messages durable, then schedules them. Returns each message's id
 /// (the live one's for a repeated bizKey) and whether it is new.
-async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<MessageId>, Vec<bool>), ApiError> {
+async fn accept(
+    state: &AppState,
+    messages: Vec<Message>,
+) -> Result<(Vec<MessageId>, Vec<bool>), ApiError> {
     let outcomes = state.journal.insert(messages.clone()).await?;
     let mut ids = Vec::with_capacity(messages.len());
     let mut fresh = Vec::with_capacity(messages.len());
@@ -72,7 +89,8 @@ async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<Message
                 fresh.push(false);
                 // A live message that never reached Redis (its push met a
                 // Redis outage) is scheduled now.
-                let stale = row.status() == Status::WaitPut && now_ms() - row.create_time > STALE_WAIT_PUT_MS;
+                let stale = row.status() == Status::WaitPut
+                    && now_ms() - row.create_time > STALE_WAIT_PUT_MS;
                 if stale && seen.insert(MessageId(row.id)) {
                     to_schedule.push((row.message(), row.attempts));
                 }
@@ -82,7 +100,11 @@ async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<Message
     if to_schedule.is_empty() {
         return Ok((ids, fresh));
     }
-    let scheduled = state.router.send(Schedule(to_schedule.clone())).await.map_err(ShardError::from);
+    let scheduled = state
+        .router
+        .send(Schedule(to_schedule.clone()))
+        .await
+        .map_err(ShardError::from);
     match scheduled.and_then(|r| r) {
         Ok(added) => {
             let keys = state.redis.keys();
@@ -115,11 +137,22 @@ async fn accept(state: &AppState, messages: Vec<Message>) -> Result<(Vec<Message
     }
 }
 
-pub async fn delete(state: web::Data<AppState>, req: HttpRequest, q: Query) -> Result<HttpResponse, ApiError> {
+pub async fn delete(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    let raw = q.get("id").ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
+    let raw = q
+        .get("id")
+        .ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
     let id = parse_id(raw)?;
-    let result = match state.router.send(Cancel(id)).await.map_err(ShardError::from)?? {
+    let result = match state
+        .router
+        .send(Cancel(id))
+        .await
+        .map_err(ShardError::from)??
+    {
         CancelResult::InFlight => "in_flight",
         CancelResult::Deleted => {
             mark_deleted(&state, id).await?;

@@ -26,7 +26,9 @@ impl JournalUrl {
     pub fn parse(url: &str) -> Result<Self, JournalError> {
         if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err(JournalError::Config(format!("'{url}' names no file: use sqlite://PATH")));
+                return Err(JournalError::Config(format!(
+                    "'{url}' names no file: use sqlite://PATH"
+                )));
             }
             Ok(JournalUrl::Sqlite(path.to_string()))
         } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
@@ -83,9 +85,15 @@ impl JournalConn {
         match url {
             JournalUrl::Mysql(u) => Ok(JournalConn::Mysql(MysqlConnection::establish(u)?)),
             JournalUrl::Sqlite(path) => {
-                if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+                if let Some(dir) = Path::new(path)
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                {
                     std::fs::create_dir_all(dir).map_err(|e| {
-                        ConnectionError::BadConnection(format!("cannot create {}: {e}", dir.display()))
+                        ConnectionError::BadConnection(format!(
+                            "cannot create {}: {e}",
+                            dir.display()
+                        ))
                     })?;
                 }
                 let mut c = SqliteConnection::establish(path)?;
@@ -120,7 +128,8 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut JournalConn) -> Result<(), ConnectionError> {
-        with_conn!(conn, c => c.batch_execute("SELECT 1")).map_err(ConnectionError::CouldntSetupConfiguration)
+        with_conn!(conn, c => c.batch_execute("SELECT 1"))
+            .map_err(ConnectionError::CouldntSetupConfiguration)
     }
 
     fn has_broken(&self, _conn: &mut JournalConn) -> bool {
@@ -147,9 +156,18 @@ mod tests {
 
     #[test]
     fn parses_urls() {
-        assert_eq!(JournalUrl::parse("sqlite://data/x.db").unwrap(), JournalUrl::Sqlite("data/x.db".into()));
-        assert_eq!(JournalUrl::parse("sqlite:///abs/x.db").unwrap(), JournalUrl::Sqlite("/abs/x.db".into()));
-        assert!(matches!(JournalUrl::parse("mysql://u:p@h:1/d").unwrap(), JournalUrl::Mysql(_)));
+        assert_eq!(
+            JournalUrl::parse("sqlite://data/x.db").unwrap(),
+            JournalUrl::Sqlite("data/x.db".into())
+        );
+        assert_eq!(
+            JournalUrl::parse("sqlite:///abs/x.db").unwrap(),
+            JournalUrl::Sqlite("/abs/x.db".into())
+        );
+        assert!(matches!(
+            JournalUrl::parse("mysql://u:p@h:1/d").unwrap(),
+            JournalUrl::Mysql(_)
+        ));
         assert!(JournalUrl::parse("postgres://x").is_err());
         assert!(JournalUrl::parse("sqlite://").is_err());
     }

@@ -20,7 +20,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::actors::journal::{FindMessage, InsertMessages, JournalActor, LivePage, Ping, RecordFlow};
+use crate::actors::journal::{
+    FindMessage, InsertMessages, JournalActor, LivePage, Ping, RecordFlow,
+};
 use crate::error::JournalError;
 use crate::journal::connection::{JournalConn, JournalUrl};
 use crate::journal::models::{FlowRow, MessageRow};
@@ -86,7 +88,11 @@ impl Journal {
         let (flows, flow_rx) = mpsc::unbounded_channel();
         actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
         actix::spawn(run_flows(actor.clone(), flow_rx));
-        Journal { actor, inserts, flows }
+        Journal {
+            actor,
+            inserts,
+            flows,
+        }
     }
 
     /// Makes messages durable (status WaitPut). Answers once their
@@ -97,13 +103,22 @@ impl Journal {
         self.inserts
             .send(InsertRequest { messages, reply })
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
-        rx.await.map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+        rx.await
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
     }
 
     /// Queues status changes; they are written within a few milliseconds,
     /// and retried until written.
     pub fn record(&self, changes: Vec<StatusChange>) {
-        if !changes.is_empty() && self.flows.send(FlowRequest { changes, done: None }).is_err() {
+        if !changes.is_empty()
+            && self
+                .flows
+                .send(FlowRequest {
+                    changes,
+                    done: None,
+                })
+                .is_err()
+        {
             tracing::error!("journal flow writer has stopped; status changes not recorded");
         }
     }
@@ -112,7 +127,10 @@ impl Journal {
     pub async fn record_durable(&self, changes: Vec<StatusChange>) -> Result<(), JournalError> {
         let (done, rx) = oneshot::channel();
         self.flows
-            .send(FlowRequest { changes, done: Some(done) })
+            .send(FlowRequest {
+                changes,
+                done: Some(done),
+            })
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
         match tokio::time::timeout(DURABLE_WAIT, rx).await {
             Ok(Ok(())) => Ok(()),
@@ -123,7 +141,10 @@ impl Journal {
         }
     }
 
-    pub async fn find(&self, id: MessageId) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+    pub async fn find(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
         self.actor.send(FindMessage(id)).await?
     }
 
@@ -142,10 +163,16 @@ impl Journal {
 }
 
 /// Group commit: while one batch commits, the next one gathers.
-async fn run_inserts(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<InsertRequest>, writers: usize) {
+async fn run_inserts(
+    actor: Addr<JournalActor>,
+    mut rx: mpsc::UnboundedReceiver<InsertRequest>,
+    writers: usize,
+) {
     let slots = Arc::new(Semaphore::new(writers));
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let Some(first) = rx.recv().await else { return };
         let mut count = first.messages.len();
         let mut batch = vec![first];
@@ -160,7 +187,10 @@ async fn run_inserts(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<
         }
         let actor = actor.clone();
         actix::spawn(async move {
-            let messages: Vec<Message> = batch.iter().flat_map(|r| r.messages.iter().cloned()).collect();
+            let messages: Vec<Message> = batch
+                .iter()
+                .flat_map(|r| r.messages.iter().cloned())
+                .collect();
             let result = match actor.send(InsertMessages(messages)).await {
                 Ok(r) => r,
                 Err(e) => Err(e.into()),
@@ -176,7 +206,9 @@ async fn run_inserts(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<
                     tracing::warn!(error = %e, "journal insert failed; pushes answered with 503");
                     let shared = e.to_string();
                     for req in batch {
-                        let _ = req.reply.send(Err(JournalError::Unavailable(shared.clone())));
+                        let _ = req
+                            .reply
+                            .send(Err(JournalError::Unavailable(shared.clone())));
                     }
                 }
             }
@@ -214,7 +246,9 @@ async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<Fl
             }
             match actor.send(RecordFlow(changes.clone())).await {
                 Ok(Ok(())) => break,
-                Ok(Err(e)) => tracing::warn!(error = %e, pending = changes.len(), "journal flow write failed; retrying"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, pending = changes.len(), "journal flow write failed; retrying")
+                }
                 Err(e) => tracing::warn!(error = %e, "journal actor unreachable; retrying"),
             }
             tokio::time::sleep(backoff).await;

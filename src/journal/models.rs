@@ -43,7 +43,11 @@ impl MessageRow {
     }
 
     pub fn view(&self) -> MessageView {
-        MessageView { message: self.message(), status: self.status(), attempts: self.attempts }
+        MessageView {
+            message: self.message(),
+            status: self.status(),
+            attempts: self.attempts,
+        }
     }
 }
 

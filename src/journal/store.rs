@@ -155,8 +155,10 @@ pub fn apply_changes(
         g.0 = g.0.max(at);
         g.1.push(id.0);
     }
-    let flows: Vec<FlowRow> =
-        changes.iter().map(|ch| flow_row(ids, node, ch, ch.attempts.unwrap_or(0))).collect();
+    let flows: Vec<FlowRow> = changes
+        .iter()
+        .map(|ch| flow_row(ids, node, ch, ch.attempts.unwrap_or(0)))
+        .collect();
 
     with_conn!(conn, c => c.transaction(|c| {
         for chunk in flows.chunks(INSERT_CHUNK) {
@@ -215,7 +217,11 @@ pub fn history(conn: &mut JournalConn, id: MessageId) -> Result<Vec<FlowRow>, Jo
 
 /// Live messages (not Consumed, Deleted or Dead) with ids above `after`, in
 /// id order: one keyset page of a restore.
-pub fn live_page(conn: &mut JournalConn, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
+pub fn live_page(
+    conn: &mut JournalConn,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<MessageRow>, JournalError> {
     Ok(with_conn!(conn, c => message::table
         .filter(message::id.gt(after))
         .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))

@@ -23,7 +23,10 @@ pub struct Keys {
 impl Keys {
     pub fn new(prefix: &str, shards: u32) -> Self {
         assert!(shards > 0, "at least one shard");
-        Keys { prefix: prefix.to_string(), shards }
+        Keys {
+            prefix: prefix.to_string(),
+            shards,
+        }
     }
 
     pub fn shards(&self) -> u32 {
@@ -74,7 +77,10 @@ impl Keys {
 
     /// Glob patterns matching every key of this deployment.
     pub fn all_patterns(&self) -> [String; 2] {
-        [format!("\\{{{}:*", self.prefix), format!("\\{{{}}}:*", self.prefix)]
+        [
+            format!("\\{{{}:*", self.prefix),
+            format!("\\{{{}}}:*", self.prefix),
+        ]
     }
 }
 
@@ -129,7 +135,10 @@ mod tests {
         for _ in 0..80_000 {
             counts[shard_of(g.next_id(), 8) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

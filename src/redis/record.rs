@@ -28,7 +28,9 @@ pub fn decode(record: &str) -> Result<(i32, Message), String> {
         parts.next(),
         parts.next(),
         parts.next(),
-        parts.next().ok_or_else(|| "record has no message".to_string())?,
+        parts
+            .next()
+            .ok_or_else(|| "record has no message".to_string())?,
     );
     let attempts = attempts
         .and_then(|a| a.parse().ok())

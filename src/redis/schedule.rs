@@ -103,7 +103,10 @@ impl RedisSchedule {
     pub async fn schedule(&self, messages: &[(Message, i32)]) -> Result<Vec<bool>, ShardError> {
         let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, (m, _)) in messages.iter().enumerate() {
-            by_shard.entry(self.keys.shard_of(m.id)).or_default().push(i);
+            by_shard
+                .entry(self.keys.shard_of(m.id))
+                .or_default()
+                .push(i);
         }
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
@@ -142,17 +145,31 @@ impl RedisSchedule {
     /// Raises the shard's fencing epoch and returns the new value: from now
     /// on, scans with an older epoch are refused.
     pub async fn raise_epoch(&self, shard: u32) -> Result<i64, ShardError> {
-        Ok(redis::cmd("INCR").arg(self.keys.epoch(shard)).query_async(&mut self.con.clone()).await?)
+        Ok(redis::cmd("INCR")
+            .arg(self.keys.epoch(shard))
+            .query_async(&mut self.con.clone())
+            .await?)
     }
 
     /// One scan step of a shard at `now_ms`: moves up to `limit` due
     /// messages to their ready queues and returns up to `limit` expired
     /// in-flight ones.
-    pub async fn tick(&self, shard: u32, now_ms: i64, limit: usize, epoch: i64) -> Result<TickResult, ShardError> {
+    pub async fn tick(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+        epoch: i64,
+    ) -> Result<TickResult, ShardError> {
         let k = &self.keys;
         let cmd = evalsha(
             &self.scripts.tick,
-            &[k.delay(shard), k.messages(shard), k.inflight(shard), k.epoch(shard)],
+            &[
+                k.delay(shard),
+                k.messages(shard),
+                k.inflight(shard),
+                k.epoch(shard),
+            ],
             &[
                 (max_due_score(now_ms) as i64).to_string(),
                 now_ms.to_string(),
@@ -175,7 +192,8 @@ impl RedisSchedule {
         }
         for triple in ids_and_topics(&parts[1]).chunks(3) {
             let attempts = text(&triple[2])?.parse().unwrap_or(0);
-            out.requeued.push((parse_id(&triple[0])?, text(&triple[1])?, attempts));
+            out.requeued
+                .push((parse_id(&triple[0])?, text(&triple[1])?, attempts));
         }
         out.next_due = opt_score(&parts[2]).map(due_of_score);
         out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
@@ -184,7 +202,11 @@ impl RedisSchedule {
 
     /// The first `count` ready messages of a topic across all shards, by
     /// score: (score, shard, id).
-    pub async fn peek_ready(&self, topic: &str, count: usize) -> Result<Vec<(f64, u32, String)>, ShardError> {
+    pub async fn peek_ready(
+        &self,
+        topic: &str,
+        count: usize,
+    ) -> Result<Vec<(f64, u32, String)>, ShardError> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             pipe.cmd("ZRANGE")
@@ -206,10 +228,18 @@ impl RedisSchedule {
 
     /// Claims the chosen ready messages for a consumer (attempts + 1, ack
     /// deadline now + ttl). Ids another consumer took first are skipped.
-    pub async fn claim(&self, topic: &str, picks: &[(f64, u32, String)], now_ms: i64) -> Result<Vec<Claimed>, ShardError> {
+    pub async fn claim(
+        &self,
+        topic: &str,
+        picks: &[(f64, u32, String)],
+        now_ms: i64,
+    ) -> Result<Vec<Claimed>, ShardError> {
         let mut by_shard: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         for (_, shard, id) in picks {
-            by_shard.entry(*shard).or_insert_with(|| vec![now_ms.to_string()]).push(id.clone());
+            by_shard
+                .entry(*shard)
+                .or_insert_with(|| vec![now_ms.to_string()])
+                .push(id.clone());
         }
         let mut pipe = redis::pipe();
         for (&shard, args) in &by_shard {
@@ -225,7 +255,11 @@ impl RedisSchedule {
         for (&shard, records) in by_shard.keys().zip(&replies) {
             for rec in records {
                 let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
-                out.push(Claimed { shard, attempts, message });
+                out.push(Claimed {
+                    shard,
+                    attempts,
+                    message,
+                });
             }
         }
         // Keep the order the consumer chose (score order across shards).
@@ -269,13 +303,19 @@ impl RedisSchedule {
     }
 
     pub async fn ping(&self) -> Result<(), ShardError> {
-        let _: String = redis::cmd("PING").query_async(&mut self.con.clone()).await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.con.clone())
+            .await?;
         Ok(())
     }
 
     /// Does this Redis hold a delayq data set (the marker key)?
     pub async fn has_dataset_marker(&self) -> Result<bool, ShardError> {
-        Ok(redis::cmd("EXISTS").arg(self.keys.dataset_marker()).query_async::<i64>(&mut self.con.clone()).await? == 1)
+        Ok(redis::cmd("EXISTS")
+            .arg(self.keys.dataset_marker())
+            .query_async::<i64>(&mut self.con.clone())
+            .await?
+            == 1)
     }
 
     pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), ShardError> {

@@ -3,7 +3,9 @@
 //! loaded again and the call is retried once.
 
 use redis::aio::ConnectionManager;
-use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs,
+};
 
 pub struct Scripts {
     pub schedule: Script,
@@ -44,7 +46,13 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 
 impl Scripts {
     fn all(&self) -> [&Script; 5] {
-        [&self.schedule, &self.tick, &self.claim, &self.ack, &self.cancel]
+        [
+            &self.schedule,
+            &self.tick,
+            &self.claim,
+            &self.ack,
+            &self.cancel,
+        ]
     }
 
     pub async fn load(&self, con: &mut ConnectionManager) -> RedisResult<()> {
@@ -55,7 +63,11 @@ impl Scripts {
     }
 
     /// Runs one script call.
-    pub async fn run<T: FromRedisValue>(&self, con: &mut ConnectionManager, cmd: &Cmd) -> RedisResult<T> {
+    pub async fn run<T: FromRedisValue>(
+        &self,
+        con: &mut ConnectionManager,
+        cmd: &Cmd,
+    ) -> RedisResult<T> {
         match cmd.query_async(con).await {
             Err(e) if is_noscript(&e) => {
                 self.load(con).await?;
@@ -66,7 +78,11 @@ impl Scripts {
     }
 
     /// Runs a pipeline of script calls (and plain commands).
-    pub async fn run_pipe<T: FromRedisValue>(&self, con: &mut ConnectionManager, pipe: &Pipeline) -> RedisResult<T> {
+    pub async fn run_pipe<T: FromRedisValue>(
+        &self,
+        con: &mut ConnectionManager,
+        pipe: &Pipeline,
+    ) -> RedisResult<T> {
         match pipe.query_async(con).await {
             Err(e) if is_noscript(&e) => {
                 self.load(con).await?;
