@@ -84,7 +84,7 @@ pub struct ServeArgs {
     /// HTTP address to listen on.
     #[arg(long, env = "DELAYQ_BIND", default_value = "127.0.0.1:7070")]
     pub bind: SocketAddr,
-    /// When set, /admin/*, /reStore* and /delete need 'Authorization: Bearer TOKEN'.
+    /// When set, /reStore* and /delete need 'Authorization: Bearer TOKEN'.
     #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Largest message body accepted, in bytes.
