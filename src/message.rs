@@ -324,30 +324,31 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         }
     };
 
-    let when =
-        match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "invalid_delay",
-                    "give either delay or deliverAt, not both",
-                ))
-            }
-            (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
-            (Some(d), None) => {
-                return Err(invalid(
-                    "invalid_delay",
-                    format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
-                ))
-            }
-            (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
-            (None, Some(at)) => return Err(invalid(
+    let when = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "invalid_delay",
+                "give either delay or deliverAt, not both",
+            ))
+        }
+        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
+        (Some(d), None) => {
+            return Err(invalid(
+                "invalid_delay",
+                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
+            ))
+        }
+        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
+        (None, Some(at)) => {
+            return Err(invalid(
                 "invalid_delay",
                 format!(
                     "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
                 ),
-            )),
-            (None, None) => When::Delay(0),
-        };
+            ))
+        }
+        (None, None) => When::Delay(0),
+    };
 
     let priority = match int_field(obj, "priority")? {
         None => 0,

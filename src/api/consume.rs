@@ -1,5 +1,6 @@
 //! Consumers: long-poll a topic, ack.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
@@ -72,12 +73,11 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
     let keys = state.redis.keys();
     let mut changes = Vec::with_capacity(claimed.len());
     let mut views = Vec::with_capacity(claimed.len());
+    // Each shard's actor must wake for the earliest ack deadline handed out.
+    let mut deadlines: BTreeMap<u32, i64> = BTreeMap::new();
     for c in claimed {
-        // The shard's actor must wake for this ack deadline.
-        state.router.do_send(Touch {
-            shard: c.shard,
-            at_ms: now + c.message.ttl,
-        });
+        let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
+        *deadline = (*deadline).min(now + c.message.ttl);
         changes.push(StatusChange {
             id: c.message.id,
             status: Status::Consuming,
@@ -90,6 +90,9 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
             status: Status::Consuming,
             attempts: c.attempts,
         });
+    }
+    for (shard, at_ms) in deadlines {
+        state.router.do_send(Touch { shard, at_ms });
     }
     state.journal.record(changes);
     HttpResponse::Ok().json(json!({ "messages": views }))

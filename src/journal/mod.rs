@@ -222,18 +222,26 @@ async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<Fl
     while let Some(first) = rx.recv().await {
         let mut changes = Vec::new();
         let mut waiters = Vec::new();
-        let mut take = |req: FlowRequest, changes: &mut Vec<StatusChange>| {
+        let take = |req: FlowRequest, changes: &mut Vec<StatusChange>, waiters: &mut Vec<_>| {
             changes.extend(req.changes);
             waiters.extend(req.done);
         };
-        take(first, &mut changes);
+        take(first, &mut changes, &mut waiters);
         let window = tokio::time::sleep(FLOW_WINDOW);
         tokio::pin!(window);
         while changes.len() < MAX_FLOW_BATCH {
+            // A caller waiting for durability (ack, cancel) does not sit out
+            // the window: the batch takes what is queued and commits.
+            if !waiters.is_empty() {
+                while let Ok(req) = rx.try_recv() {
+                    take(req, &mut changes, &mut waiters);
+                }
+                break;
+            }
             tokio::select! {
                 biased;
                 req = rx.recv() => match req {
-                    Some(req) => take(req, &mut changes),
+                    Some(req) => take(req, &mut changes, &mut waiters),
                     None => break,
                 },
                 _ = &mut window => break,
