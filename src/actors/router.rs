@@ -9,11 +9,14 @@ use crate::error::ShardError;
 use crate::message::{Message, MessageId};
 use crate::redis::schedule::{CancelResult, RedisSchedule};
 
+/// Messages with their delivery counts.
+pub type Batch = Vec<(Message, i32)>;
+
 /// Schedule messages (with their delivery counts); answers, per message,
 /// whether Redis did not hold it before.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<bool>, ShardError>")]
-pub struct Schedule(pub Vec<(Message, i32)>);
+pub struct Schedule(pub Batch);
 
 /// Cancel a message that has not been handed to a consumer.
 #[derive(Message)]
@@ -74,22 +77,20 @@ impl Handler<Schedule> for RouterActor {
                 Ok((msg.0, added))
             }
             .into_actor(self)
-            .map(
-                |res: Result<(Vec<(Message, i32)>, Vec<bool>), ShardError>, act, _| {
-                    let (messages, added) = res?;
-                    let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
-                    for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
-                        let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
-                        *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
+            .map(|res: Result<(Batch, Vec<bool>), ShardError>, act, _| {
+                let (messages, added) = res?;
+                let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
+                for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
+                    let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
+                    *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
+                }
+                for (shard, at) in earliest.into_iter().enumerate() {
+                    if let Some(at) = at {
+                        act.wake(shard as u32, at);
                     }
-                    for (shard, at) in earliest.into_iter().enumerate() {
-                        if let Some(at) = at {
-                            act.wake(shard as u32, at);
-                        }
-                    }
-                    Ok(added)
-                },
-            ),
+                }
+                Ok(added)
+            }),
         )
     }
 }

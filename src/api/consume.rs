@@ -53,14 +53,19 @@ pub async fn get(
 }
 
 async fn claim(state: &AppState, topic: &str, count: usize) -> Result<Vec<Claimed>, ApiError> {
-    // Another consumer may take what we peeked; look again while the
-    // queues are not empty.
+    // The first `count` ready messages across shards decide how many to take
+    // from each shard's queue head. Other consumers may empty a queue in
+    // between: look again while the queues are not empty.
     for _ in 0..8 {
         let picks = state.redis.peek_ready(topic, count).await?;
         if picks.is_empty() {
             return Ok(Vec::new());
         }
-        let claimed = state.redis.claim(topic, &picks, now_ms()).await?;
+        let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
+        for (_, shard, _) in &picks {
+            *per_shard.entry(*shard).or_default() += 1;
+        }
+        let claimed = state.redis.claim(topic, &per_shard, now_ms()).await?;
         if !claimed.is_empty() {
             return Ok(claimed);
         }

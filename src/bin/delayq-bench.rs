@@ -27,7 +27,6 @@ const LONG_POLL_SECS: u64 = 1;
 /// `count` parameter of each consumer long poll (the server's maximum).
 const POLL_COUNT: usize = 100;
 /// Acks in flight at once, across all consumers of a scenario.
-const ACK_CONCURRENCY: usize = 64;
 /// Cancel (`/delete`) requests in flight at once.
 const CANCEL_CONCURRENCY: usize = 32;
 /// Size of every message body, in bytes.
@@ -82,6 +81,11 @@ struct Cli {
     /// Long-polling consumer tasks per scenario.
     #[arg(long, default_value_t = 16, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     consumers: usize,
+
+    /// Acks in flight at once across all consumers; a consumer waits for a
+    /// free slot before polling again.
+    #[arg(long, default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    ack_concurrency: usize,
 
     /// Concurrent push requests (batches in flight).
     #[arg(long, default_value_t = 4, value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
@@ -376,7 +380,7 @@ impl Analysis {
 async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
     let count = cli.spread_count;
     let (min_delay, max_delay) = (1_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
 
     let mut rng = XorShift::new(0x5eed_0001);
     let messages = (0..count)
@@ -408,7 +412,7 @@ async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
 async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
     let count = cli.burst_count;
     let lead_ms = cli.burst_lead_ms.unwrap_or(3_000 + count as u64 / 5);
-    let consumers = Consumers::start(api, topic, cli.consumers);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
 
     let deliver_at = now_ms() as i64 + lead_ms as i64;
     let messages = (0..count)
@@ -454,7 +458,7 @@ async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
 async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
     let count = cli.cancel_count;
     let (min_delay, max_delay) = (3_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
 
     let mut rng = XorShift::new(0x5eed_0003);
     let messages = (0..count)
@@ -740,6 +744,7 @@ struct ConsumerState {
     stop: AtomicBool,
     received: Mutex<Received>,
     ack_slots: Arc<Semaphore>,
+    ack_concurrency: usize,
     poll_errors: AtomicU64,
     ack_errors: AtomicU64,
 }
@@ -779,13 +784,14 @@ struct Consumers {
 }
 
 impl Consumers {
-    fn start(api: &Api, topic: &str, count: usize) -> Self {
+    fn start(api: &Api, topic: &str, count: usize, ack_concurrency: usize) -> Self {
         let state = Arc::new(ConsumerState {
             api: api.clone(),
             topic: topic.to_owned(),
             stop: AtomicBool::new(false),
             received: Mutex::default(),
-            ack_slots: Arc::new(Semaphore::new(ACK_CONCURRENCY)),
+            ack_slots: Arc::new(Semaphore::new(ack_concurrency)),
+            ack_concurrency,
             poll_errors: AtomicU64::new(0),
             ack_errors: AtomicU64::new(0),
         });
@@ -832,7 +838,7 @@ impl Consumers {
             eprintln!("  consumers did not stop in time; aborting them");
             aborts.iter().for_each(tokio::task::AbortHandle::abort);
         }
-        let all_slots = u32::try_from(ACK_CONCURRENCY).unwrap_or(u32::MAX);
+        let all_slots = u32::try_from(self.state.ack_concurrency).unwrap_or(u32::MAX);
         let acks_done = tokio::time::timeout(
             REQUEST_TIMEOUT + Duration::from_secs(1),
             self.state.ack_slots.acquire_many(all_slots),

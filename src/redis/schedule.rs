@@ -226,33 +226,27 @@ impl RedisSchedule {
         Ok(all)
     }
 
-    /// Claims the chosen ready messages for a consumer (attempts + 1, ack
-    /// deadline now + ttl). Ids another consumer took first are skipped.
+    /// Claims, in each shard, the first `n` ready messages of a topic for a
+    /// consumer (attempts + 1, ack deadline now + ttl). Returns them in score
+    /// order across shards.
     pub async fn claim(
         &self,
         topic: &str,
-        picks: &[(f64, u32, String)],
+        per_shard: &BTreeMap<u32, usize>,
         now_ms: i64,
     ) -> Result<Vec<Claimed>, ShardError> {
-        let mut by_shard: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for (_, shard, id) in picks {
-            by_shard
-                .entry(*shard)
-                .or_insert_with(|| vec![now_ms.to_string()])
-                .push(id.clone());
-        }
         let mut pipe = redis::pipe();
-        for (&shard, args) in &by_shard {
+        for (&shard, &n) in per_shard {
             let k = &self.keys;
             pipe.add_command(evalsha(
                 &self.scripts.claim,
                 &[k.ready(shard, topic), k.messages(shard), k.inflight(shard)],
-                args,
+                &[now_ms, n as i64],
             ));
         }
         let replies: Vec<Vec<String>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = Vec::new();
-        for (&shard, records) in by_shard.keys().zip(&replies) {
+        for (&shard, records) in per_shard.keys().zip(&replies) {
             for rec in records {
                 let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
                 out.push(Claimed {
@@ -262,7 +256,6 @@ impl RedisSchedule {
                 });
             }
         }
-        // Keep the order the consumer chose (score order across shards).
         out.sort_by(|a, b| {
             score(a.message.due_time, a.message.priority)
                 .total_cmp(&score(b.message.due_time, b.message.priority))
