@@ -77,8 +77,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     // Router and shard actors share one arbiter thread, away from HTTP work.
     let scan = Arbiter::new();
-    let r = redis.clone();
-    let router = RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r));
+    let (r, j) = (redis.clone(), journal.clone());
+    let router = RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r, j));
 
     // A Redis without the marker has lost (or never held) the data set:
     // rebuild it from the journal before scanning.
@@ -163,8 +163,8 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
     };
     let ids = Arc::new(IdGenerator::new(args.node.worker_id));
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids);
-    let r = redis.clone();
-    let router = RouterActor::create(move |_| RouterActor::new(r));
+    let (r, j) = (redis.clone(), journal.clone());
+    let router = RouterActor::create(move |_| RouterActor::new(r, j));
     let restorer = Restorer {
         journal,
         router,

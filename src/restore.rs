@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::actors::router::{RouterActor, Schedule};
 use crate::error::ApiError;
 use crate::journal::models::MessageRow;
-use crate::journal::{Journal, StatusChange};
+use crate::journal::Journal;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::RedisSchedule;
 
@@ -127,25 +127,10 @@ impl Restorer {
             .send(Schedule(messages))
             .await
             .map_err(crate::error::ShardError::from)??;
-        let mut changes = Vec::new();
-        for (row, added) in wanted.iter().zip(&added) {
-            if *added {
-                report.restored += 1;
-                changes.push(StatusChange {
-                    id: MessageId(row.id),
-                    status: Status::Delaying,
-                    attempts: None,
-                    at: now,
-                    shard: self
-                        .redis
-                        .keys()
-                        .delay(self.redis.keys().shard_of(MessageId(row.id))),
-                });
-            } else {
-                report.already_present += 1;
-            }
-        }
-        self.journal.record(changes);
+        // The router records the restored messages Delaying.
+        let restored = added.iter().filter(|&&a| a).count() as u64;
+        report.restored += restored;
+        report.already_present += added.len() as u64 - restored;
         Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! RouterActor: `shard = hash(id) % shards`. Writes a message into its
-//! shard's keys (any node may write any shard) and wakes the shard's actor
-//! when this node owns the shard, so it can move its wake-up earlier.
+//! shard's keys (any node may write any shard), records it Delaying, and
+//! wakes the shard's actor when this node owns the shard, so it can move its
+//! wake-up earlier. It shares an arbiter with the shard actors, so a message's
+//! Delaying is recorded before the Ready its shard actor records.
 
 use actix::prelude::*;
 
 use crate::actors::shard::{Wake, ZsetShardActor};
 use crate::error::ShardError;
-use crate::message::{Message, MessageId};
+use crate::journal::{Journal, StatusChange};
+use crate::message::{now_ms, Message, MessageId, Status};
 use crate::redis::schedule::{CancelResult, RedisSchedule};
 
 /// Messages with their delivery counts.
@@ -42,15 +45,17 @@ pub struct ShardOwned {
 
 pub struct RouterActor {
     redis: RedisSchedule,
+    journal: Journal,
     owned: Vec<Option<Addr<ZsetShardActor>>>,
 }
 
 impl RouterActor {
     /// A router that owns no shard yet (the CLI's restore runs this way).
-    pub fn new(redis: RedisSchedule) -> Self {
+    pub fn new(redis: RedisSchedule, journal: Journal) -> Self {
         let shards = redis.keys().shards() as usize;
         RouterActor {
             redis,
+            journal,
             owned: vec![None; shards],
         }
     }
@@ -79,11 +84,23 @@ impl Handler<Schedule> for RouterActor {
             .into_actor(self)
             .map(|res: Result<(Batch, Vec<bool>), ShardError>, act, _| {
                 let (messages, added) = res?;
+                let keys = act.redis.keys();
+                let now = now_ms();
                 let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
+                let mut changes = Vec::new();
                 for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
-                    let slot = &mut earliest[act.redis.keys().shard_of(m.id) as usize];
+                    let shard = keys.shard_of(m.id);
+                    let slot = &mut earliest[shard as usize];
                     *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
+                    changes.push(StatusChange {
+                        id: m.id,
+                        status: Status::Delaying,
+                        attempts: None,
+                        at: now,
+                        shard: keys.delay(shard),
+                    });
                 }
+                act.journal.record(changes);
                 for (shard, at) in earliest.into_iter().enumerate() {
                     if let Some(at) = at {
                         act.wake(shard as u32, at);

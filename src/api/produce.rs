@@ -105,26 +105,9 @@ async fn accept(
         .send(Schedule(to_schedule.clone()))
         .await
         .map_err(ShardError::from);
+    // The router records the scheduled messages Delaying.
     match scheduled.and_then(|r| r) {
-        Ok(added) => {
-            let keys = state.redis.keys();
-            let now = now_ms();
-            state.journal.record(
-                to_schedule
-                    .iter()
-                    .zip(added)
-                    .filter(|(_, added)| *added)
-                    .map(|((m, _), _)| StatusChange {
-                        id: m.id,
-                        status: Status::Delaying,
-                        attempts: None,
-                        at: now,
-                        shard: keys.delay(keys.shard_of(m.id)),
-                    })
-                    .collect(),
-            );
-            Ok((ids, fresh))
-        }
+        Ok(_) => Ok((ids, fresh)),
         Err(e) => {
             tracing::warn!(error = %e, count = to_schedule.len(), "messages journaled but not scheduled");
             let list: Vec<String> = to_schedule.iter().map(|(m, _)| m.id.to_string()).collect();
