@@ -7,7 +7,10 @@
 //!   only after its own transaction committed;
 //! - status changes are gathered for a few milliseconds (or until many are
 //!   waiting) and written together; a failed write is retried with backoff
-//!   and never dropped.
+//!   and never dropped. Changes a caller waits for (ack, cancel) take a lane
+//!   of their own, so they do not queue behind a burst of Ready/Consuming
+//!   rows; the journal's update rules make the two lanes' order irrelevant
+//!   (see [`store::apply_changes`]).
 
 pub mod connection;
 pub mod models;
@@ -53,6 +56,7 @@ pub struct Journal {
     actor: Addr<JournalActor>,
     inserts: mpsc::UnboundedSender<InsertRequest>,
     flows: mpsc::UnboundedSender<FlowRequest>,
+    urgent: mpsc::UnboundedSender<FlowRequest>,
 }
 
 /// Runs the embedded migrations, waiting up to `wait` for the database to answer.
@@ -86,12 +90,15 @@ impl Journal {
         });
         let (inserts, insert_rx) = mpsc::unbounded_channel();
         let (flows, flow_rx) = mpsc::unbounded_channel();
+        let (urgent, urgent_rx) = mpsc::unbounded_channel();
         actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
         actix::spawn(run_flows(actor.clone(), flow_rx));
+        actix::spawn(run_flows(actor.clone(), urgent_rx));
         Journal {
             actor,
             inserts,
             flows,
+            urgent,
         }
     }
 
@@ -125,13 +132,19 @@ impl Journal {
 
     /// Like [`Journal::record`], and waits until the changes are committed.
     pub async fn record_durable(&self, changes: Vec<StatusChange>) -> Result<(), JournalError> {
+        Self::committed(&self.urgent, changes).await
+    }
+
+    async fn committed(
+        lane: &mpsc::UnboundedSender<FlowRequest>,
+        changes: Vec<StatusChange>,
+    ) -> Result<(), JournalError> {
         let (done, rx) = oneshot::channel();
-        self.flows
-            .send(FlowRequest {
-                changes,
-                done: Some(done),
-            })
-            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        lane.send(FlowRequest {
+            changes,
+            done: Some(done),
+        })
+        .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
         match tokio::time::timeout(DURABLE_WAIT, rx).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(JournalError::Unavailable("journal is shutting down".into())),
@@ -158,7 +171,8 @@ impl Journal {
 
     /// Waits until every status change queued so far is written.
     pub async fn flush(&self) -> Result<(), JournalError> {
-        self.record_durable(Vec::new()).await
+        Self::committed(&self.flows, Vec::new()).await?;
+        Self::committed(&self.urgent, Vec::new()).await
     }
 }
 

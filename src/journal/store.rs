@@ -134,8 +134,10 @@ fn waiting_row(m: &Message) -> MessageRow {
 }
 
 /// Writes flow rows and moves each message to its latest status, in one
-/// transaction. A message already Consumed, Deleted or Dead keeps that status;
-/// reaching one of them frees its bizKey.
+/// transaction. Two rules make the order of batches (and of the journal's
+/// two flow lanes) irrelevant where it matters: a message already Consumed,
+/// Deleted or Dead keeps that status (reaching one frees its bizKey), and
+/// `attempts` only grows.
 pub fn apply_changes(
     conn: &mut JournalConn,
     ids: &IdGenerator,
@@ -169,29 +171,24 @@ pub fn apply_changes(
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
                     .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
-                match (attempts, status.is_terminal()) {
-                    (Some(a), false) => diesel::update(target)
-                        .set((message::status.eq(status.code()), message::attempts.eq(a), message::updated_time.eq(at)))
-                        .execute(c)?,
-                    (None, false) => diesel::update(target)
+                if status.is_terminal() {
+                    diesel::update(target)
+                        .set((
+                            message::status.eq(status.code()),
+                            message::updated_time.eq(at),
+                            message::live_biz_key.eq(None::<String>),
+                        ))
+                        .execute(c)?;
+                } else {
+                    diesel::update(target)
                         .set((message::status.eq(status.code()), message::updated_time.eq(at)))
-                        .execute(c)?,
-                    (Some(a), true) => diesel::update(target)
-                        .set((
-                            message::status.eq(status.code()),
-                            message::attempts.eq(a),
-                            message::updated_time.eq(at),
-                            message::live_biz_key.eq(None::<String>),
-                        ))
-                        .execute(c)?,
-                    (None, true) => diesel::update(target)
-                        .set((
-                            message::status.eq(status.code()),
-                            message::updated_time.eq(at),
-                            message::live_biz_key.eq(None::<String>),
-                        ))
-                        .execute(c)?,
-                };
+                        .execute(c)?;
+                }
+                if let Some(a) = attempts {
+                    diesel::update(message::table.filter(message::id.eq_any(chunk)).filter(message::attempts.lt(a)))
+                        .set(message::attempts.eq(a))
+                        .execute(c)?;
+                }
             }
         }
         Ok::<_, diesel::result::Error>(())
@@ -210,7 +207,7 @@ pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>,
 pub fn history(conn: &mut JournalConn, id: MessageId) -> Result<Vec<FlowRow>, JournalError> {
     Ok(with_conn!(conn, c => message_flow::table
         .filter(message_flow::message_id.eq(id.0))
-        .order(message_flow::id.asc())
+        .order((message_flow::flow_time.asc(), message_flow::id.asc()))
         .select(FlowRow::as_select())
         .load(c))?)
 }
