@@ -2,7 +2,7 @@
 //! from the HTTP and shard threads. Callers use [`crate::journal::Journal`],
 //! which batches inserts and flow rows before they reach this actor.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use actix::prelude::*;
 
@@ -43,9 +43,21 @@ pub struct Ping;
 
 pub struct JournalActor {
     pub pool: Pool,
+    /// SQLite has one writer at a time, and its busy handler sleeps in
+    /// growing steps while it waits; writers queue on this lock instead and
+    /// start the moment the previous commit ends. None for MySQL/MariaDB.
+    pub write_lock: Option<Arc<Mutex<()>>>,
     pub ids: Arc<IdGenerator>,
     pub node: NodeInfo,
     pub keys: Keys,
+}
+
+impl JournalActor {
+    fn writing(&self) -> Option<MutexGuard<'_, ()>> {
+        self.write_lock
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
 }
 
 impl Actor for JournalActor {
@@ -57,6 +69,7 @@ impl Handler<InsertMessages> for JournalActor {
 
     fn handle(&mut self, msg: InsertMessages, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
+        let _writing = self.writing();
         let keys = &self.keys;
         let shard_name = |id: MessageId| keys.delay(keys.shard_of(id));
         store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0)
@@ -68,6 +81,7 @@ impl Handler<RecordFlow> for JournalActor {
 
     fn handle(&mut self, msg: RecordFlow, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
+        let _writing = self.writing();
         store::apply_changes(&mut conn, &self.ids, &self.node, &msg.0)
     }
 }

@@ -36,7 +36,7 @@ pub use store::{InsertOutcome, NodeInfo, StatusChange};
 /// Most messages in one group commit.
 const MAX_INSERT_BATCH: usize = 2_000;
 /// Most status changes in one flow write, and how long the first waits.
-const MAX_FLOW_BATCH: usize = 5_000;
+const MAX_FLOW_BATCH: usize = 2_000;
 const FLOW_WINDOW: Duration = Duration::from_millis(5);
 /// How long a caller waits for its status change to be durable.
 const DURABLE_WAIT: Duration = Duration::from_secs(10);
@@ -79,11 +79,14 @@ impl Journal {
     /// an actix system.
     pub fn start(url: &JournalUrl, keys: Keys, node: NodeInfo, ids: Arc<IdGenerator>) -> Journal {
         let writers = url.parallel_writers();
-        // One thread per parallel insert batch, one for flow rows, two for reads.
-        let threads = writers + 3;
+        // One thread per parallel insert batch, two for the flow lanes, two for reads.
+        let threads = writers + 4;
         let pool = connection::pool(url, threads as u32);
+        let write_lock =
+            matches!(url, JournalUrl::Sqlite(_)).then(|| Arc::new(std::sync::Mutex::new(())));
         let actor = SyncArbiter::start(threads, move || JournalActor {
             pool: pool.clone(),
+            write_lock: write_lock.clone(),
             ids: ids.clone(),
             node: node.clone(),
             keys: keys.clone(),
