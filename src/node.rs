@@ -62,6 +62,42 @@ fn log_progress(r: &RestoreReport) {
     );
 }
 
+/// How often a node checks that Redis still holds its data set.
+const DATASET_CHECK: Duration = Duration::from_secs(1);
+
+/// Restores every live message from the journal when Redis has no dataset
+/// marker (a new Redis, or one that lost its data), then sets the marker.
+async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow::Result<()> {
+    if restorer.redis.has_dataset_marker().await? {
+        return Ok(());
+    }
+    let report = restorer
+        .all(true, false, log_progress)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if report.restored > 0 {
+        tracing::warn!(
+            restored = report.restored,
+            "Redis held no delayq data set; restored it from the journal"
+        );
+    }
+    restorer.redis.set_dataset_marker(node_id).await?;
+    Ok(())
+}
+
+/// Redis may lose its data while the node runs (a restart without
+/// persistence, a flush): notice it and rebuild from the journal.
+async fn watch_dataset(restorer: Restorer, node_id: String) {
+    let mut every = tokio::time::interval(DATASET_CHECK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = ensure_dataset(&restorer, &node_id).await {
+            tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
+        }
+    }
+}
+
 /// Runs a node until it is told to stop (SIGINT/SIGTERM).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let db_url = open_journal(&args.journal.database_url).await?;
@@ -81,25 +117,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let router = RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r, j));
 
     // A Redis without the marker has lost (or never held) the data set:
-    // rebuild it from the journal before scanning.
+    // rebuild it from the journal before scanning, and keep watching.
     let restorer = Restorer {
         journal: journal.clone(),
         router: router.clone(),
         redis: redis.clone(),
     };
-    if !redis.has_dataset_marker().await? {
-        let report = restorer
-            .all(true, false, log_progress)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if report.restored > 0 {
-            tracing::warn!(
-                restored = report.restored,
-                "Redis held no delayq data set; restored it from the journal"
-            );
-        }
-        redis.set_dataset_marker(&node_id).await?;
-    }
+    ensure_dataset(&restorer, &node_id).await?;
+    actix::spawn(watch_dataset(restorer, node_id.clone()));
 
     // Standalone: this node owns every shard.
     let mut shards = Vec::new();

@@ -12,9 +12,7 @@ use serde_json::json;
 
 backend_tests!(
     redis_outage_loses_nothing,
-    #[ignore = "BUG: a running node never notices Redis lost its data set (marker checked only at start-up, src/node.rs)"]
     redis_restart_is_restored_by_the_node_itself,
-    #[ignore = "BUG: a bizKey retry within 10 s of a 503 is answered 200 but never scheduled (STALE_WAIT_PUT_MS, src/api/produce.rs)"]
     prompt_retry_after_a_refused_push_is_delivered,
 );
 

@@ -14,11 +14,6 @@ use crate::redis::schedule::CancelResult;
 
 pub const MAX_BATCH: usize = 1_000;
 
-/// A live duplicate still WaitPut this long after its push never reached
-/// Redis (its push met an outage), so a repeated push schedules it. Younger
-/// ones are most likely scheduled already, their Delaying row still queued.
-const STALE_WAIT_PUT_MS: i64 = 10_000;
-
 pub async fn push(
     state: web::Data<AppState>,
     body: web::Json<Value>,
@@ -87,11 +82,12 @@ async fn accept(
             InsertOutcome::Duplicate(row) => {
                 ids.push(MessageId(row.id));
                 fresh.push(false);
-                // A live message that never reached Redis (its push met a
-                // Redis outage) is scheduled now.
-                let stale = row.status() == Status::WaitPut
-                    && now_ms() - row.create_time > STALE_WAIT_PUT_MS;
-                if stale && seen.insert(MessageId(row.id)) {
+                // A live message still WaitPut may never have reached Redis
+                // (its push met an outage): schedule it again. Scheduling is
+                // idempotent (Redis keeps a message it holds as it is), and a
+                // message acked or cancelled is no longer live, so this never
+                // brings a finished message back.
+                if row.status() == Status::WaitPut && seen.insert(MessageId(row.id)) {
                     to_schedule.push((row.message(), row.attempts));
                 }
             }
