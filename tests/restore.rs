@@ -1,6 +1,8 @@
 //! Restore: Redis rebuilt from the journal, by `GET /reStore`, by
-//! `GET /reStore/{id}`, by `delayq restore`, and by the server itself at
-//! start-up when Redis lost its data set. Never a duplicate delivery.
+//! `GET /reStore/{id}`, by `delayq restore` (after the schedule's keys were
+//! deleted but the data set marker survived, which a node cannot notice),
+//! and by the server itself at start-up when Redis lost its data set. Never
+//! a duplicate delivery.
 
 #[macro_use]
 mod common;
@@ -29,7 +31,7 @@ async fn restore_all_after_redis_wipe(b: Backend) {
         .await;
     env.wait_ready("r", std::slice::from_ref(&a)).await;
     sleep_until_ms(env.journal.row(&a).unwrap().due_time + 700).await;
-    env.redis.flushall();
+    env.redis.wipe_schedule(&env.keys);
 
     // expire=false leaves the overdue A out.
     let r = env.get_path("/reStore?expire=false").await;
@@ -82,7 +84,7 @@ async fn restore_one_after_redis_wipe(b: Backend) {
         .push(json!({"topic": "r1", "body": "other", "delay": 300}))
         .await;
     env.wait_scheduled(&id).await;
-    env.redis.flushall();
+    env.redis.wipe_schedule(&env.keys);
 
     let r = env.get_path(&format!("/reStore/{id}")).await;
     let report = r.assert_ok();
@@ -145,7 +147,7 @@ async fn cli_restore(b: Backend) {
     for id in &ids {
         env.wait_scheduled(id).await;
     }
-    env.redis.flushall();
+    env.redis.wipe_schedule(&env.keys);
 
     // A dry run counts and writes nothing.
     let before = env.redis.snapshot();

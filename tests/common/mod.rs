@@ -309,6 +309,25 @@ impl Redis {
         let _: () = redis::cmd("FLUSHALL").query(&mut self.con()).unwrap();
     }
 
+    /// Deletes every key of the schedule but keeps the data set marker, as
+    /// an operator deleting keys would: the node cannot tell, and only a
+    /// restore brings the messages back.
+    pub fn wipe_schedule(&self, keys: &Keys) {
+        let mut con = self.con();
+        let doomed: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{}:*", keys.prefix()))
+            .query(&mut con)
+            .unwrap();
+        if !doomed.is_empty() {
+            let _: () = redis::cmd("DEL").arg(doomed).query(&mut con).unwrap();
+        }
+        let marker: i64 = redis::cmd("EXISTS")
+            .arg(keys.dataset_marker())
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(marker, 1, "the data set marker should survive the wipe");
+    }
+
     pub fn dbsize(&self) -> i64 {
         redis::cmd("DBSIZE").query(&mut self.con()).unwrap()
     }
