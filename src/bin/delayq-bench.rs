@@ -82,6 +82,11 @@ struct Cli {
     #[arg(long, default_value_t = 16, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     consumers: usize,
 
+    /// Consumers do not ack (measures hand-out alone; unacked messages stay
+    /// in flight until their 30 s ttl).
+    #[arg(long)]
+    no_ack: bool,
+
     /// Acks in flight at once across all consumers; a consumer waits for a
     /// free slot before polling again.
     #[arg(long, default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
@@ -380,7 +385,7 @@ impl Analysis {
 async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
     let count = cli.spread_count;
     let (min_delay, max_delay) = (1_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
 
     let mut rng = XorShift::new(0x5eed_0001);
     let messages = (0..count)
@@ -412,7 +417,7 @@ async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
 async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
     let count = cli.burst_count;
     let lead_ms = cli.burst_lead_ms.unwrap_or(3_000 + count as u64 / 5);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
 
     let deliver_at = now_ms() as i64 + lead_ms as i64;
     let messages = (0..count)
@@ -458,7 +463,7 @@ async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
 async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
     let count = cli.cancel_count;
     let (min_delay, max_delay) = (3_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency);
+    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
 
     let mut rng = XorShift::new(0x5eed_0003);
     let messages = (0..count)
@@ -745,6 +750,7 @@ struct ConsumerState {
     received: Mutex<Received>,
     ack_slots: Arc<Semaphore>,
     ack_concurrency: usize,
+    ack: bool,
     poll_errors: AtomicU64,
     ack_errors: AtomicU64,
 }
@@ -784,7 +790,7 @@ struct Consumers {
 }
 
 impl Consumers {
-    fn start(api: &Api, topic: &str, count: usize, ack_concurrency: usize) -> Self {
+    fn start(api: &Api, topic: &str, count: usize, ack_concurrency: usize, ack: bool) -> Self {
         let state = Arc::new(ConsumerState {
             api: api.clone(),
             topic: topic.to_owned(),
@@ -792,6 +798,7 @@ impl Consumers {
             received: Mutex::default(),
             ack_slots: Arc::new(Semaphore::new(ack_concurrency)),
             ack_concurrency,
+            ack,
             poll_errors: AtomicU64::new(0),
             ack_errors: AtomicU64::new(0),
         });
@@ -871,6 +878,9 @@ async fn consume(state: Arc<ConsumerState>) {
         match state.api.poll(&state.topic).await {
             Ok((received_ms, messages)) => {
                 state.record(received_ms, &messages);
+                if !state.ack {
+                    continue;
+                }
                 for message in messages {
                     let Ok(slot) = Arc::clone(&state.ack_slots).acquire_owned().await else {
                         return;
