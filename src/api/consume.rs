@@ -111,15 +111,9 @@ pub async fn ack(
     let id = parse_id(&id)?;
     match state.redis.ack(id).await? {
         AckResult::Acked => {
-            let keys = state.redis.keys();
-            let change = StatusChange {
-                id,
-                status: Status::Consumed,
-                attempts: None,
-                at: now_ms(),
-                shard: keys.inflight(keys.shard_of(id)),
-            };
-            state.journal.record_durable(vec![change]).await?;
+            state
+                .record_end(id, Status::Consumed, |k, s| k.inflight(s))
+                .await?;
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }
         AckResult::NotInFlight => Err(ApiError::Conflict {

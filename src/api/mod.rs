@@ -57,6 +57,25 @@ impl AppState {
             _ => Err(ApiError::Unauthorized),
         }
     }
+
+    /// Records that a message ended (Consumed, Deleted) and waits until the
+    /// journal committed it. `shard_key` names the zset the change came from.
+    async fn record_end(
+        &self,
+        id: MessageId,
+        status: crate::message::Status,
+        shard_key: impl FnOnce(&crate::redis::keys::Keys, u32) -> String,
+    ) -> Result<(), ApiError> {
+        let keys = self.redis.keys();
+        let change = crate::journal::StatusChange {
+            id,
+            status,
+            attempts: None,
+            at: crate::message::now_ms(),
+            shard: shard_key(keys, keys.shard_of(id)),
+        };
+        Ok(self.journal.record_durable(vec![change]).await?)
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

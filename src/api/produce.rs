@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::{parse_id, AppState, Query};
 use crate::actors::router::{Cancel, Schedule};
 use crate::error::{ApiError, ShardError};
-use crate::journal::{InsertOutcome, StatusChange};
+use crate::journal::InsertOutcome;
 use crate::message::{now_ms, parse_draft, Message, MessageId, Status};
 use crate::redis::schedule::CancelResult;
 
@@ -164,13 +164,7 @@ pub async fn delete(
 }
 
 async fn mark_deleted(state: &AppState, id: MessageId) -> Result<(), ApiError> {
-    let keys = state.redis.keys();
-    let change = StatusChange {
-        id,
-        status: Status::Deleted,
-        attempts: None,
-        at: now_ms(),
-        shard: keys.delay(keys.shard_of(id)),
-    };
-    Ok(state.journal.record_durable(vec![change]).await?)
+    state
+        .record_end(id, Status::Deleted, |k, s| k.delay(s))
+        .await
 }
