@@ -110,9 +110,9 @@ pub async fn ack(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
     match state.redis.ack(id).await? {
-        AckResult::Acked => {
+        AckResult::Acked { attempts } => {
             state
-                .record_end(id, Status::Consumed, |k, s| k.inflight(s))
+                .record_end(id, Status::Consumed, attempts, |k, s| k.inflight(s))
                 .await?;
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }

@@ -64,13 +64,14 @@ impl AppState {
         &self,
         id: MessageId,
         status: crate::message::Status,
+        attempts: i32,
         shard_key: impl FnOnce(&crate::redis::keys::Keys, u32) -> String,
     ) -> Result<(), ApiError> {
         let keys = self.redis.keys();
         let change = crate::journal::StatusChange {
             id,
             status,
-            attempts: None,
+            attempts: Some(attempts),
             at: crate::message::now_ms(),
             shard: shard_key(keys, keys.shard_of(id)),
         };

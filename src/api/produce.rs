@@ -133,8 +133,8 @@ pub async fn delete(
         .map_err(ShardError::from)??
     {
         CancelResult::InFlight => "in_flight",
-        CancelResult::Deleted => {
-            mark_deleted(&state, id).await?;
+        CancelResult::Deleted { attempts } => {
+            mark_deleted(&state, id, attempts).await?;
             "deleted"
         }
         // Redis does not hold it: the journal knows how its life ended.
@@ -154,7 +154,7 @@ pub async fn delete(
                 Status::Dead => "dead",
                 Status::Consuming => "in_flight",
                 Status::WaitPut | Status::Delaying | Status::Ready => {
-                    mark_deleted(&state, id).await?;
+                    mark_deleted(&state, id, row.attempts).await?;
                     "deleted"
                 }
             },
@@ -163,8 +163,8 @@ pub async fn delete(
     Ok(HttpResponse::Ok().json(json!({ "id": id, "result": result })))
 }
 
-async fn mark_deleted(state: &AppState, id: MessageId) -> Result<(), ApiError> {
+async fn mark_deleted(state: &AppState, id: MessageId, attempts: i32) -> Result<(), ApiError> {
     state
-        .record_end(id, Status::Deleted, |k, s| k.delay(s))
+        .record_end(id, Status::Deleted, attempts, |k, s| k.delay(s))
         .await
 }

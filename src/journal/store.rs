@@ -133,6 +133,19 @@ fn waiting_row(m: &Message) -> MessageRow {
     }
 }
 
+/// The order in which changes of one message happened: a terminal status
+/// ends its life; otherwise by time, then by delivery count (a redelivered
+/// message's Ready belongs to its previous delivery), then by status code
+/// (the statuses of one delivery follow their codes' order).
+fn happened_order(ch: &StatusChange) -> (bool, i64, i32, i16) {
+    (
+        ch.status.is_terminal(),
+        ch.at,
+        ch.attempts.unwrap_or(0),
+        ch.status.code(),
+    )
+}
+
 /// Writes flow rows and moves each message to its latest status, in one
 /// transaction. Two rules make the order of batches (and of the journal's
 /// two flow lanes) irrelevant where it matters: a message already Consumed,
@@ -144,18 +157,26 @@ pub fn apply_changes(
     node: &NodeInfo,
     changes: &[StatusChange],
 ) -> Result<(), JournalError> {
-    // The last change of each message wins; group the updates by outcome so
-    // a batch costs a few statements, not one per message.
-    let mut last: HashMap<MessageId, (Status, Option<i32>, i64)> = HashMap::new();
+    // Each message ends the batch in the state of its latest change, in the
+    // order the changes happened (`happened_order`), and with its highest
+    // delivery count; updates are grouped by outcome so a batch costs a few
+    // statements, not one per message.
+    let mut latest: HashMap<MessageId, &StatusChange> = HashMap::new();
+    let mut attempts: HashMap<MessageId, i32> = HashMap::new();
     for ch in changes {
-        let entry = last.entry(ch.id).or_insert((ch.status, ch.attempts, ch.at));
-        *entry = (ch.status, ch.attempts.or(entry.1), ch.at.max(entry.2));
+        let e = latest.entry(ch.id).or_insert(ch);
+        if happened_order(ch) >= happened_order(e) {
+            *e = ch;
+        }
+        if let Some(a) = ch.attempts {
+            let m = attempts.entry(ch.id).or_insert(a);
+            *m = (*m).max(a);
+        }
     }
-    let mut groups: HashMap<(Status, Option<i32>), (i64, Vec<i64>)> = HashMap::new();
-    for (id, (status, attempts, at)) in last {
-        let g = groups.entry((status, attempts)).or_insert((at, Vec::new()));
-        g.0 = g.0.max(at);
-        g.1.push(id.0);
+    let mut groups: HashMap<(Status, Option<i32>, i64), Vec<i64>> = HashMap::new();
+    for (id, ch) in latest {
+        let key = (ch.status, attempts.get(&id).copied(), ch.at);
+        groups.entry(key).or_default().push(id.0);
     }
     let flows: Vec<FlowRow> = changes
         .iter()
@@ -166,7 +187,7 @@ pub fn apply_changes(
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
-        for ((status, attempts), (at, ids)) in &groups {
+        for ((status, attempts, at), ids) in &groups {
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -180,7 +201,9 @@ pub fn apply_changes(
                         ))
                         .execute(c)?;
                 } else {
-                    diesel::update(target)
+                    // A change older than the row's last one (it came by the
+                    // other lane, or a batch later) does not turn it back.
+                    diesel::update(target.filter(message::updated_time.le(at)))
                         .set((message::status.eq(status.code()), message::updated_time.eq(at)))
                         .execute(c)?;
                 }
@@ -207,7 +230,12 @@ pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>,
 pub fn history(conn: &mut JournalConn, id: MessageId) -> Result<Vec<FlowRow>, JournalError> {
     Ok(with_conn!(conn, c => message_flow::table
         .filter(message_flow::message_id.eq(id.0))
-        .order((message_flow::flow_time.asc(), message_flow::id.asc()))
+        .order((
+            message_flow::flow_time.asc(),
+            message_flow::attempts.asc(),
+            message_flow::status.asc(),
+            message_flow::id.asc(),
+        ))
         .select(FlowRow::as_select())
         .load(c))?)
 }
@@ -231,4 +259,42 @@ pub fn live_page(
 pub fn ping(conn: &mut JournalConn) -> Result<(), JournalError> {
     use diesel::connection::SimpleConnection;
     Ok(with_conn!(conn, c => c.batch_execute("SELECT 1"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(status: Status, attempts: Option<i32>, at: i64) -> StatusChange {
+        StatusChange {
+            id: MessageId(1),
+            status,
+            attempts,
+            at,
+            shard: String::new(),
+        }
+    }
+
+    #[test]
+    fn changes_order_as_they_happened() {
+        let order = |c: &StatusChange| happened_order(c);
+        // A redelivery's Ready and the next Consuming in the same millisecond.
+        let requeued = change(Status::Ready, Some(1), 100);
+        let claimed = change(Status::Consuming, Some(2), 100);
+        assert!(order(&claimed) > order(&requeued));
+        // A message moved and handed out in the same millisecond.
+        assert!(
+            order(&change(Status::Consuming, Some(1), 7)) > order(&change(Status::Ready, None, 7))
+        );
+        // An ack is the end, even beside a later-stamped change.
+        assert!(
+            order(&change(Status::Consumed, Some(2), 100))
+                > order(&change(Status::Ready, Some(2), 101))
+        );
+        // Otherwise time decides.
+        assert!(
+            order(&change(Status::Delaying, None, 9))
+                > order(&change(Status::Consuming, Some(3), 8))
+        );
+    }
 }

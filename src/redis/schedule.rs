@@ -42,16 +42,18 @@ pub struct Claimed {
     pub message: Message,
 }
 
+/// What an ack did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckResult {
-    Acked,
+    Acked { attempts: i32 },
     NotInFlight,
     Absent,
 }
 
+/// What a cancel did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelResult {
-    Deleted,
+    Deleted { attempts: i32 },
     InFlight,
     Absent,
 }
@@ -271,9 +273,9 @@ impl RedisSchedule {
             &[self.keys.inflight(shard), self.keys.messages(shard)],
             &[id.to_string(), self.keys.ready_prefix(shard)],
         );
-        let r: String = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
         Ok(match r.as_str() {
-            "acked" | "acked_late" => AckResult::Acked,
+            "acked" | "acked_late" => AckResult::Acked { attempts },
             "not_in_flight" => AckResult::NotInFlight,
             _ => AckResult::Absent,
         })
@@ -287,9 +289,9 @@ impl RedisSchedule {
             &[k.delay(shard), k.messages(shard), k.inflight(shard)],
             &[id.to_string(), k.ready_prefix(shard)],
         );
-        let r: String = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
         Ok(match r.as_str() {
-            "deleted" => CancelResult::Deleted,
+            "deleted" => CancelResult::Deleted { attempts },
             "in_flight" => CancelResult::InFlight,
             _ => CancelResult::Absent,
         })

@@ -1,21 +1,24 @@
 -- Acknowledge a delivered message: it is consumed and leaves Redis.
 -- KEYS[1] in-flight zset, KEYS[2] message hash
 -- ARGV[1] id, ARGV[2] ready key prefix
--- Returns 'acked'; 'acked_late' when its ack deadline had passed and it was
--- waiting in the ready queue again; 'not_in_flight' when it is scheduled but
--- was never handed out; 'absent' when this shard does not hold it.
+-- Returns { outcome, attempts }: 'acked'; 'acked_late' when its ack deadline
+-- had passed and it was waiting in the ready queue again; 'not_in_flight'
+-- when it is scheduled but was never handed out; 'absent' (attempts 0) when
+-- this shard does not hold it.
 local id = ARGV[1]
-if redis.call('ZREM', KEYS[1], id) == 1 then
-  redis.call('HDEL', KEYS[2], id)
-  return 'acked'
-end
 local rec = redis.call('HGET', KEYS[2], id)
 if not rec then
-  return 'absent'
+  redis.call('ZREM', KEYS[1], id)
+  return { 'absent', 0 }
 end
 local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
-if tonumber(attempts) > 0 and redis.call('ZREM', ARGV[2] .. topic, id) == 1 then
+attempts = tonumber(attempts)
+if redis.call('ZREM', KEYS[1], id) == 1 then
   redis.call('HDEL', KEYS[2], id)
-  return 'acked_late'
+  return { 'acked', attempts }
 end
-return 'not_in_flight'
+if attempts > 0 and redis.call('ZREM', ARGV[2] .. topic, id) == 1 then
+  redis.call('HDEL', KEYS[2], id)
+  return { 'acked_late', attempts }
+end
+return { 'not_in_flight', attempts }
