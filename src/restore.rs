@@ -14,7 +14,7 @@ use crate::error::ApiError;
 use crate::journal::models::MessageRow;
 use crate::journal::Journal;
 use crate::message::{now_ms, MessageId, Status};
-use crate::redis::schedule::RedisSchedule;
+use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 const PAGE: i64 = 2_000;
 
@@ -29,6 +29,8 @@ pub struct RestoreReport {
     pub already_present: u64,
     /// Due time passed and `expire` was false.
     pub skipped_expired: u64,
+    /// Acked or cancelled in Redis moments ago; the journal is catching up.
+    pub skipped_finished: u64,
     pub dry_run: bool,
     pub elapsed_ms: u64,
 }
@@ -128,9 +130,13 @@ impl Restorer {
             .await
             .map_err(crate::error::ShardError::from)??;
         // The router records the restored messages Delaying.
-        let restored = added.iter().filter(|&&a| a).count() as u64;
-        report.restored += restored;
-        report.already_present += added.len() as u64 - restored;
+        for outcome in added {
+            match outcome {
+                Scheduled::Added => report.restored += 1,
+                Scheduled::Present => report.already_present += 1,
+                Scheduled::Finished => report.skipped_finished += 1,
+            }
+        }
         Ok(())
     }
 }

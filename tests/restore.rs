@@ -17,7 +17,8 @@ backend_tests!(
     restore_all_after_redis_wipe,
     restore_one_after_redis_wipe,
     cli_restore,
-    startup_restores_a_wiped_redis
+    startup_restores_a_wiped_redis,
+    restore_beside_acks_revives_nothing
 );
 
 async fn restore_all_after_redis_wipe(b: Backend) {
@@ -244,5 +245,63 @@ async fn startup_restores_a_wiped_redis(b: Backend) {
             .log_tail(200)
             .contains("restored it from the journal"),
         "no restore in the log"
+    );
+}
+
+/// Restores running while consumers ack: a restore reads a journal page in
+/// which a message is still live, the consumer acks it (Redis forgets it at
+/// once, the journal a moment later), then the restore writes the page to
+/// Redis. The ack's tombstone keeps the message from coming back.
+async fn restore_beside_acks_revives_nothing(b: Backend) {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const N: usize = 600;
+    let env = Env::start(b).await;
+    let messages: Vec<Value> = (0..N)
+        .map(|i| json!({"topic": "race", "body": format!("{i}")}))
+        .collect();
+    env.push_batch(messages).await;
+
+    let done = AtomicBool::new(false);
+    let restores = async {
+        let mut runs = 0;
+        while !done.load(Ordering::Relaxed) {
+            env.get_path("/reStore?expire=true").await.assert_ok();
+            runs += 1;
+        }
+        runs
+    };
+    let consume = async {
+        let mut acked: HashSet<String> = HashSet::new();
+        let mut revived = Vec::new();
+        let deadline = now_ms() + 30_000;
+        while acked.len() < N && now_ms() < deadline {
+            for got in env.poll("race", 1, 20).await {
+                let id = got.id().to_string();
+                if acked.contains(&id) {
+                    revived.push(id.clone());
+                }
+                env.ack(&id).await.assert_ok();
+                acked.insert(id);
+            }
+        }
+        // Anything still to come would be a revived message.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        done.store(true, Ordering::Relaxed);
+        (acked, revived)
+    };
+    let (runs, (acked, mut revived)) = tokio::join!(restores, consume);
+    revived.extend(
+        env.poll("race", 2, 100)
+            .await
+            .iter()
+            .map(|r| r.id().to_string()),
+    );
+    assert_eq!(acked.len(), N, "every message delivered and acked");
+    assert!(runs > 1, "restores ran beside the consumer ({runs})");
+    assert!(
+        revived.is_empty(),
+        "acked messages delivered again: {revived:?}"
     );
 }

@@ -72,7 +72,16 @@ impl Handler<InsertMessages> for JournalActor {
         let _writing = self.writing();
         let keys = &self.keys;
         let shard_name = |id: MessageId| keys.delay(keys.shard_of(id));
-        store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0)
+        match store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0) {
+            // Another writer committed the same live (topic, bizKey) between
+            // this batch's check and its insert: the batch rolled back; run it
+            // again and the check finds that message.
+            Err(JournalError::Database(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            ))) => store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0),
+            other => other,
+        }
     }
 }
 

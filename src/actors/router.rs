@@ -10,21 +10,25 @@ use crate::actors::shard::{Wake, ZsetShardActor};
 use crate::error::ShardError;
 use crate::journal::{Journal, StatusChange};
 use crate::message::{now_ms, Message, MessageId, Status};
-use crate::redis::schedule::{CancelResult, RedisSchedule};
+use crate::redis::schedule::{CancelResult, RedisSchedule, Scheduled};
 
 /// Messages with their delivery counts.
 pub type Batch = Vec<(Message, i32)>;
 
-/// Schedule messages (with their delivery counts); answers, per message,
-/// whether Redis did not hold it before.
+/// Schedule messages (with their delivery counts); answers what happened
+/// to each.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<bool>, ShardError>")]
+#[rtype(result = "Result<Vec<Scheduled>, ShardError>")]
 pub struct Schedule(pub Batch);
 
-/// Cancel a message that has not been handed to a consumer.
+/// Cancel a message that has not been handed to a consumer; with
+/// `tombstone_absent`, keep one Redis does not hold from being scheduled.
 #[derive(Message)]
 #[rtype(result = "Result<CancelResult, ShardError>")]
-pub struct Cancel(pub MessageId);
+pub struct Cancel {
+    pub id: MessageId,
+    pub tombstone_absent: bool,
+}
 
 /// Something in `shard` needs attention at `at_ms` (a new due time, or an
 /// ack deadline of a message just handed out).
@@ -72,7 +76,7 @@ impl Actor for RouterActor {
 }
 
 impl Handler<Schedule> for RouterActor {
-    type Result = ResponseActFuture<Self, Result<Vec<bool>, ShardError>>;
+    type Result = ResponseActFuture<Self, Result<Vec<Scheduled>, ShardError>>;
 
     fn handle(&mut self, msg: Schedule, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
@@ -82,13 +86,17 @@ impl Handler<Schedule> for RouterActor {
                 Ok((msg.0, added))
             }
             .into_actor(self)
-            .map(|res: Result<(Batch, Vec<bool>), ShardError>, act, _| {
+            .map(|res: Result<(Batch, Vec<Scheduled>), ShardError>, act, _| {
                 let (messages, added) = res?;
                 let keys = act.redis.keys();
                 let now = now_ms();
                 let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
                 let mut changes = Vec::new();
-                for ((m, _), _) in messages.iter().zip(&added).filter(|(_, &a)| a) {
+                for ((m, _), _) in messages
+                    .iter()
+                    .zip(&added)
+                    .filter(|(_, &s)| s == Scheduled::Added)
+                {
                     let shard = keys.shard_of(m.id);
                     let slot = &mut earliest[shard as usize];
                     *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
@@ -117,7 +125,7 @@ impl Handler<Cancel> for RouterActor {
 
     fn handle(&mut self, msg: Cancel, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
-        Box::pin(async move { redis.cancel(msg.0).await })
+        Box::pin(async move { redis.cancel(msg.id, msg.tombstone_absent).await })
     }
 }
 

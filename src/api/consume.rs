@@ -131,6 +131,15 @@ pub async fn ack(
             Some((row, _)) if row.status() == Status::Consumed => {
                 Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
             }
+            // Handed out, and Redis no longer holds it: an earlier ack got as
+            // far as Redis but was answered 503 before the journal committed
+            // (or Redis lost its data). The consumer is done with it.
+            Some((row, _)) if row.status() == Status::Consuming => {
+                state
+                    .record_end(id, Status::Consumed, row.attempts, |k, s| k.inflight(s))
+                    .await?;
+                Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
+            }
             Some((row, _)) => Err(ApiError::Conflict {
                 code: "not_in_flight",
                 message: format!("message {id} is {} and cannot be acked", row.status()),

@@ -126,12 +126,13 @@ pub async fn delete(
         .get("id")
         .ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
     let id = parse_id(raw)?;
-    let result = match state
-        .router
-        .send(Cancel(id))
-        .await
-        .map_err(ShardError::from)??
-    {
+    let cancel = |tombstone_absent| {
+        state.router.send(Cancel {
+            id,
+            tombstone_absent,
+        })
+    };
+    let result = match cancel(false).await.map_err(ShardError::from)?? {
         CancelResult::InFlight => "in_flight",
         CancelResult::Deleted { attempts } => {
             mark_deleted(&state, id, attempts).await?;
@@ -153,9 +154,21 @@ pub async fn delete(
                 Status::Deleted => "deleted",
                 Status::Dead => "dead",
                 Status::Consuming => "in_flight",
+                // Live, yet not in Redis: its push has not reached Redis yet
+                // (or met an outage), or Redis lost it. Cancel again with a
+                // tombstone, so neither that push nor a restore brings it back.
                 Status::WaitPut | Status::Delaying | Status::Ready => {
-                    mark_deleted(&state, id, row.attempts).await?;
-                    "deleted"
+                    match cancel(true).await.map_err(ShardError::from)?? {
+                        CancelResult::InFlight => "in_flight",
+                        CancelResult::Deleted { attempts } => {
+                            mark_deleted(&state, id, attempts).await?;
+                            "deleted"
+                        }
+                        CancelResult::Absent => {
+                            mark_deleted(&state, id, row.attempts).await?;
+                            "deleted"
+                        }
+                    }
                 }
             },
         },

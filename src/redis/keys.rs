@@ -9,6 +9,7 @@
 //! | `{P:s}:msg` | hash | id → message record ([`crate::redis::record`]) |
 //! | `{P:s}:ready:TOPIC` | zset | due ids of one topic waiting for a consumer, same score |
 //! | `{P:s}:inflight` | zset | ids handed to a consumer, scored by ack deadline (epoch ms) |
+//! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 
@@ -65,6 +66,10 @@ impl Keys {
 
     pub fn ready(&self, shard: u32, topic: &str) -> String {
         format!("{}{}", self.ready_prefix(shard), topic)
+    }
+
+    pub fn finished(&self, shard: u32) -> String {
+        format!("{}:finished", self.tag(shard))
     }
 
     pub fn epoch(&self, shard: u32) -> String {
@@ -124,6 +129,7 @@ mod tests {
         assert_eq!(k.ready(3, "orders"), "{dq:3}:ready:orders");
         assert_eq!(k.inflight(0), "{dq:0}:inflight");
         assert_eq!(k.epoch(7), "{dq:7}:epoch");
+        assert_eq!(k.finished(2), "{dq:2}:finished");
         assert_eq!(k.dataset_marker(), "{dq}:dataset");
     }
 

@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use redis::Value;
 
 use crate::error::ShardError;
-use crate::message::{Message, MessageId};
+use crate::message::{now_ms, Message, MessageId};
 use crate::redis::keys::{due_of_score, max_due_score, score, Keys};
 use crate::redis::record;
 use crate::redis::scripts::{evalsha, Scripts};
@@ -19,6 +19,21 @@ pub struct RedisSchedule {
     con: ConnectionManager,
     keys: Keys,
     scripts: Arc<Scripts>,
+}
+
+/// How long an acked or cancelled message's tombstone keeps a restore (or
+/// a repeated push) from scheduling it again: far longer than a restore
+/// takes between reading a journal page and writing it to Redis.
+pub const TOMBSTONE_MS: i64 = 120_000;
+
+/// What scheduling did with one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduled {
+    Added,
+    /// Redis holds it already (scheduled, ready or in flight).
+    Present,
+    /// It was acked or cancelled lately (a tombstone); left out.
+    Finished,
 }
 
 /// What one scan step did.
@@ -100,9 +115,12 @@ impl RedisSchedule {
     }
 
     /// Adds messages (with their delivery counts) to their shards' delay
-    /// zsets; a message Redis holds already is left as it is. Returns, per
-    /// message in input order, whether it was added.
-    pub async fn schedule(&self, messages: &[(Message, i32)]) -> Result<Vec<bool>, ShardError> {
+    /// zsets; a message Redis holds already, or that was finished lately, is
+    /// left as it is. Returns what happened to each, in input order.
+    pub async fn schedule(
+        &self,
+        messages: &[(Message, i32)],
+    ) -> Result<Vec<Scheduled>, ShardError> {
         let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, (m, _)) in messages.iter().enumerate() {
             by_shard
@@ -121,18 +139,26 @@ impl RedisSchedule {
             }
             pipe.add_command(evalsha(
                 &self.scripts.schedule,
-                &[self.keys.delay(shard), self.keys.messages(shard)],
+                &[
+                    self.keys.delay(shard),
+                    self.keys.messages(shard),
+                    self.keys.finished(shard),
+                ],
                 &args,
             ));
         }
         let replies: Vec<Vec<i64>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
-        let mut added = vec![false; messages.len()];
+        let mut outcome = vec![Scheduled::Present; messages.len()];
         for ((_, idx), flags) in by_shard.iter().zip(replies) {
             for (&i, flag) in idx.iter().zip(flags) {
-                added[i] = flag == 1;
+                outcome[i] = match flag {
+                    1 => Scheduled::Added,
+                    2 => Scheduled::Finished,
+                    _ => Scheduled::Present,
+                };
             }
         }
-        Ok(added)
+        Ok(outcome)
     }
 
     /// Which of these messages does Redis hold already?
@@ -171,6 +197,7 @@ impl RedisSchedule {
                 k.messages(shard),
                 k.inflight(shard),
                 k.epoch(shard),
+                k.finished(shard),
             ],
             &[
                 (max_due_score(now_ms) as i64).to_string(),
@@ -178,6 +205,7 @@ impl RedisSchedule {
                 limit.to_string(),
                 k.ready_prefix(shard),
                 epoch.to_string(),
+                (now_ms - TOMBSTONE_MS).to_string(),
             ],
         );
         let reply: Value = match self.scripts.run(&mut self.con.clone(), &cmd).await {
@@ -270,8 +298,16 @@ impl RedisSchedule {
         let shard = self.keys.shard_of(id);
         let cmd = evalsha(
             &self.scripts.ack,
-            &[self.keys.inflight(shard), self.keys.messages(shard)],
-            &[id.to_string(), self.keys.ready_prefix(shard)],
+            &[
+                self.keys.inflight(shard),
+                self.keys.messages(shard),
+                self.keys.finished(shard),
+            ],
+            &[
+                id.to_string(),
+                self.keys.ready_prefix(shard),
+                now_ms().to_string(),
+            ],
         );
         let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
         Ok(match r.as_str() {
@@ -281,13 +317,29 @@ impl RedisSchedule {
         })
     }
 
-    pub async fn cancel(&self, id: MessageId) -> Result<CancelResult, ShardError> {
+    /// Cancels a message unless it is in flight. With `tombstone_absent`,
+    /// a message this shard does not hold is kept from being scheduled later.
+    pub async fn cancel(
+        &self,
+        id: MessageId,
+        tombstone_absent: bool,
+    ) -> Result<CancelResult, ShardError> {
         let shard = self.keys.shard_of(id);
         let k = &self.keys;
         let cmd = evalsha(
             &self.scripts.cancel,
-            &[k.delay(shard), k.messages(shard), k.inflight(shard)],
-            &[id.to_string(), k.ready_prefix(shard)],
+            &[
+                k.delay(shard),
+                k.messages(shard),
+                k.inflight(shard),
+                k.finished(shard),
+            ],
+            &[
+                id.to_string(),
+                k.ready_prefix(shard),
+                now_ms().to_string(),
+                if tombstone_absent { "1" } else { "0" }.to_string(),
+            ],
         );
         let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
         Ok(match r.as_str() {

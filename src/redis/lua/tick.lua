@@ -1,8 +1,11 @@
 -- One scan step of a shard: move due messages to their topic's ready queue
 -- and return expired in-flight messages to it.
--- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch
+-- Also forgets tombstones older than their retention.
+-- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
+-- KEYS[5] finished zset
 -- ARGV[1] highest due score (now_ms * 256 + 255), ARGV[2] now_ms,
--- ARGV[3] batch limit, ARGV[4] ready key prefix, ARGV[5] the caller's epoch
+-- ARGV[3] batch limit, ARGV[4] ready key prefix, ARGV[5] the caller's epoch,
+-- ARGV[6] tombstones finished before this time (ms) are dropped
 -- Fails with STALE_EPOCH when the shard's epoch is above the caller's.
 -- Returns { moved: {id, topic, ...}, requeued: {id, topic, attempts, ...},
 --           next due score or false, next in-flight deadline or false }
@@ -11,6 +14,7 @@ if epoch > tonumber(ARGV[5]) then
   return redis.error_reply('STALE_EPOCH shard epoch ' .. epoch .. ' is above ' .. ARGV[5])
 end
 local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[6])
 
 local moved = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
