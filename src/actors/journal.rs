@@ -21,7 +21,7 @@ pub struct InsertMessages(pub Vec<Message>);
 /// Write flow rows and status updates in one transaction.
 #[derive(Message)]
 #[rtype(result = "Result<(), JournalError>")]
-pub struct RecordFlow(pub Vec<StatusChange>);
+pub struct RecordFlow(pub Arc<Vec<StatusChange>>);
 
 /// A message and its flow history.
 #[derive(Message)]
@@ -50,6 +50,8 @@ pub struct JournalActor {
     pub ids: Arc<IdGenerator>,
     pub node: NodeInfo,
     pub keys: Keys,
+    /// Each shard's delay zset key, named on every WaitPut flow row.
+    pub delay_names: Vec<Arc<str>>,
 }
 
 impl JournalActor {
@@ -70,8 +72,8 @@ impl Handler<InsertMessages> for JournalActor {
     fn handle(&mut self, msg: InsertMessages, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
-        let keys = &self.keys;
-        let shard_name = |id: MessageId| keys.delay(keys.shard_of(id));
+        let (keys, names) = (&self.keys, &self.delay_names);
+        let shard_name = |id: MessageId| names[keys.shard_of(id) as usize].clone();
         match store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0) {
             // Another writer committed the same live (topic, bizKey) between
             // this batch's check and its insert: the batch rolled back; run it

@@ -50,6 +50,8 @@ pub struct ShardOwned {
 pub struct RouterActor {
     redis: RedisSchedule,
     journal: Journal,
+    /// Each shard's delay zset key, named on the Delaying flow rows.
+    delay_names: Vec<std::sync::Arc<str>>,
     owned: Vec<Option<Addr<ZsetShardActor>>>,
 }
 
@@ -57,9 +59,13 @@ impl RouterActor {
     /// A router that owns no shard yet (the CLI's restore runs this way).
     pub fn new(redis: RedisSchedule, journal: Journal) -> Self {
         let shards = redis.keys().shards() as usize;
+        let delay_names = (0..shards as u32)
+            .map(|s| redis.keys().delay(s).into())
+            .collect();
         RouterActor {
             redis,
             journal,
+            delay_names,
             owned: vec![None; shards],
         }
     }
@@ -105,7 +111,7 @@ impl Handler<Schedule> for RouterActor {
                         status: Status::Delaying,
                         attempts: None,
                         at: now,
-                        shard: keys.delay(shard),
+                        shard: act.delay_names[shard as usize].clone(),
                     });
                 }
                 act.journal.record(changes);

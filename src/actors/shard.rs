@@ -41,7 +41,7 @@ pub struct ZsetShardActor {
     redis: RedisSchedule,
     journal: Journal,
     waiters: Waiters,
-    delay_key: String,
+    delay_key: std::sync::Arc<str>,
     epoch: i64,
     /// When the pending timer fires, if one is pending.
     timer: Option<(i64, SpawnHandle)>,
@@ -53,7 +53,7 @@ pub struct ZsetShardActor {
 
 impl ZsetShardActor {
     pub fn new(shard: u32, redis: RedisSchedule, journal: Journal, waiters: Waiters) -> Self {
-        let delay_key = redis.keys().delay(shard);
+        let delay_key = redis.keys().delay(shard).into();
         ZsetShardActor {
             shard,
             redis,

@@ -80,6 +80,7 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
     let mut views = Vec::with_capacity(claimed.len());
     // Each shard's actor must wake for the earliest ack deadline handed out.
     let mut deadlines: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut inflight_names: BTreeMap<u32, std::sync::Arc<str>> = BTreeMap::new();
     for c in claimed {
         let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
         *deadline = (*deadline).min(now + c.message.ttl);
@@ -88,7 +89,10 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
             status: Status::Consuming,
             attempts: Some(c.attempts),
             at: now,
-            shard: keys.inflight(c.shard),
+            shard: inflight_names
+                .entry(c.shard)
+                .or_insert_with(|| keys.inflight(c.shard).into())
+                .clone(),
         });
         views.push(MessageView {
             message: c.message,

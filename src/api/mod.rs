@@ -73,7 +73,7 @@ impl AppState {
             status,
             attempts: Some(attempts),
             at: crate::message::now_ms(),
-            shard: shard_key(keys, keys.shard_of(id)),
+            shard: shard_key(keys, keys.shard_of(id)).into(),
         };
         Ok(self.journal.record_durable(vec![change]).await?)
     }

@@ -89,6 +89,7 @@ impl Journal {
             write_lock: write_lock.clone(),
             ids: ids.clone(),
             node: node.clone(),
+            delay_names: (0..keys.shards()).map(|s| keys.delay(s).into()).collect(),
             keys: keys.clone(),
         });
         let (inserts, insert_rx) = mpsc::unbounded_channel();
@@ -265,14 +266,15 @@ async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<Fl
             }
         }
         let mut backoff = Duration::from_millis(50);
+        let batch = Arc::new(changes);
         loop {
-            if changes.is_empty() {
+            if batch.is_empty() {
                 break;
             }
-            match actor.send(RecordFlow(changes.clone())).await {
+            match actor.send(RecordFlow(batch.clone())).await {
                 Ok(Ok(())) => break,
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, pending = changes.len(), "journal flow write failed; retrying")
+                    tracing::warn!(error = %e, pending = batch.len(), "journal flow write failed; retrying")
                 }
                 Err(e) => tracing::warn!(error = %e, "journal actor unreachable; retrying"),
             }

@@ -89,7 +89,7 @@ impl<'a> NewMessage<'a> {
     }
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable, serde::Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize)]
 #[diesel(table_name = message_flow)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowRow {
@@ -105,6 +105,20 @@ pub struct FlowRow {
     pub shard: String,
     pub node_id: String,
     pub host: String,
+}
+
+/// A flow row to insert; borrows its strings from the change and the node.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = message_flow)]
+pub struct NewFlow<'a> {
+    pub id: i64,
+    pub message_id: i64,
+    pub status: i16,
+    pub attempts: i32,
+    pub flow_time: i64,
+    pub shard: &'a str,
+    pub node_id: &'a str,
+    pub host: &'a str,
 }
 
 fn status_name<S: serde::Serializer>(code: &i16, s: S) -> Result<S::Ok, S::Error> {

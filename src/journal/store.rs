@@ -2,12 +2,13 @@
 //! synchronous and runs on the JournalActor's threads.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use diesel::prelude::*;
 
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
-use crate::journal::models::{FlowRow, MessageRow, NewMessage};
+use crate::journal::models::{FlowRow, MessageRow, NewFlow, NewMessage};
 use crate::journal::schema::{message, message_flow};
 use crate::message::{IdGenerator, Message, MessageId, Status};
 use crate::with_conn;
@@ -30,8 +31,9 @@ pub struct StatusChange {
     /// The delivery count after this change, when it changed.
     pub attempts: Option<i32>,
     pub at: i64,
-    /// The zset key (or actor) that made the change.
-    pub shard: String,
+    /// The zset key (or actor) that made the change; shared, not copied,
+    /// by the many changes of one shard.
+    pub shard: Arc<str>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,16 +44,16 @@ pub enum InsertOutcome {
     Duplicate(Box<MessageRow>),
 }
 
-fn flow_row(ids: &IdGenerator, node: &NodeInfo, c: &StatusChange, attempts: i32) -> FlowRow {
-    FlowRow {
+fn new_flow<'a>(ids: &IdGenerator, node: &'a NodeInfo, c: &'a StatusChange) -> NewFlow<'a> {
+    NewFlow {
         id: ids.next_id().0,
         message_id: c.id.0,
         status: c.status.code(),
-        attempts,
+        attempts: c.attempts.unwrap_or(0),
         flow_time: c.at,
-        shard: c.shard.clone(),
-        node_id: node.node_id.clone(),
-        host: node.host.clone(),
+        shard: &c.shard,
+        node_id: &node.node_id,
+        host: &node.host,
     }
 }
 
@@ -62,14 +64,14 @@ pub fn insert_messages(
     conn: &mut JournalConn,
     ids: &IdGenerator,
     node: &NodeInfo,
-    shard_names: &dyn Fn(MessageId) -> String,
+    shard_names: &dyn Fn(MessageId) -> Arc<str>,
     msgs: &[Message],
 ) -> Result<Vec<InsertOutcome>, JournalError> {
     with_conn!(conn, c => c.transaction(|c| {
         let mut outcomes = Vec::with_capacity(msgs.len());
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
         let mut rows = Vec::with_capacity(msgs.len());
-        let mut flows = Vec::with_capacity(msgs.len());
+        let mut changes = Vec::with_capacity(msgs.len());
         for (i, m) in msgs.iter().enumerate() {
             if let Some(key) = m.biz_key.as_deref() {
                 if let Some(&first) = seen.get(&(m.topic.as_str(), key)) {
@@ -93,19 +95,19 @@ pub fn insert_messages(
                 }
             }
             rows.push(NewMessage::waiting(m));
-            let change = StatusChange {
+            changes.push(StatusChange {
                 id: m.id,
                 status: Status::WaitPut,
                 attempts: None,
                 at: m.create_time,
                 shard: shard_names(m.id),
-            };
-            flows.push(flow_row(ids, node, &change, 0));
+            });
             outcomes.push(InsertOutcome::Inserted);
         }
         for chunk in rows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message::table).values(chunk).execute(c)?;
         }
+        let flows: Vec<NewFlow> = changes.iter().map(|ch| new_flow(ids, node, ch)).collect();
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
@@ -178,10 +180,7 @@ pub fn apply_changes(
         let key = (ch.status, attempts.get(&id).copied(), ch.at);
         groups.entry(key).or_default().push(id.0);
     }
-    let flows: Vec<FlowRow> = changes
-        .iter()
-        .map(|ch| flow_row(ids, node, ch, ch.attempts.unwrap_or(0)))
-        .collect();
+    let flows: Vec<NewFlow> = changes.iter().map(|ch| new_flow(ids, node, ch)).collect();
 
     with_conn!(conn, c => c.transaction(|c| {
         for chunk in flows.chunks(INSERT_CHUNK) {
@@ -271,7 +270,7 @@ mod tests {
             status,
             attempts,
             at,
-            shard: String::new(),
+            shard: "".into(),
         }
     }
 
