@@ -64,29 +64,18 @@ async fn admin_routes_need_the_token() {
 
     // With the token they work.
     let bearer = format!("Bearer {TOKEN}");
-    let r = env
-        .send(
+    let authed = |path: String| {
+        env.send(
             env.http
-                .get(env.url("/reStore?expire=true"))
-                .header("Authorization", &bearer),
+                .get(env.url(&path))
+                .header("Authorization", bearer.as_str()),
         )
-        .await;
+    };
+    let r = authed("/reStore?expire=true".to_string()).await;
     assert_eq!(r.assert_ok()["alreadyPresent"], 1, "{}", r.text);
-    let r = env
-        .send(
-            env.http
-                .get(env.url(&format!("/reStore/{id}")))
-                .header("Authorization", &bearer),
-        )
-        .await;
+    let r = authed(format!("/reStore/{id}")).await;
     assert_eq!(r.assert_ok()["alreadyPresent"], 1, "{}", r.text);
-    let r = env
-        .send(
-            env.http
-                .get(env.url(&format!("/delete?id={id}")))
-                .header("Authorization", &bearer),
-        )
-        .await;
+    let r = authed(format!("/delete?id={id}")).await;
     assert_eq!(r.assert_ok(), &json!({"id": id, "result": "deleted"}));
     assert_eq!(env.journal.row(&id).unwrap().status, status::DELETED);
 }
