@@ -79,14 +79,6 @@ impl Keys {
     pub fn dataset_marker(&self) -> String {
         format!("{{{}}}:dataset", self.prefix)
     }
-
-    /// Glob patterns matching every key of this deployment.
-    pub fn all_patterns(&self) -> [String; 2] {
-        [
-            format!("\\{{{}:*", self.prefix),
-            format!("\\{{{}}}:*", self.prefix),
-        ]
-    }
 }
 
 /// `splitmix64(id) % shards`: the low bits of a Snowflake id are a sequence

@@ -110,10 +110,6 @@ impl RedisSchedule {
         &self.keys
     }
 
-    pub fn connection(&self) -> ConnectionManager {
-        self.con.clone()
-    }
-
     /// Adds messages (with their delivery counts) to their shards' delay
     /// zsets; a message Redis holds already, or that was finished lately, is
     /// left as it is. Returns what happened to each, in input order.
