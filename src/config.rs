@@ -9,15 +9,22 @@
 //! | `--shards` | `DELAYQ_SHARDS` | `8` |
 //! | `--key-prefix` | `DELAYQ_KEY_PREFIX` | `dq` |
 //! | `--node-id` | `DELAYQ_NODE_ID` | host name + port |
-//! | `--worker-id` | `DELAYQ_WORKER_ID` | `0` (Snowflake worker, 0..=1023) |
+//! | `--zookeeper` | `DELAYQ_ZOOKEEPER` | none: standalone (`host:port,host:port/chroot`) |
+//! | `--mode` | `DELAYQ_MODE` | `active-standby` (or `multi-active`) |
+//! | `--zk-session-timeout` | `DELAYQ_ZK_SESSION_TIMEOUT` | `6s` |
+//! | `--advertise` | `DELAYQ_ADVERTISE` | `http://` + the bind address |
 //! | `--admin-token` | `DELAYQ_ADMIN_TOKEN` | none |
 //! | `--max-body-bytes` | `DELAYQ_MAX_BODY_BYTES` | `1048576` |
 //! | `--workers` | `DELAYQ_WORKERS` | number of cores (HTTP worker threads) |
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
 //!
-//! Log levels follow `RUST_LOG` (default `info`).
+//! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
+//! not configured: each process leases one (see [`crate::cluster::worker`]).
 
 use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::cluster::assign::Mode;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -72,11 +79,32 @@ pub struct JournalArgs {
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
     /// This node's name in the cluster and in the flow table [default: host name + port].
-    #[arg(long, env = "DELAYQ_NODE_ID")]
+    #[arg(long, env = "DELAYQ_NODE_ID", value_parser = parse_node_id)]
     pub node_id: Option<String>,
-    /// Snowflake worker id of this node; distinct per node.
-    #[arg(long, env = "DELAYQ_WORKER_ID", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1023))]
-    pub worker_id: u16,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// ZooKeeper ensemble, `host:port,host:port/chroot`; without it the node
+    /// runs standalone and owns every shard.
+    #[arg(long, env = "DELAYQ_ZOOKEEPER")]
+    pub zookeeper: Option<String>,
+    /// `active-standby`: the leader scans every shard; `multi-active`: the
+    /// shards are spread over the live nodes.
+    #[arg(
+        long,
+        env = "DELAYQ_MODE",
+        value_enum,
+        default_value = "active-standby"
+    )]
+    pub mode: Mode,
+    /// ZooKeeper session timeout (e.g. 6s, 2500ms); failover takes about this long.
+    #[arg(long, env = "DELAYQ_ZK_SESSION_TIMEOUT", default_value = "6s", value_parser = parse_duration)]
+    pub zk_session_timeout: Duration,
+    /// The URL other nodes and operators reach this node's HTTP API at
+    /// [default: http:// + the bind address].
+    #[arg(long, env = "DELAYQ_ADVERTISE")]
+    pub advertise: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -99,6 +127,8 @@ pub struct ServeArgs {
     pub journal: JournalArgs,
     #[command(flatten)]
     pub node: NodeArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -125,6 +155,34 @@ fn parse_prefix(s: &str) -> Result<String, String> {
     }
 }
 
+fn parse_node_id(s: &str) -> Result<String, String> {
+    if crate::message::valid_topic(s) {
+        Ok(s.to_string())
+    } else {
+        Err("the node id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -".into())
+    }
+}
+
+/// `6s`, `2500ms`, `1m`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("'{s}' is not a duration (e.g. 6s, 2500ms, 1m)");
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => return Err(bad()),
+    };
+    if d.is_zero() {
+        return Err(bad());
+    }
+    Ok(d)
+}
+
 impl NodeArgs {
     /// The node id, defaulting to host name + port.
     pub fn node_id(&self, port: Option<u16>) -> String {
@@ -135,6 +193,33 @@ impl NodeArgs {
     }
 }
 
+/// The host name, with anything a node id cannot hold replaced by `-`.
 pub fn host_name() -> String {
-    gethostname::gethostname().to_string_lossy().into_owned()
+    gethostname::gethostname()
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._:-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("6s"), Ok(Duration::from_secs(6)));
+        assert_eq!(parse_duration("2500ms"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        for bad in ["", "s", "0s", "6h", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -64,6 +64,10 @@ pub enum ApiError {
     RedisUnavailable(String),
     #[error("{0}")]
     JournalUnavailable(String),
+    /// This node cannot take pushes right now (no worker id lease, not a
+    /// cluster member in good standing).
+    #[error("{0}")]
+    NodeUnavailable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -85,6 +89,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::RedisUnavailable(_) => "redis_unavailable",
             ApiError::JournalUnavailable(_) => "journal_unavailable",
+            ApiError::NodeUnavailable(_) => "node_unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -104,9 +109,9 @@ impl ResponseError for ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::RedisUnavailable(_) | ApiError::JournalUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::RedisUnavailable(_)
+            | ApiError::JournalUnavailable(_)
+            | ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -150,6 +155,39 @@ impl From<ShardError> for ApiError {
                 tracing::warn!(error = %other, "redis error answered with 503");
                 ApiError::RedisUnavailable(other.to_string())
             }
+        }
+    }
+}
+
+impl From<crate::ids::NoWorkerId> for ApiError {
+    fn from(e: crate::ids::NoWorkerId) -> Self {
+        ApiError::NodeUnavailable(e.to_string())
+    }
+}
+
+impl From<crate::ids::NoWorkerId> for JournalError {
+    fn from(e: crate::ids::NoWorkerId) -> Self {
+        JournalError::Unavailable(e.to_string())
+    }
+}
+
+impl From<crate::cluster::ClusterError> for ApiError {
+    fn from(e: crate::cluster::ClusterError) -> Self {
+        use crate::cluster::ClusterError as C;
+        match e {
+            C::NotPossible(m) => ApiError::Conflict {
+                code: "not_possible",
+                message: m,
+            },
+            C::NoSuchNode(n) => ApiError::NotFound {
+                code: "no_such_node",
+                message: format!("no live node '{n}'"),
+            },
+            C::NoSuchShard(s) => ApiError::NotFound {
+                code: "no_such_shard",
+                message: format!("no shard {s}"),
+            },
+            other => ApiError::NodeUnavailable(other.to_string()),
         }
     }
 }

@@ -25,8 +25,10 @@
 
 pub mod actors;
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod ids;
 pub mod journal;
 pub mod message;
 pub mod node;

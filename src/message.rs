@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -112,38 +111,7 @@ impl<'de> Deserialize<'de> for MessageId {
     }
 }
 
-/// Hands out Snowflake ids. Never repeats an id within one worker: when the
-/// clock steps back it keeps counting from the last millisecond it used.
-pub struct IdGenerator {
-    worker: i64,
-    state: Mutex<(i64, i64)>, // (last millisecond used, sequence within it)
-}
-
-impl IdGenerator {
-    pub const MAX_WORKER: u16 = 1023;
-
-    pub fn new(worker: u16) -> Self {
-        assert!(worker <= Self::MAX_WORKER, "worker id must be 0..=1023");
-        IdGenerator {
-            worker: worker as i64,
-            state: Mutex::new((0, 0)),
-        }
-    }
-
-    pub fn next_id(&self) -> MessageId {
-        let mut st = self.state.lock().expect("id generator poisoned");
-        let now = now_ms() - MessageId::EPOCH_MS;
-        if now > st.0 {
-            *st = (now, 0);
-        } else if st.1 < 4095 {
-            st.1 += 1;
-        } else {
-            // Sequence exhausted (or the clock went back): borrow the next millisecond.
-            *st = (st.0 + 1, 0);
-        }
-        MessageId((st.0 << 22) | (self.worker << 12) | st.1)
-    }
-}
+pub use crate::ids::{IdGenerator, NoWorkerId};
 
 /// The message as producers and consumers see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -425,16 +393,6 @@ mod tests {
         }
         assert_eq!(Status::from_code(7), None);
         assert!(Status::Consumed.is_terminal() && !Status::Consuming.is_terminal());
-    }
-
-    #[test]
-    fn ids_are_unique_increasing_and_carry_the_worker() {
-        let g = IdGenerator::new(513);
-        let ids: Vec<MessageId> = (0..20_000).map(|_| g.next_id()).collect();
-        assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        assert!(ids.iter().all(|id| (id.0 >> 12) & 1023 == 513));
-        let ms = (ids[0].0 >> 22) + MessageId::EPOCH_MS;
-        assert!((ms - now_ms()).abs() < 5_000);
     }
 
     #[test]

@@ -7,15 +7,17 @@ use actix::prelude::*;
 use actix_web::{web, App, HttpServer};
 use anyhow::{bail, Context as _};
 
-use crate::actors::router::{RouterActor, ShardOwned};
-use crate::actors::shard::{Release, ZsetShardActor};
+use crate::actors::router::{RouterActor, Touch, WakeAll};
 use crate::api::{self, AppState};
+use crate::cluster::worker::{self, RedisWorkerLease};
+use crate::cluster::{self, standalone, ClusterHandle, Member, View};
 use crate::config::{host_name, RedisArgs, RestoreArgs, ServeArgs};
 use crate::journal::connection::{redact, JournalUrl};
 use crate::journal::{self, Journal, NodeInfo};
-use crate::message::IdGenerator;
+use crate::message::{now_ms, IdGenerator};
 use crate::ready::Waiters;
 use crate::redis::keys::Keys;
+use crate::redis::pubsub::{self, Notice};
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreReport, Restorer};
 
@@ -34,13 +36,13 @@ async fn open_journal(url: &str) -> anyhow::Result<JournalUrl> {
     Ok(url)
 }
 
-async fn open_redis(args: &RedisArgs) -> anyhow::Result<RedisSchedule> {
+async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSchedule> {
     let keys = Keys::new(&args.key_prefix, args.shards);
     let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
     loop {
         let attempt = async {
             let con = crate::redis::connect(&args.redis_url).await?;
-            RedisSchedule::new(con, keys.clone()).await
+            RedisSchedule::new(con, keys.clone(), node_id).await
         };
         match attempt.await {
             Ok(r) => return Ok(r),
@@ -86,12 +88,16 @@ async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow::Result<()
 }
 
 /// Redis may lose its data while the node runs (a restart without
-/// persistence, a flush): notice it and rebuild from the journal.
-async fn watch_dataset(restorer: Restorer, node_id: String) {
+/// persistence, a flush): notice it and rebuild from the journal. A duty of
+/// the leader alone, so one node restores.
+async fn watch_dataset(restorer: Restorer, node_id: String, cluster: ClusterHandle) {
     let mut every = tokio::time::interval(DATASET_CHECK);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        if !cluster.is_leader() {
+            continue;
+        }
         if let Err(e) = ensure_dataset(&restorer, &node_id).await {
             tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
         }
@@ -100,52 +106,129 @@ async fn watch_dataset(restorer: Restorer, node_id: String) {
 
 /// Runs a node until it is told to stop (SIGINT/SIGTERM).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let db_url = open_journal(&args.journal.database_url).await?;
-    let redis = open_redis(&args.redis).await?;
     let node_id = args.node.node_id(Some(args.bind.port()));
+    let db_url = open_journal(&args.journal.database_url).await?;
+    let redis = open_redis(&args.redis, &node_id).await?;
     let node = NodeInfo {
         node_id: node_id.clone(),
         host: format!("{}/{}", host_name(), args.bind.ip()),
     };
-    let ids = Arc::new(IdGenerator::new(args.node.worker_id));
+    // No ids until a worker id is leased.
+    let ids = Arc::new(IdGenerator::leased());
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids.clone());
     let waiters = Waiters::default();
+    let shards = redis.keys().shards();
+    let holder = worker::holder_name(&node_id);
 
     // Router and shard actors share one arbiter thread, away from HTTP work.
     let scan = Arbiter::new();
-    let (r, j) = (redis.clone(), journal.clone());
-    let router = RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r, j));
+    let (stale_tx, stale_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (r, j, w) = (redis.clone(), journal.clone(), waiters.clone());
+    let router =
+        RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r, j, w, stale_tx));
 
-    // A Redis without the marker has lost (or never held) the data set:
-    // rebuild it from the journal before scanning, and keep watching.
+    // Wake-ups from other nodes: shards to scan, topics with ready messages.
+    {
+        let (router, waiters) = (router.clone(), waiters.clone());
+        actix::spawn(pubsub::run(
+            args.redis.redis_url.clone(),
+            redis.keys().clone(),
+            node_id.clone(),
+            move |notice| match notice {
+                Notice::Wake { shard, at_ms } => router.do_send(Touch { shard, at_ms }),
+                Notice::Ready { topic } => waiters.notify(&topic),
+                Notice::Resubscribed => {
+                    router.do_send(WakeAll);
+                    waiters.notify_all();
+                }
+            },
+        ));
+    }
+
     let restorer = Restorer {
         journal: journal.clone(),
         router: router.clone(),
         redis: redis.clone(),
     };
-    ensure_dataset(&restorer, &node_id).await?;
-    actix::spawn(watch_dataset(restorer, node_id.clone()));
-
-    // Standalone: this node owns every shard.
-    let mut shards = Vec::new();
-    for shard in 0..redis.keys().shards() {
-        let (r, j, w) = (redis.clone(), journal.clone(), waiters.clone());
-        let actor = ZsetShardActor::start_in_arbiter(&scan.handle(), move |_| {
-            ZsetShardActor::new(shard, r, j, w)
-        });
-        router.do_send(ShardOwned {
-            shard,
-            actor: actor.clone(),
-        });
-        shards.push(actor);
-    }
+    let advertise = args
+        .cluster
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", args.bind));
+    let cluster = match &args.cluster.zookeeper {
+        Some(zk) => {
+            let view = View::new(args.cluster.mode.as_str(), &node_id, shards);
+            let (handle, commands) = ClusterHandle::new(view);
+            let me = Member {
+                id: node_id.clone(),
+                address: advertise,
+                start_time: now_ms(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            };
+            cluster::zk::start(
+                cluster::zk::Config {
+                    connect: zk.clone(),
+                    session_timeout: args.cluster.zk_session_timeout,
+                    mode: args.cluster.mode,
+                    shards,
+                },
+                me,
+                redis.clone(),
+                ids.clone(),
+                router.clone(),
+                handle.clone(),
+                commands,
+                stale_rx,
+            )
+            .await?;
+            handle
+        }
+        None => {
+            // One standalone node per key prefix: refuse clearly when
+            // another one serves it.
+            standalone::take_lease(&redis, &holder).await?;
+            let mut lease = RedisWorkerLease::new(
+                redis.clone(),
+                ids.clone(),
+                holder.clone(),
+                worker::NODE_WORKERS,
+            );
+            let worker_id = lease.acquire().await?;
+            actix::spawn(lease.keep());
+            let mut view = View::new("standalone", &node_id, shards);
+            view.session = cluster::Session::Standalone;
+            view.leader = Some(node_id.clone());
+            view.worker_id = Some(worker_id);
+            view.nodes = vec![Member {
+                id: node_id.clone(),
+                address: advertise,
+                start_time: now_ms(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }];
+            let (handle, commands) = ClusterHandle::new(view);
+            // A Redis without the marker has lost (or never held) the data
+            // set: rebuild it from the journal before scanning.
+            ensure_dataset(&restorer, &node_id).await?;
+            actix::spawn(standalone::run(
+                redis.clone(),
+                router.clone(),
+                holder.clone(),
+                handle.clone(),
+                commands,
+                stale_rx,
+            ));
+            handle
+        }
+    };
+    actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
 
     let state = web::Data::new(AppState {
         journal: journal.clone(),
         router,
         redis: redis.clone(),
         waiters,
-        ids,
+        ids: ids.clone(),
+        cluster: cluster.clone(),
         max_body: args.max_body_bytes,
         admin_token: args.admin_token.clone(),
     });
@@ -161,18 +244,22 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         bind = %args.bind,
         node = %node_id,
-        shards = redis.keys().shards(),
+        shards,
         prefix = redis.keys().prefix(),
         journal = %redact(&args.journal.database_url),
-        "delayq serving (standalone: this node owns every shard)"
+        mode = cluster.view().mode,
+        "delayq serving"
     );
     server.run().await?;
 
     tracing::info!("shutting down: stopping shard scans, flushing the journal");
-    for actor in shards {
-        actor.do_send(Release);
-    }
+    cluster.shutdown().await;
     journal.flush().await?;
+    if let Some(w) = ids.worker() {
+        if args.cluster.zookeeper.is_none() {
+            RedisWorkerLease::release(&redis, &holder, w).await;
+        }
+    }
     scan.stop();
     Ok(())
 }
@@ -180,20 +267,33 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// `delayq restore`: the restore of `GET /reStore`, with progress on stderr
 /// and the report as one JSON line on stdout.
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
+    let node_id = args.node.node_id(None);
     let db_url = open_journal(&args.journal.database_url).await?;
-    let redis = open_redis(&args.redis).await?;
+    let redis = open_redis(&args.redis, &node_id).await?;
     let node = NodeInfo {
-        node_id: args.node.node_id(None),
+        node_id: node_id.clone(),
         host: host_name(),
     };
-    let ids = Arc::new(IdGenerator::new(args.node.worker_id));
+    // A worker id of the tools' range, leased in Redis: never one a
+    // running node uses.
+    let ids = Arc::new(IdGenerator::leased());
+    let holder = worker::holder_name(&node_id);
+    let mut lease = RedisWorkerLease::new(
+        redis.clone(),
+        ids.clone(),
+        holder.clone(),
+        worker::TOOL_WORKERS,
+    );
+    let worker_id = lease.acquire().await?;
+    let keeping = actix::spawn(lease.keep());
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids);
+    let (stale, _) = tokio::sync::mpsc::unbounded_channel();
     let (r, j) = (redis.clone(), journal.clone());
-    let router = RouterActor::create(move |_| RouterActor::new(r, j));
+    let router = RouterActor::create(move |_| RouterActor::new(r, j, Waiters::default(), stale));
     let restorer = Restorer {
-        journal,
+        journal: journal.clone(),
         router,
-        redis,
+        redis: redis.clone(),
     };
     let report = restorer
         .all(args.expire, args.dry_run, |r| {
@@ -203,6 +303,11 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
             )
         })
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(report)
+        .map_err(|e| anyhow::anyhow!("{e}"));
+    // The Delaying rows of what was restored, before the lease goes.
+    let flushed = journal.flush().await;
+    keeping.abort();
+    RedisWorkerLease::release(&redis, &holder, worker_id).await;
+    flushed?;
+    report
 }

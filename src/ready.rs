@@ -1,6 +1,8 @@
 //! Waiting consumers. A long poll waits on its topic's [`Notify`]; the shard
 //! actors notify a topic as soon as they move messages into its ready
-//! queues, so a waiting consumer is answered without a polling interval.
+//! queues, so a waiting consumer is answered without a polling interval;
+//! messages made ready on another node arrive as notices over Redis
+//! pub/sub ([`crate::redis::pubsub`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,20 @@ impl Waiters {
     pub fn topic(&self, topic: &str) -> Arc<Notify> {
         let mut map = self.topics.lock().expect("waiters poisoned");
         map.entry(topic.to_string()).or_default().clone()
+    }
+
+    /// Wakes every waiting consumer (after notices may have been lost).
+    pub fn notify_all(&self) {
+        let all: Vec<Arc<Notify>> = self
+            .topics
+            .lock()
+            .expect("waiters poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for n in all {
+            n.notify_waiters();
+        }
     }
 
     /// Wakes every consumer waiting on `topic`.

@@ -1,15 +1,22 @@
 //! RouterActor: `shard = hash(id) % shards`. Writes a message into its
 //! shard's keys (any node may write any shard), records it Delaying, and
 //! wakes the shard's actor when this node owns the shard, so it can move its
-//! wake-up earlier. It shares an arbiter with the shard actors, so a message's
-//! Delaying is recorded before the Ready its shard actor records.
+//! wake-up earlier (an owner elsewhere is woken over Redis pub/sub by the
+//! schedule script). It shares an arbiter with the shard actors, so a
+//! message's Delaying is recorded before the Ready its shard actor records.
+//!
+//! It is also the shard actors' supervisor: the cluster module turns
+//! ownership into [`StartShard`] and [`StopShard`], and the router starts and
+//! stops one [`ZsetShardActor`] per owned shard.
 
 use actix::prelude::*;
+use tokio::sync::mpsc;
 
-use crate::actors::shard::{Wake, ZsetShardActor};
+use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
 use crate::error::ShardError;
 use crate::journal::{Journal, StatusChange};
 use crate::message::{now_ms, Message, MessageId, Status};
+use crate::ready::Waiters;
 use crate::redis::schedule::{CancelResult, RedisSchedule, Scheduled};
 
 /// Messages with their delivery counts.
@@ -39,25 +46,51 @@ pub struct Touch {
     pub at_ms: i64,
 }
 
-/// This node now owns `shard` and scans it with `actor`.
+/// This node now owns `shard` with this epoch: start scanning it.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ShardOwned {
+pub struct StartShard {
     pub shard: u32,
-    pub actor: Addr<ZsetShardActor>,
+    pub epoch: i64,
 }
+
+/// This node lets go of `shard`: answered once its actor has finished the
+/// scan under way and stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopShard {
+    pub shard: u32,
+}
+
+/// The shards this node scans now, with their epochs.
+#[derive(Message)]
+#[rtype(result = "Vec<(u32, i64)>")]
+pub struct OwnedShards;
+
+/// Every owned shard scans now (after wake-ups may have been lost).
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct WakeAll;
 
 pub struct RouterActor {
     redis: RedisSchedule,
     journal: Journal,
+    waiters: Waiters,
+    stale: mpsc::UnboundedSender<Stale>,
     /// Each shard's delay zset key, named on the Delaying flow rows.
     delay_names: Vec<std::sync::Arc<str>>,
-    owned: Vec<Option<Addr<ZsetShardActor>>>,
+    owned: Vec<Option<(i64, Addr<ZsetShardActor>)>>,
 }
 
 impl RouterActor {
-    /// A router that owns no shard yet (the CLI's restore runs this way).
-    pub fn new(redis: RedisSchedule, journal: Journal) -> Self {
+    /// A router that owns no shard yet. Shard actors report a stale epoch
+    /// on `stale`.
+    pub fn new(
+        redis: RedisSchedule,
+        journal: Journal,
+        waiters: Waiters,
+        stale: mpsc::UnboundedSender<Stale>,
+    ) -> Self {
         let shards = redis.keys().shards() as usize;
         let delay_names = (0..shards as u32)
             .map(|s| redis.keys().delay(s).into())
@@ -65,14 +98,18 @@ impl RouterActor {
         RouterActor {
             redis,
             journal,
+            waiters,
+            stale,
             delay_names,
             owned: vec![None; shards],
         }
     }
 
     fn wake(&self, shard: u32, at_ms: i64) {
-        if let Some(Some(actor)) = self.owned.get(shard as usize) {
-            actor.do_send(Wake { at_ms });
+        if let Some(Some((_, actor))) = self.owned.get(shard as usize) {
+            if actor.connected() {
+                actor.do_send(Wake { at_ms });
+            }
         }
     }
 }
@@ -143,12 +180,69 @@ impl Handler<Touch> for RouterActor {
     }
 }
 
-impl Handler<ShardOwned> for RouterActor {
+impl Handler<StartShard> for RouterActor {
     type Result = ();
 
-    fn handle(&mut self, msg: ShardOwned, _: &mut Self::Context) {
-        if let Some(slot) = self.owned.get_mut(msg.shard as usize) {
-            *slot = Some(msg.actor);
+    fn handle(&mut self, msg: StartShard, _: &mut Self::Context) {
+        let Some(slot) = self.owned.get_mut(msg.shard as usize) else {
+            return;
+        };
+        if let Some((epoch, actor)) = slot {
+            if *epoch == msg.epoch && actor.connected() {
+                return;
+            }
+            actor.do_send(Release);
+        }
+        let (r, j, w, s) = (
+            self.redis.clone(),
+            self.journal.clone(),
+            self.waiters.clone(),
+            self.stale.clone(),
+        );
+        let actor = ZsetShardActor::new(msg.shard, msg.epoch, r, j, w, s).start();
+        *slot = Some((msg.epoch, actor));
+    }
+}
+
+impl Handler<StopShard> for RouterActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: StopShard, _: &mut Self::Context) -> Self::Result {
+        let actor = self
+            .owned
+            .get_mut(msg.shard as usize)
+            .and_then(Option::take);
+        Box::pin(async move {
+            if let Some((_, actor)) = actor {
+                let _ = actor.send(Release).await;
+            }
+        })
+    }
+}
+
+impl Handler<OwnedShards> for RouterActor {
+    type Result = Vec<(u32, i64)>;
+
+    fn handle(&mut self, _: OwnedShards, _: &mut Self::Context) -> Self::Result {
+        self.owned
+            .iter()
+            .enumerate()
+            .filter_map(|(s, o)| {
+                o.as_ref()
+                    .filter(|(_, a)| a.connected())
+                    .map(|(e, _)| (s as u32, *e))
+            })
+            .collect()
+    }
+}
+
+impl Handler<WakeAll> for RouterActor {
+    type Result = ();
+
+    fn handle(&mut self, _: WakeAll, _: &mut Self::Context) {
+        let now = now_ms();
+        for shard in 0..self.owned.len() as u32 {
+            self.wake(shard, now);
         }
     }
 }

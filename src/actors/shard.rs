@@ -4,12 +4,17 @@
 //! (or ack deadline) in its shard, on the process's own timer, and is woken
 //! early by [`Wake`] when something earlier arrives. Each scan step is one
 //! script call moving up to [`BATCH`] messages; a full batch is followed at
-//! once by another. A new owner raises the shard's fencing epoch before its
-//! first scan, and a scan with an older epoch is refused by Redis.
+//! once by another.
+//!
+//! Fencing: the actor is started with its owner's epoch (a token from the
+//! cluster module, see [`crate::cluster`]); every scan passes it, the first
+//! raises the shard's stored epoch, and Redis refuses a scan with an older
+//! one. A refused actor reports [`Stale`] to the cluster module and stops.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ShardError;
 use crate::journal::{Journal, StatusChange};
@@ -24,6 +29,13 @@ pub const BATCH: usize = 1_000;
 const MAX_SLEEP_MS: i64 = 1_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// A shard actor found a newer owner's epoch in Redis and stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale {
+    pub shard: u32,
+    pub epoch: i64,
+}
+
 /// Wake up at `at_ms` at the latest.
 #[derive(Message, Clone, Copy)]
 #[rtype(result = "()")]
@@ -31,7 +43,8 @@ pub struct Wake {
     pub at_ms: i64,
 }
 
-/// Stop scanning (the shard moved to another node, or shutdown).
+/// Stop scanning (the shard moved to another node, or shutdown). Answered
+/// once the scan under way, if any, has finished and the actor stopped.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Release;
@@ -43,6 +56,9 @@ pub struct ZsetShardActor {
     waiters: Waiters,
     delay_key: std::sync::Arc<str>,
     epoch: i64,
+    stale: mpsc::UnboundedSender<Stale>,
+    /// Callers of Release waiting for the scan under way to finish.
+    releasing: Vec<oneshot::Sender<()>>,
     /// When the pending timer fires, if one is pending.
     timer: Option<(i64, SpawnHandle)>,
     scanning: bool,
@@ -52,7 +68,14 @@ pub struct ZsetShardActor {
 }
 
 impl ZsetShardActor {
-    pub fn new(shard: u32, redis: RedisSchedule, journal: Journal, waiters: Waiters) -> Self {
+    pub fn new(
+        shard: u32,
+        epoch: i64,
+        redis: RedisSchedule,
+        journal: Journal,
+        waiters: Waiters,
+        stale: mpsc::UnboundedSender<Stale>,
+    ) -> Self {
         let delay_key = redis.keys().delay(shard).into();
         ZsetShardActor {
             shard,
@@ -60,7 +83,9 @@ impl ZsetShardActor {
             journal,
             waiters,
             delay_key,
-            epoch: 0,
+            epoch,
+            stale,
+            releasing: Vec::new(),
             timer: None,
             scanning: false,
             rescan: false,
@@ -95,6 +120,14 @@ impl ZsetShardActor {
         let step = async move { redis.tick(shard, now_ms(), BATCH, epoch).await };
         ctx.spawn(step.into_actor(self).map(|res, act, ctx| {
             act.scanning = false;
+            if !act.releasing.is_empty() {
+                // Let go: what this scan moved is recorded, nothing more.
+                if let Ok(t) = res {
+                    act.after_scan(t, ctx);
+                }
+                ctx.stop();
+                return;
+            }
             match res {
                 Ok(t) => {
                     act.backoff = Duration::from_millis(50);
@@ -103,8 +136,13 @@ impl ZsetShardActor {
                 Err(ShardError::StaleEpoch(_)) => {
                     tracing::error!(
                         shard = act.shard,
+                        epoch = act.epoch,
                         "a newer owner raised this shard's epoch; stopping its scan"
                     );
+                    let _ = act.stale.send(Stale {
+                        shard: act.shard,
+                        epoch: act.epoch,
+                    });
                     ctx.stop();
                 }
                 Err(e) => {
@@ -118,6 +156,26 @@ impl ZsetShardActor {
     }
 
     fn after_scan(&mut self, t: TickResult, ctx: &mut Context<Self>) {
+        if !self.releasing.is_empty() {
+            self.record(t);
+            return;
+        }
+        let (full, next) = (
+            t.moved.len() >= BATCH || t.requeued.len() >= BATCH,
+            [t.next_due, t.next_deadline].into_iter().flatten().min(),
+        );
+        self.record(t);
+        let now = now_ms();
+        if full || self.rescan {
+            self.schedule_at(now, ctx);
+            return;
+        }
+        let at = next.map_or(now + MAX_SLEEP_MS, |n| n.min(now + MAX_SLEEP_MS));
+        self.schedule_at(at, ctx);
+    }
+
+    /// Records what a scan did and wakes the consumers of its topics.
+    fn record(&mut self, t: TickResult) {
         let now = now_ms();
         let mut changes = Vec::with_capacity(t.moved.len() + t.requeued.len());
         let mut topics: Vec<&str> = Vec::new();
@@ -148,15 +206,6 @@ impl ZsetShardActor {
             self.waiters.notify(topic);
         }
         self.journal.record(changes);
-
-        let full = t.moved.len() >= BATCH || t.requeued.len() >= BATCH;
-        if full || self.rescan {
-            self.schedule_at(now, ctx);
-            return;
-        }
-        let next = [t.next_due, t.next_deadline].into_iter().flatten().min();
-        let at = next.map_or(now + MAX_SLEEP_MS, |n| n.min(now + MAX_SLEEP_MS));
-        self.schedule_at(at, ctx);
     }
 }
 
@@ -164,31 +213,19 @@ impl Actor for ZsetShardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let redis = self.redis.clone();
-        let shard = self.shard;
-        // Become the shard's owner in Redis before the first scan; retry
-        // until Redis answers.
-        ctx.wait(
-            async move {
-                let mut backoff = Duration::from_millis(50);
-                loop {
-                    match redis.raise_epoch(shard).await {
-                        Ok(epoch) => return epoch,
-                        Err(e) => {
-                            tracing::warn!(shard, error = %e, "cannot raise shard epoch; retrying");
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(MAX_BACKOFF);
-                        }
-                    }
-                }
-            }
-            .into_actor(self)
-            .map(|epoch, act, ctx| {
-                act.epoch = epoch;
-                tracing::debug!(shard = act.shard, epoch, "scanning shard");
-                act.scan(ctx);
-            }),
+        tracing::info!(shard = self.shard, epoch = self.epoch, "scanning shard");
+        self.scan(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        tracing::info!(
+            shard = self.shard,
+            epoch = self.epoch,
+            "stopped scanning shard"
         );
+        for done in self.releasing.drain(..) {
+            let _ = done.send(());
+        }
     }
 }
 
@@ -196,6 +233,9 @@ impl Handler<Wake> for ZsetShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        if !self.releasing.is_empty() {
+            return;
+        }
         if self.scanning {
             self.rescan = true;
         } else if self.timer.is_none_or(|(at, _)| msg.at_ms < at) {
@@ -205,9 +245,19 @@ impl Handler<Wake> for ZsetShardActor {
 }
 
 impl Handler<Release> for ZsetShardActor {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: Release, ctx: &mut Self::Context) {
-        ctx.stop();
+    fn handle(&mut self, _: Release, ctx: &mut Self::Context) -> Self::Result {
+        let (done, stopped) = oneshot::channel();
+        self.releasing.push(done);
+        if let Some((_, handle)) = self.timer.take() {
+            ctx.cancel_future(handle);
+        }
+        if !self.scanning {
+            ctx.stop();
+        }
+        Box::pin(async move {
+            let _ = stopped.await;
+        })
     }
 }

@@ -15,6 +15,9 @@ use crate::redis::schedule::{AckResult, Claimed};
 
 pub const MAX_COUNT: u64 = 100;
 pub const MAX_TIMEOUT_S: u64 = 300;
+/// A waiting long poll looks at the ready queues at least this often, so a
+/// lost notification (another node's, over pub/sub) costs at most this.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// `GET /get/{topic}?timeout=S&count=N`: answers as soon as messages are
 /// ready, or with an empty list when the timeout passes.
@@ -43,8 +46,10 @@ pub async fn get(
         if !claimed.is_empty() {
             return Ok(deliver(&state, claimed));
         }
+        let recheck = (tokio::time::Instant::now() + RECHECK).min(deadline);
         tokio::select! {
             _ = woken => {}
+            _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
             _ = tokio::time::sleep_until(deadline) => {
                 return Ok(HttpResponse::Ok().json(json!({ "messages": [] })));
             }

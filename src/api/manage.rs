@@ -60,14 +60,23 @@ pub async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))
 }
 
-/// Ready when both Redis and the journal answer.
+/// Ready when Redis and the journal answer and the node is a cluster
+/// member in good standing (a live session and a worker id).
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let (redis, journal) = futures::join!(state.redis.ping(), state.journal.ping());
     let show = |r: Result<(), String>| r.map_or_else(|e| e, |_| "ok".to_string());
-    let ok = redis.is_ok() && journal.is_ok();
+    let view = state.cluster.view();
+    let member = view.in_good_standing();
+    let ok = redis.is_ok() && journal.is_ok() && member;
     let body = json!({
         "redis": show(redis.map_err(|e| e.to_string())),
         "journal": show(journal.map_err(|e| e.to_string())),
+        "cluster": if member { "ok".to_string() } else {
+            format!("not a member in good standing (session {:?}, worker id {:?})", view.session, view.worker_id)
+        },
+        "mode": view.mode,
+        "leader": view.leader,
+        "scanning": view.owned.len(),
     });
     if ok {
         HttpResponse::Ok().json(body)

@@ -1,9 +1,11 @@
 //! The HTTP API (actix-web). The original routes keep their exact shape:
 //! `POST /push`, `GET /delete?id=`, `GET /reStore?expire=`, `GET /reStore/{id}`,
 //! `GET /get/{topic}`; beside them `POST /push/batch`, `POST /ack/{id}`,
-//! `GET /messages/{id}`, `/health`, `/ready`. Errors are JSON
+//! `GET /messages/{id}`, `/health`, `/ready`, and the cluster's
+//! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`. Errors are JSON
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
 
+mod admin;
 mod consume;
 mod manage;
 mod produce;
@@ -15,6 +17,7 @@ use actix::Addr;
 use actix_web::{error::JsonPayloadError, web, HttpRequest, HttpResponse};
 
 use crate::actors::router::RouterActor;
+use crate::cluster::ClusterHandle;
 use crate::error::ApiError;
 use crate::journal::Journal;
 use crate::message::{IdGenerator, MessageId};
@@ -29,6 +32,7 @@ pub struct AppState {
     pub redis: RedisSchedule,
     pub waiters: Waiters,
     pub ids: Arc<IdGenerator>,
+    pub cluster: ClusterHandle,
     pub max_body: usize,
     pub admin_token: Option<String>,
 }
@@ -120,6 +124,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/reStore", web::get().to(manage::restore_all))
         .route("/reStore/{id}", web::get().to(manage::restore_one))
         .route("/messages/{id}", web::get().to(manage::message))
+        .route("/admin/cluster", web::get().to(admin::cluster))
+        .route("/admin/rebalance", web::post().to(admin::rebalance))
+        .route(
+            "/admin/shards/{shard}/move",
+            web::post().to(admin::move_shard),
+        )
         .route("/health", web::get().to(manage::health))
         .route("/ready", web::get().to(manage::ready))
         .default_service(web::to(not_found));

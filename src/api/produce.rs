@@ -20,7 +20,7 @@ pub async fn push(
 ) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
-    let (ids, fresh) = accept(&state, vec![draft.into_message(state.ids.next_id(), now)]).await?;
+    let (ids, fresh) = accept(&state, vec![draft.into_message(state.ids.next_id()?, now)]).await?;
     let mut reply = json!({ "id": ids[0] });
     if !fresh[0] {
         reply["duplicate"] = json!(true);
@@ -54,7 +54,7 @@ pub async fn push_batch(
             e.message = format!("messages[{i}]: {}", e.message);
             ApiError::from(e)
         })?;
-        messages.push(draft.into_message(state.ids.next_id(), now));
+        messages.push(draft.into_message(state.ids.next_id()?, now));
     }
     let (ids, _) = accept(&state, messages).await?;
     Ok(HttpResponse::Ok().json(json!({ "ids": ids })))

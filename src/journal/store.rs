@@ -44,9 +44,9 @@ pub enum InsertOutcome {
     Duplicate(Box<MessageRow>),
 }
 
-fn new_flow<'a>(ids: &IdGenerator, node: &'a NodeInfo, c: &'a StatusChange) -> NewFlow<'a> {
+fn new_flow<'a>(id: MessageId, node: &'a NodeInfo, c: &'a StatusChange) -> NewFlow<'a> {
     NewFlow {
-        id: ids.next_id().0,
+        id: id.0,
         message_id: c.id.0,
         status: c.status.code(),
         attempts: c.attempts.unwrap_or(0),
@@ -67,6 +67,10 @@ pub fn insert_messages(
     shard_names: &dyn Fn(MessageId) -> Arc<str>,
     msgs: &[Message],
 ) -> Result<Vec<InsertOutcome>, JournalError> {
+    let mut flow_ids = Vec::with_capacity(msgs.len());
+    for _ in msgs {
+        flow_ids.push(ids.next_id()?);
+    }
     with_conn!(conn, c => c.transaction(|c| {
         let mut outcomes = Vec::with_capacity(msgs.len());
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
@@ -107,7 +111,11 @@ pub fn insert_messages(
         for chunk in rows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message::table).values(chunk).execute(c)?;
         }
-        let flows: Vec<NewFlow> = changes.iter().map(|ch| new_flow(ids, node, ch)).collect();
+        let flows: Vec<NewFlow> = changes
+            .iter()
+            .zip(&flow_ids)
+            .map(|(ch, id)| new_flow(*id, node, ch))
+            .collect();
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
@@ -180,7 +188,10 @@ pub fn apply_changes(
         let key = (ch.status, attempts.get(&id).copied(), ch.at);
         groups.entry(key).or_default().push(id.0);
     }
-    let flows: Vec<NewFlow> = changes.iter().map(|ch| new_flow(ids, node, ch)).collect();
+    let mut flows = Vec::with_capacity(changes.len());
+    for ch in changes {
+        flows.push(new_flow(ids.next_id()?, node, ch));
+    }
 
     with_conn!(conn, c => c.transaction(|c| {
         for chunk in flows.chunks(INSERT_CHUNK) {

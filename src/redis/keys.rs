@@ -12,6 +12,14 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
+//! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
+//! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
+//! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
+//!
+//! Pub/sub channels (not keys): `{P:s}:wake` carries the due time (ms) of a
+//! message scheduled ahead of everything shard `s` held, for the shard's
+//! owner; `{P}:ready` carries `NODE|topic,topic` when messages became ready,
+//! for consumers long-polling on other nodes.
 
 use crate::message::MessageId;
 
@@ -79,6 +87,28 @@ impl Keys {
     pub fn dataset_marker(&self) -> String {
         format!("{{{}}}:dataset", self.prefix)
     }
+
+    pub fn standalone_lease(&self) -> String {
+        format!("{{{}}}:standalone", self.prefix)
+    }
+
+    pub fn worker_lease(&self, worker: u16) -> String {
+        format!("{{{}}}:worker:{worker}", self.prefix)
+    }
+
+    pub fn worker_reserved(&self, worker: u16) -> String {
+        format!("{{{}}}:worker-reserved:{worker}", self.prefix)
+    }
+
+    /// Channel waking shard `s`'s owner (see schedule.lua).
+    pub fn wake_channel(&self, shard: u32) -> String {
+        format!("{}:wake", self.tag(shard))
+    }
+
+    /// Channel telling every node which topics have new ready messages.
+    pub fn ready_channel(&self) -> String {
+        format!("{{{}}}:ready", self.prefix)
+    }
 }
 
 /// `splitmix64(id) % shards`: the low bits of a Snowflake id are a sequence
@@ -123,6 +153,8 @@ mod tests {
         assert_eq!(k.epoch(7), "{dq:7}:epoch");
         assert_eq!(k.finished(2), "{dq:2}:finished");
         assert_eq!(k.dataset_marker(), "{dq}:dataset");
+        assert_eq!(k.wake_channel(5), "{dq:5}:wake");
+        assert_eq!(k.worker_lease(9), "{dq}:worker:9");
     }
 
     #[test]
@@ -131,7 +163,7 @@ mod tests {
         let g = IdGenerator::new(1);
         let mut counts = [0u32; 8];
         for _ in 0..80_000 {
-            counts[shard_of(g.next_id(), 8) as usize] += 1;
+            counts[shard_of(g.next_id().unwrap(), 8) as usize] += 1;
         }
         assert!(
             counts.iter().all(|&c| (9_000..11_000).contains(&c)),

@@ -19,12 +19,36 @@ pub struct RedisSchedule {
     con: ConnectionManager,
     keys: Keys,
     scripts: Arc<Scripts>,
+    /// This node's id, named on the ready notifications it publishes.
+    node: Arc<str>,
+}
+
+/// One shard as `GET /admin/cluster` shows it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardCounts {
+    pub delaying: i64,
+    pub ready: i64,
+    pub in_flight: i64,
+    /// The stored fencing epoch (0: none yet).
+    pub epoch: i64,
+    /// Due time (epoch ms) of the earliest scheduled message, when it is
+    /// already due: the shard is behind.
+    pub oldest_overdue: Option<i64>,
 }
 
 /// How long an acked or cancelled message's tombstone keeps a restore (or
 /// a repeated push) from scheduling it again: far longer than a restore
 /// takes between reading a journal page and writing it to Redis.
 pub const TOMBSTONE_MS: i64 = 120_000;
+
+/// What to do with a lease (see lease.lua).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOp {
+    Acquire,
+    Renew,
+    Release,
+}
 
 /// What scheduling did with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,11 +123,21 @@ fn parse_id(v: &Value) -> Result<MessageId, ShardError> {
 }
 
 impl RedisSchedule {
-    pub async fn new(con: ConnectionManager, keys: Keys) -> Result<Self, ShardError> {
+    pub async fn new(con: ConnectionManager, keys: Keys, node: &str) -> Result<Self, ShardError> {
         let scripts = Arc::new(Scripts::default());
         let mut c = con.clone();
         scripts.load(&mut c).await?;
-        Ok(RedisSchedule { con, keys, scripts })
+        Ok(RedisSchedule {
+            con,
+            keys,
+            scripts,
+            node: node.into(),
+        })
+    }
+
+    /// The shared, self-reconnecting connection (for leases and one-off commands).
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
     }
 
     pub fn keys(&self) -> &Keys {
@@ -126,7 +160,8 @@ impl RedisSchedule {
         }
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
-            let mut args: Vec<String> = Vec::with_capacity(idx.len() * 3);
+            let mut args: Vec<String> = Vec::with_capacity(idx.len() * 3 + 1);
+            args.push(self.keys.wake_channel(shard));
             for &i in idx {
                 let (m, attempts) = &messages[i];
                 args.push(m.id.to_string());
@@ -166,13 +201,49 @@ impl RedisSchedule {
         Ok(pipe.query_async(&mut self.con.clone()).await?)
     }
 
-    /// Raises the shard's fencing epoch and returns the new value: from now
-    /// on, scans with an older epoch are refused.
-    pub async fn raise_epoch(&self, shard: u32) -> Result<i64, ShardError> {
-        Ok(redis::cmd("INCR")
+    /// A standalone node's ownership token for a shard: one above the stored
+    /// epoch (the first scan with it raises the stored value; see tick.lua).
+    pub async fn next_epoch(&self, shard: u32) -> Result<i64, ShardError> {
+        let stored: Option<i64> = redis::cmd("GET")
             .arg(self.keys.epoch(shard))
             .query_async(&mut self.con.clone())
-            .await?)
+            .await?;
+        Ok(stored.unwrap_or(0) + 1)
+    }
+
+    /// Counts of one shard, each O(1) in Redis: every message Redis holds is
+    /// in the message hash, and is delaying, in flight, or else ready.
+    pub async fn shard_counts(&self, shard: u32) -> Result<ShardCounts, ShardError> {
+        let k = &self.keys;
+        let (total, delaying, in_flight, head, epoch): (
+            i64,
+            i64,
+            i64,
+            Vec<(String, f64)>,
+            Option<i64>,
+        ) = redis::pipe()
+            .hlen(k.messages(shard))
+            .zcard(k.delay(shard))
+            .zcard(k.inflight(shard))
+            .cmd("ZRANGE")
+            .arg(k.delay(shard))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .get(k.epoch(shard))
+            .query_async(&mut self.con.clone())
+            .await?;
+        let now = now_ms();
+        Ok(ShardCounts {
+            delaying,
+            ready: (total - delaying - in_flight).max(0),
+            in_flight,
+            epoch: epoch.unwrap_or(0),
+            oldest_overdue: head
+                .first()
+                .map(|(_, s)| due_of_score(*s))
+                .filter(|due| *due < now),
+        })
     }
 
     /// One scan step of a shard at `now_ms`: moves up to `limit` due
@@ -202,6 +273,8 @@ impl RedisSchedule {
                 k.ready_prefix(shard),
                 epoch.to_string(),
                 (now_ms - TOMBSTONE_MS).to_string(),
+                k.ready_channel(),
+                self.node.to_string(),
             ],
         );
         let reply: Value = match self.scripts.run(&mut self.con.clone(), &cmd).await {
@@ -343,6 +416,46 @@ impl RedisSchedule {
             "in_flight" => CancelResult::InFlight,
             _ => CancelResult::Absent,
         })
+    }
+
+    /// Runs a lease operation (see lease.lua): whether this holder has the
+    /// lease afterwards, and who holds it.
+    pub async fn lease(
+        &self,
+        op: LeaseOp,
+        key: &str,
+        holder: &str,
+        lease_ms: u64,
+    ) -> Result<(bool, Option<String>), ShardError> {
+        let op = match op {
+            LeaseOp::Acquire => "acquire",
+            LeaseOp::Renew => "renew",
+            LeaseOp::Release => "release",
+        };
+        let cmd = evalsha(
+            &self.scripts.lease,
+            &[key],
+            &[op, holder, &lease_ms.to_string()],
+        );
+        let (held, cur): (i64, Option<String>) =
+            self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        Ok((held == 1, cur))
+    }
+
+    /// Raises worker `worker`'s reserved millisecond to at least `ms`;
+    /// returns (reserved before, reserved now).
+    pub async fn reserve(&self, worker: u16, ms: i64) -> Result<(i64, i64), ShardError> {
+        let cmd = evalsha(
+            &self.scripts.reserve,
+            &[self.keys.worker_reserved(worker)],
+            &[ms],
+        );
+        let (before, now): (String, String) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let num = |v: String| {
+            v.parse::<i64>()
+                .map_err(|e| ShardError::BadRecord(e.to_string()))
+        };
+        Ok((num(before)?, num(now)?))
     }
 
     pub async fn ping(&self) -> Result<(), ShardError> {

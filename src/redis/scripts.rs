@@ -13,6 +13,8 @@ pub struct Scripts {
     pub claim: Script,
     pub ack: Script,
     pub cancel: Script,
+    pub lease: Script,
+    pub reserve: Script,
 }
 
 impl Default for Scripts {
@@ -23,6 +25,8 @@ impl Default for Scripts {
             claim: Script::new(include_str!("lua/claim.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
             cancel: Script::new(include_str!("lua/cancel.lua")),
+            lease: Script::new(include_str!("lua/lease.lua")),
+            reserve: Script::new(include_str!("lua/reserve.lua")),
         }
     }
 }
@@ -45,13 +49,15 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 5] {
+    fn all(&self) -> [&Script; 7] {
         [
             &self.schedule,
             &self.tick,
             &self.claim,
             &self.ack,
             &self.cancel,
+            &self.lease,
+            &self.reserve,
         ]
     }
 

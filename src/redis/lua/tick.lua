@@ -1,21 +1,31 @@
--- One scan step of a shard: move due messages to their topic's ready queue
--- and return expired in-flight messages to it.
--- Also forgets tombstones older than their retention.
+-- One scan step of a shard, run only by the shard's owner: move due
+-- messages to their topic's ready queue and return expired in-flight
+-- messages to it. Also forgets tombstones older than their retention.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
 -- KEYS[5] finished zset
 -- ARGV[1] highest due score (now_ms * 256 + 255), ARGV[2] now_ms,
--- ARGV[3] batch limit, ARGV[4] ready key prefix, ARGV[5] the caller's epoch,
--- ARGV[6] tombstones finished before this time (ms) are dropped
--- Fails with STALE_EPOCH when the shard's epoch is above the caller's.
+-- ARGV[3] batch limit, ARGV[4] ready key prefix, ARGV[5] the caller's epoch
+-- (its ownership token), ARGV[6] tombstones finished before this time (ms)
+-- are dropped, ARGV[7] ready channel, ARGV[8] the caller's node id
+-- Fencing: fails with STALE_EPOCH when the stored epoch is above the
+-- caller's; a caller's higher epoch raises the stored one, so a new owner
+-- fences the old one even after Redis lost the epoch key.
+-- When messages became ready, publishes 'NODE|topic,topic,...' on the ready
+-- channel so consumers waiting on other nodes wake.
 -- Returns { moved: {id, topic, ...}, requeued: {id, topic, attempts, ...},
 --           next due score or false, next in-flight deadline or false }
-local epoch = tonumber(redis.call('GET', KEYS[4]) or '0')
-if epoch > tonumber(ARGV[5]) then
-  return redis.error_reply('STALE_EPOCH shard epoch ' .. epoch .. ' is above ' .. ARGV[5])
+local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
+local mine = tonumber(ARGV[5])
+if stored > mine then
+  return redis.error_reply('STALE_EPOCH shard epoch ' .. stored .. ' is above ' .. ARGV[5])
+end
+if stored < mine then
+  redis.call('SET', KEYS[4], ARGV[5])
 end
 local limit = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[6])
 
+local topics = {}
 local moved = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
 if #due > 0 then
@@ -29,6 +39,7 @@ if #due > 0 then
       redis.call('ZADD', ARGV[4] .. topic, score, id)
       moved[#moved + 1] = id
       moved[#moved + 1] = topic
+      topics[topic] = true
     end
   end
   redis.call('ZREM', KEYS[1], unpack(ids))
@@ -45,9 +56,18 @@ if #expired > 0 then
       requeued[#requeued + 1] = id
       requeued[#requeued + 1] = topic
       requeued[#requeued + 1] = attempts
+      topics[topic] = true
     end
   end
   redis.call('ZREM', KEYS[3], unpack(expired))
+end
+
+if #moved > 0 or #requeued > 0 then
+  local list = {}
+  for t in pairs(topics) do
+    list[#list + 1] = t
+  end
+  redis.call('PUBLISH', ARGV[7], ARGV[8] .. '|' .. table.concat(list, ','))
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or false

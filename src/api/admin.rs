@@ -1,0 +1,83 @@
+//! The cluster's admin routes (behind the admin token when one is set):
+//! what the cluster looks like, and shard moves.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use super::{AppState, Query};
+use crate::error::ApiError;
+
+/// `GET /admin/cluster`: mode, leader, live nodes, and per shard its owner
+/// (in the assignment and in fact), epoch and counts.
+pub async fn cluster(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let view = state.cluster.view();
+    let keys = state.redis.keys();
+    let counts =
+        futures::future::join_all((0..keys.shards()).map(|s| state.redis.shard_counts(s))).await;
+    let mut shards = Vec::with_capacity(counts.len());
+    for (shard, c) in counts.into_iter().enumerate() {
+        let c = c?;
+        let scanning_here = view.owned.iter().find(|(s, _)| *s as usize == shard);
+        shards.push(json!({
+            "shard": shard,
+            "owner": view.assignment.get(shard).cloned().flatten(),
+            "scanningHere": scanning_here.is_some(),
+            "ownerEpoch": scanning_here.map(|(_, e)| *e),
+            "epoch": c.epoch,
+            "delaying": c.delaying,
+            "ready": c.ready,
+            "inFlight": c.in_flight,
+            "oldestOverdue": c.oldest_overdue,
+        }));
+    }
+    Ok(HttpResponse::Ok().json(json!({
+        "mode": view.mode,
+        "node": view.node_id,
+        "session": view.session,
+        "leader": view.leader,
+        "inGoodStanding": view.in_good_standing(),
+        "workerId": view.worker_id,
+        "nodes": view.nodes,
+        "shards": shards,
+    })))
+}
+
+/// `POST /admin/rebalance`: spread the shards evenly over the live nodes.
+/// Each moved shard is handed off gracefully: its old owner finishes its
+/// batch and lets go before the new owner raises the epoch and starts.
+pub async fn rebalance(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let assignment = state.cluster.rebalance().await?;
+    Ok(HttpResponse::Ok().json(json!({ "assignment": assignment })))
+}
+
+/// `POST /admin/shards/{shard}/move?to=NODE`.
+pub async fn move_shard(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    shard: web::Path<String>,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let shard: u32 = shard.parse().map_err(|_| {
+        ApiError::invalid("invalid_shard", format!("'{shard}' is not a shard number"))
+    })?;
+    if shard >= state.redis.keys().shards() {
+        return Err(crate::cluster::ClusterError::NoSuchShard(shard).into());
+    }
+    let to = q.get("to").filter(|t| !t.is_empty()).ok_or_else(|| {
+        ApiError::invalid(
+            "missing_to",
+            "name the node: /admin/shards/{shard}/move?to=NODE",
+        )
+    })?;
+    let assignment = state.cluster.move_shard(shard, to.clone()).await?;
+    Ok(HttpResponse::Ok().json(json!({ "assignment": assignment })))
+}
