@@ -168,3 +168,11 @@ ensure_local_redis() {
     tail -n 20 "$dir/redis.log" >&2 2>/dev/null || true
     die "redis-server started on port $port but $url does not answer PING (port taken by something else?)"
 }
+
+# -------------------------------------------------------- cluster tools ----
+
+# ZooKeeper (the cluster's coordinator) and Java: cluster/zk runs the servers.
+ensure_zookeeper() { ensure_apt_packages zookeeper; }
+
+# nginx: cluster/nginx runs it in front of the nodes.
+ensure_nginx() { ensure_apt_packages nginx; }

@@ -123,9 +123,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Router and shard actors share one arbiter thread, away from HTTP work.
     let scan = Arbiter::new();
     let (stale_tx, stale_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (r, j, w) = (redis.clone(), journal.clone(), waiters.clone());
-    let router =
-        RouterActor::start_in_arbiter(&scan.handle(), move |_| RouterActor::new(r, j, w, stale_tx));
+    let permit = cluster::Permit::default();
+    let (r, j, w, p) = (
+        redis.clone(),
+        journal.clone(),
+        waiters.clone(),
+        permit.clone(),
+    );
+    let router = RouterActor::start_in_arbiter(&scan.handle(), move |_| {
+        RouterActor::new(r, j, w, stale_tx, p)
+    });
 
     // Wake-ups from other nodes: shards to scan, topics with ready messages.
     {
@@ -176,6 +183,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 redis.clone(),
                 ids.clone(),
                 router.clone(),
+                permit.clone(),
                 handle.clone(),
                 commands,
                 stale_rx,
@@ -187,6 +195,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // One standalone node per key prefix: refuse clearly when
             // another one serves it.
             standalone::take_lease(&redis, &holder).await?;
+            permit.extend(std::time::Instant::now() + worker::VALID);
             let mut lease = RedisWorkerLease::new(
                 redis.clone(),
                 ids.clone(),
@@ -212,6 +221,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             actix::spawn(standalone::run(
                 redis.clone(),
                 router.clone(),
+                permit.clone(),
                 holder.clone(),
                 handle.clone(),
                 commands,
@@ -275,21 +285,26 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         host: host_name(),
     };
     // A worker id of the tools' range, leased in Redis: never one a
-    // running node uses.
+    // running node uses. A dry run writes nothing and needs none.
     let ids = Arc::new(IdGenerator::leased());
     let holder = worker::holder_name(&node_id);
-    let mut lease = RedisWorkerLease::new(
-        redis.clone(),
-        ids.clone(),
-        holder.clone(),
-        worker::TOOL_WORKERS,
-    );
-    let worker_id = lease.acquire().await?;
-    let keeping = actix::spawn(lease.keep());
+    let mut leased = None;
+    if !args.dry_run {
+        let mut lease = RedisWorkerLease::new(
+            redis.clone(),
+            ids.clone(),
+            holder.clone(),
+            worker::TOOL_WORKERS,
+        );
+        let worker_id = lease.acquire().await?;
+        leased = Some((worker_id, actix::spawn(lease.keep())));
+    }
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids);
     let (stale, _) = tokio::sync::mpsc::unbounded_channel();
     let (r, j) = (redis.clone(), journal.clone());
-    let router = RouterActor::create(move |_| RouterActor::new(r, j, Waiters::default(), stale));
+    let router = RouterActor::create(move |_| {
+        RouterActor::new(r, j, Waiters::default(), stale, cluster::Permit::forever())
+    });
     let restorer = Restorer {
         journal: journal.clone(),
         router,
@@ -306,8 +321,10 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         .map_err(|e| anyhow::anyhow!("{e}"));
     // The Delaying rows of what was restored, before the lease goes.
     let flushed = journal.flush().await;
-    keeping.abort();
-    RedisWorkerLease::release(&redis, &holder, worker_id).await;
+    if let Some((worker_id, keeping)) = leased {
+        keeping.abort();
+        RedisWorkerLease::release(&redis, &holder, worker_id).await;
+    }
     flushed?;
     report
 }

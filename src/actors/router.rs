@@ -13,6 +13,7 @@ use actix::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
+use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::{Journal, StatusChange};
 use crate::message::{now_ms, Message, MessageId, Status};
@@ -77,6 +78,7 @@ pub struct RouterActor {
     journal: Journal,
     waiters: Waiters,
     stale: mpsc::UnboundedSender<Stale>,
+    permit: Permit,
     /// Each shard's delay zset key, named on the Delaying flow rows.
     delay_names: Vec<std::sync::Arc<str>>,
     owned: Vec<Option<(i64, Addr<ZsetShardActor>)>>,
@@ -90,6 +92,7 @@ impl RouterActor {
         journal: Journal,
         waiters: Waiters,
         stale: mpsc::UnboundedSender<Stale>,
+        permit: Permit,
     ) -> Self {
         let shards = redis.keys().shards() as usize;
         let delay_names = (0..shards as u32)
@@ -100,6 +103,7 @@ impl RouterActor {
             journal,
             waiters,
             stale,
+            permit,
             delay_names,
             owned: vec![None; shards],
         }
@@ -199,7 +203,8 @@ impl Handler<StartShard> for RouterActor {
             self.waiters.clone(),
             self.stale.clone(),
         );
-        let actor = ZsetShardActor::new(msg.shard, msg.epoch, r, j, w, s).start();
+        let actor =
+            ZsetShardActor::new(msg.shard, msg.epoch, r, j, w, s, self.permit.clone()).start();
         *slot = Some((msg.epoch, actor));
     }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::{Journal, StatusChange};
 use crate::message::{now_ms, Status};
@@ -28,6 +29,8 @@ pub const BATCH: usize = 1_000;
 /// (another process restoring into Redis, a lost wake-up).
 const MAX_SLEEP_MS: i64 = 1_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How soon a scan without a valid permit looks again.
+const PERMIT_RETRY_MS: i64 = 20;
 
 /// A shard actor found a newer owner's epoch in Redis and stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +60,7 @@ pub struct ZsetShardActor {
     delay_key: std::sync::Arc<str>,
     epoch: i64,
     stale: mpsc::UnboundedSender<Stale>,
+    permit: Permit,
     /// Callers of Release waiting for the scan under way to finish.
     releasing: Vec<oneshot::Sender<()>>,
     /// When the pending timer fires, if one is pending.
@@ -75,6 +79,7 @@ impl ZsetShardActor {
         journal: Journal,
         waiters: Waiters,
         stale: mpsc::UnboundedSender<Stale>,
+        permit: Permit,
     ) -> Self {
         let delay_key = redis.keys().delay(shard).into();
         ZsetShardActor {
@@ -85,6 +90,7 @@ impl ZsetShardActor {
             delay_key,
             epoch,
             stale,
+            permit,
             releasing: Vec::new(),
             timer: None,
             scanning: false,
@@ -112,6 +118,12 @@ impl ZsetShardActor {
     fn scan(&mut self, ctx: &mut Context<Self>) {
         if self.scanning {
             self.rescan = true;
+            return;
+        }
+        if !self.permit.valid() {
+            // Membership not confirmed lately (ZooKeeper unreachable, or
+            // this process was paused): wait for it.
+            self.schedule_at(now_ms() + PERMIT_RETRY_MS, ctx);
             return;
         }
         self.scanning = true;

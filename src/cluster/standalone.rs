@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 
 use crate::actors::router::{OwnedShards, RouterActor, StartShard, StopShard};
 use crate::actors::shard::Stale;
-use crate::cluster::worker::{LEASE, RENEW};
-use crate::cluster::{ClusterError, ClusterHandle, Command, Session};
+use crate::cluster::worker::{LEASE, RENEW, VALID};
+use crate::cluster::{ClusterError, ClusterHandle, Command, Permit, Session};
 use crate::redis::schedule::{LeaseOp, RedisSchedule};
 
 /// How long start-up waits for another standalone node's lease to lapse
@@ -94,6 +94,7 @@ async fn stop_all(redis: &RedisSchedule, router: &Addr<RouterActor>) {
 pub async fn run(
     redis: RedisSchedule,
     router: Addr<RouterActor>,
+    permit: Permit,
     holder: String,
     handle: ClusterHandle,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -117,19 +118,33 @@ pub async fn run(
         });
         tokio::select! {
             _ = every.tick() => {
+                let sent = Instant::now();
                 let renewed = redis
                     .lease(LeaseOp::Renew, &key, &holder, LEASE.as_millis() as u64)
                     .await;
                 match renewed {
-                    Ok((true, _)) => handle.update(|v| v.session = Session::Standalone),
+                    Ok((true, _)) => {
+                        permit.extend(sent + VALID);
+                        handle.update(|v| v.session = Session::Standalone);
+                    }
                     Ok((false, other)) => {
+                        permit.revoke();
                         tracing::error!(?other, "the standalone lease was lost; stopping every scan until it is taken again");
                         handle.update(|v| v.session = Session::Disconnected);
                         stop_all(&redis, &router).await;
                         owning = false;
-                        while let Err(e) = take_lease(&redis, &holder).await {
-                            tracing::error!(error = %e, "cannot take the standalone lease back; retrying");
-                            tokio::time::sleep(RENEW).await;
+                        loop {
+                            let sent = Instant::now();
+                            match take_lease(&redis, &holder).await {
+                                Ok(()) => {
+                                    permit.extend(sent + VALID);
+                                    break;
+                                }
+                                Err(e) => {
+                                    tracing::error!(error = %e, "cannot take the standalone lease back; retrying");
+                                    tokio::time::sleep(RENEW).await;
+                                }
+                            }
                         }
                         handle.update(|v| v.session = Session::Standalone);
                     }

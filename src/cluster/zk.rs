@@ -47,7 +47,7 @@ use crate::actors::router::{RouterActor, StartShard, StopShard};
 use crate::actors::shard::Stale;
 use crate::cluster::assign::{self, Assignment, Mode};
 use crate::cluster::worker::{self, NODE_WORKERS};
-use crate::cluster::{ClusterError, ClusterHandle, Command, Member, Session};
+use crate::cluster::{ClusterError, ClusterHandle, Command, Member, Permit, Session};
 use crate::ids::IdGenerator;
 use crate::redis::schedule::RedisSchedule;
 
@@ -117,6 +117,7 @@ pub async fn start(
     redis: RedisSchedule,
     ids: Arc<IdGenerator>,
     router: Addr<RouterActor>,
+    permit: Permit,
     handle: ClusterHandle,
     commands: mpsc::UnboundedReceiver<Command>,
     stale: mpsc::UnboundedReceiver<Stale>,
@@ -128,6 +129,7 @@ pub async fn start(
         redis,
         ids,
         router,
+        permit,
         handle,
     };
     actix::spawn(node.run(commands, stale));
@@ -140,6 +142,7 @@ struct Node {
     redis: RedisSchedule,
     ids: Arc<IdGenerator>,
     router: Addr<RouterActor>,
+    permit: Permit,
     handle: ClusterHandle,
 }
 
@@ -479,6 +482,7 @@ impl Node {
             .await
         {
             Ok(Some(stat)) if stat.ephemeral_owner == st.client.session_id().0 => {
+                self.permit.extend(sent + self.valid_for());
                 if self.ids.worker() != Some(st.worker) {
                     worker::reserve_and_grant(
                         &self.redis,
@@ -759,6 +763,7 @@ impl Node {
 
     /// Disconnected: stop scanning at once; ownership is kept for now.
     async fn pause(&self, st: &mut SessionState) {
+        self.permit.revoke();
         st.paused = true;
         for &shard in st.owned.keys() {
             let _ = self.router.send(StopShard { shard }).await;
@@ -797,6 +802,7 @@ impl Node {
     }
 
     async fn stop_all(&self, st: &mut SessionState) {
+        self.permit.revoke();
         for shard in std::mem::take(&mut st.owned).into_keys() {
             let _ = self.router.send(StopShard { shard }).await;
         }

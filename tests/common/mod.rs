@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::TcpListener;
@@ -188,6 +190,18 @@ impl Journal {
             let f: i64 = message_flow::table.count().get_result(c).expect("count flow rows");
             (m, f)
         })
+    }
+
+    /// Flow rows of `status` written by `node` at or after `since` (ms).
+    pub fn flow_rows_by(&self, node: &str, status: i16, since: i64) -> i64 {
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => message_flow::table
+            .filter(message_flow::node_id.eq(node))
+            .filter(message_flow::status.eq(status))
+            .filter(message_flow::flow_time.ge(since))
+            .count()
+            .get_result(c)
+            .expect("count flow rows"))
     }
 
     /// Every message row of a topic with this bizKey.
@@ -437,14 +451,19 @@ impl Server {
                 .append(true)
                 .open(&log)
                 .unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_delayq"))
-                .arg("serve")
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_delayq"));
+            cmd.arg("serve")
                 .args(["--bind", &format!("127.0.0.1:{port}")])
                 .args(["--redis-url", &cfg.redis_url])
                 .args(["--database-url", &cfg.database_url])
-                .args(["--key-prefix", &cfg.key_prefix])
-                .args(["--shards", &SHARDS.to_string()])
-                .args(["--node-id", &format!("test-node-{generation}")])
+                .args(["--key-prefix", &cfg.key_prefix]);
+            if !cfg.extra_args.iter().any(|a| a == "--shards") {
+                cmd.args(["--shards", &SHARDS.to_string()]);
+            }
+            if !cfg.extra_args.iter().any(|a| a == "--node-id") {
+                cmd.args(["--node-id", &format!("test-node-{generation}")]);
+            }
+            let child = cmd
                 .args(&cfg.extra_args)
                 .env("RUST_LOG", "info,delayq=debug")
                 .stdin(Stdio::null())
@@ -496,6 +515,31 @@ impl Server {
                 return Err(format!("no healthy answer within {HEALTH_WAIT:?}"));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL: the process dies at once, without any clean-up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends a signal by name (STOP, CONT, ...).
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(pid.to_string())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill -{sig} {pid} failed");
         }
     }
 
