@@ -297,8 +297,10 @@ impl Node {
             tokio::select! {
                 state = states.changed() => match state {
                     zk::SessionState::Disconnected => {
+                        // Ids stay valid until the last confirmation's deadline
+                        // (a third of the session): the session cannot have
+                        // expired before then, so the worker id is still ours.
                         tracing::warn!("ZooKeeper connection lost; pausing every scan until it is back");
-                        self.ids.revoke();
                         self.pause(&mut st).await;
                         self.handle.update(|v| v.session = Session::Disconnected);
                     }

@@ -84,6 +84,11 @@ impl ZkEnsemble {
         self.run(&["start-one", &n.to_string()]);
     }
 
+    /// Starts every server that is down, and waits until all serve.
+    pub fn start_all(&self) {
+        self.run(&["start"]);
+    }
+
     pub fn pause(&self, n: usize) {
         self.run(&["pause", &n.to_string()]);
     }
