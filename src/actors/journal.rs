@@ -74,15 +74,19 @@ impl Handler<InsertMessages> for JournalActor {
         let _writing = self.writing();
         let (keys, names) = (&self.keys, &self.delay_names);
         let shard_name = |id: MessageId| names[keys.shard_of(id) as usize].clone();
-        match store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0) {
-            // Another writer committed the same live (topic, bizKey) between
-            // this batch's check and its insert: the batch rolled back; run it
-            // again and the check finds that message.
-            Err(JournalError::Database(diesel::result::Error::DatabaseError(
-                diesel::result::DatabaseErrorKind::UniqueViolation,
-                _,
-            ))) => store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0),
-            other => other,
+        // Another writer (this node's or another node's) may commit the same
+        // live (topic, bizKey) between this batch's check and its insert:
+        // the batch rolls back; run it again and the check finds that
+        // message, so only the duplicate rows change outcome.
+        let mut tries = 0;
+        loop {
+            match store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0) {
+                Err(JournalError::Database(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::UniqueViolation,
+                    _,
+                ))) if tries < 5 => tries += 1,
+                other => return other,
+            }
         }
     }
 }
