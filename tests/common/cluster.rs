@@ -180,6 +180,11 @@ impl ClusterBuilder {
         self
     }
 
+    pub fn session_ms(mut self, ms: u64) -> Self {
+        self.session_ms = ms;
+        self
+    }
+
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
         self
