@@ -59,12 +59,22 @@ pub struct Journal {
     urgent: mpsc::UnboundedSender<FlowRequest>,
 }
 
-/// Runs the embedded migrations, waiting up to `wait` for the database to answer.
+/// Runs the embedded migrations, waiting up to `wait` for the database to
+/// answer. Nodes of a cluster start together on a fresh database: when a
+/// migration fails because another node is running it (MySQL's DDL is not
+/// transactional, so a half-applied one shows as "already exists"), it is
+/// tried again until the other node has recorded it.
 pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         match JournalConn::establish(url) {
-            Ok(mut conn) => return conn.run_migrations(),
+            Ok(mut conn) => match conn.run_migrations() {
+                Err(JournalError::Migration(e)) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "journal migration failed (another node migrating?); retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                other => return other,
+            },
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, "journal database not reachable yet; retrying");
                 std::thread::sleep(Duration::from_millis(500));
