@@ -5,16 +5,21 @@
 //! A message's path, module by module:
 //!
 //! - [`api`]: actix-web routes. `POST /push` checks the message
-//!   ([`message::parse_draft`]) and gives it a Snowflake id ([`message`]).
+//!   ([`message::parse_draft`]) and gives it a Snowflake id ([`ids`]), from
+//!   a worker id this process leases ([`cluster::worker`]).
 //! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
 //!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
 //!   then is the push answered.
 //! - [`actors::router`]: the RouterActor hashes the id to a shard and writes it
 //!   into that shard's delay zset ([`redis::keys`], [`redis::scripts`]),
 //!   waking the shard's actor when the message is due before its next wake-up.
+//! - [`cluster`]: decides which node owns which shard (ZooKeeper, or
+//!   standalone) and has the router start and stop shard actors; an owner
+//!   elsewhere is woken over Redis pub/sub ([`redis::pubsub`]).
 //! - [`actors::shard`]: a ZsetShardActor per owned shard sleeps until the
-//!   earliest due time, then moves due ids to their topic's ready queue and
-//!   notifies waiting consumers ([`ready`]).
+//!   earliest due time, then moves due ids to their topic's ready queue
+//!   (fenced by the shard's epoch) and notifies waiting consumers
+//!   ([`ready`]; on other nodes through the ready channel).
 //! - [`api`] again: `GET /get/{topic}` hands ready messages out (Consuming,
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.

@@ -2,7 +2,7 @@
 //!
 //! Ownership is an event source: the membership side decides that this node
 //! owns shard `s` with epoch `e` (or no longer does), and tells the
-//! [`RouterActor`], which starts or stops that shard's `ZsetShardActor`.
+//! [`RouterActor`](crate::actors::router::RouterActor), which starts or stops that shard's `ZsetShardActor`.
 //!
 //! - [`zk`]: a cluster node. ZooKeeper registers the live nodes, elects a
 //!   leader, stores the leader's assignment, and makes shard ownership

@@ -10,7 +10,7 @@
 //! | `/owners/S` | ephemeral | shard S is scanned by the node named in its data; its creation zxid is the shard's fencing epoch |
 //! | `/workers/N` | ephemeral | Snowflake worker id N is leased by the node named in its data |
 //!
-//! One task per node runs the membership ([`run`]); a session at a time:
+//! One task per node runs the membership, a session at a time:
 //!
 //! 1. connect, make sure the paths exist, lease a worker id, register;
 //! 2. contend for leadership in the background;
