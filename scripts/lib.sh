@@ -176,3 +176,32 @@ ensure_zookeeper() { ensure_apt_packages zookeeper; }
 
 # nginx: cluster/nginx runs it in front of the nodes.
 ensure_nginx() { ensure_apt_packages nginx; }
+
+# recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
+# runs and one of its command-line arguments matches the extended regular
+# expression ERE (so a pid the kernel has since given to another program is
+# never signalled).
+recorded_pid() {
+    local file=$1 match=$2 pid
+    [ -f "$file" ] || return 1
+    pid=$(cat "$file" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -qE -- "$match" || return 1
+    echo "$pid"
+}
+
+# stop_pid PID [SECONDS]: SIGCONT + SIGTERM, then SIGKILL after SECONDS (10).
+stop_pid() {
+    local pid=$1 secs=${2:-10} i
+    kill -CONT "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < secs * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    log "pid $pid did not exit within ${secs} s of SIGTERM; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# http_ok URL: true when URL answers 2xx within 3 s.
+http_ok() { curl -fsS --noproxy '*' -m 3 -o /dev/null "$1" 2>/dev/null; }
