@@ -38,8 +38,10 @@ ensure_apt_packages() {
     done
     [ "${#missing[@]}" -eq 0 ] && return 0
     log "installing ${missing[*]}"
-    _apt_get update -q
-    _apt_get install -y -q "${missing[@]}"
+    # apt's chatter goes to stderr: scripts such as cluster/zk print their
+    # result on stdout.
+    _apt_get update -q >&2
+    _apt_get install -y -q "${missing[@]}" >&2
 }
 
 ensure_redis_binary() { ensure_apt_packages redis-server redis-tools; }
