@@ -35,6 +35,24 @@ pub enum JournalError {
     Mailbox(#[from] actix::MailboxError),
 }
 
+impl JournalError {
+    /// The database rolled this transaction back to break a deadlock (or a
+    /// serialization conflict): running it again is the cure.
+    pub fn is_deadlock(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            JournalError::Database(Error::DatabaseError(
+                DatabaseErrorKind::SerializationFailure,
+                _,
+            )) => true,
+            JournalError::Database(Error::DatabaseError(_, info)) => {
+                info.message().contains("Deadlock found")
+            }
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
     #[error("redis error: {0}")]

@@ -15,11 +15,11 @@
 //!   waking the shard's actor when the message is due before its next wake-up.
 //! - [`cluster`]: decides which node owns which shard (ZooKeeper, or
 //!   standalone) and has the router start and stop shard actors; an owner
-//!   elsewhere is woken over Redis pub/sub ([`redis::pubsub`]).
+//!   elsewhere is woken over Redis pub/sub ([`notify`]).
 //! - [`actors::shard`]: a ZsetShardActor per owned shard sleeps until the
 //!   earliest due time, then moves due ids to their topic's ready queue
 //!   (fenced by the shard's epoch) and notifies waiting consumers
-//!   ([`ready`]; on other nodes through the ready channel).
+//!   ([`notify`]; on other nodes through the ready channel).
 //! - [`api`] again: `GET /get/{topic}` hands ready messages out (Consuming,
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.
@@ -37,6 +37,6 @@ pub mod ids;
 pub mod journal;
 pub mod message;
 pub mod node;
-pub mod ready;
+pub mod notify;
 pub mod redis;
 pub mod restore;

@@ -7,17 +7,17 @@ use actix::prelude::*;
 use actix_web::{web, App, HttpServer};
 use anyhow::{bail, Context as _};
 
-use crate::actors::router::{RouterActor, Touch, WakeAll};
+use crate::actors::journal::Journal;
+use crate::actors::router::RouterActor;
 use crate::api::{self, AppState};
 use crate::cluster::worker::{self, RedisWorkerLease};
 use crate::cluster::{self, standalone, ClusterHandle, Member, View};
 use crate::config::{host_name, RedisArgs, RestoreArgs, ServeArgs};
 use crate::journal::connection::{redact, JournalUrl};
-use crate::journal::{self, Journal, NodeInfo};
+use crate::journal::{self, NodeInfo};
 use crate::message::{now_ms, IdGenerator};
-use crate::ready::Waiters;
+use crate::notify::{Notifier, Topics};
 use crate::redis::keys::Keys;
-use crate::redis::pubsub::{self, Notice};
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreReport, Restorer};
 
@@ -116,7 +116,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // No ids until a worker id is leased.
     let ids = Arc::new(IdGenerator::leased());
     let journal = Journal::start(&db_url, redis.keys().clone(), node, ids.clone());
-    let waiters = Waiters::default();
+    let waiters = Topics::default();
     let shards = redis.keys().shards();
     let holder = worker::holder_name(&node_id);
 
@@ -135,22 +135,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
 
     // Wake-ups from other nodes: shards to scan, topics with ready messages.
-    {
-        let (router, waiters) = (router.clone(), waiters.clone());
-        actix::spawn(pubsub::run(
-            args.redis.redis_url.clone(),
-            redis.keys().clone(),
-            node_id.clone(),
-            move |notice| match notice {
-                Notice::Wake { shard, at_ms } => router.do_send(Touch { shard, at_ms }),
-                Notice::Ready { topic } => waiters.notify(&topic),
-                Notice::Resubscribed => {
-                    router.do_send(WakeAll);
-                    waiters.notify_all();
-                }
-            },
-        ));
-    }
+    Notifier::new(
+        waiters.clone(),
+        router.clone().recipient(),
+        router.clone().recipient(),
+    )
+    .listen_redis(
+        args.redis.redis_url.clone(),
+        redis.keys().clone(),
+        node_id.clone(),
+    );
 
     let restorer = Restorer {
         journal: journal.clone(),
@@ -303,7 +297,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
     let (stale, _) = tokio::sync::mpsc::unbounded_channel();
     let (r, j) = (redis.clone(), journal.clone());
     let router = RouterActor::create(move |_| {
-        RouterActor::new(r, j, Waiters::default(), stale, cluster::Permit::forever())
+        RouterActor::new(r, j, Topics::default(), stale, cluster::Permit::forever())
     });
     let restorer = Restorer {
         journal: journal.clone(),

@@ -9,10 +9,10 @@ use std::time::Instant;
 use actix::Addr;
 use serde::Serialize;
 
+use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
 use crate::error::ApiError;
 use crate::journal::models::MessageRow;
-use crate::journal::Journal;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
@@ -132,7 +132,7 @@ impl Restorer {
         // The router records the restored messages Delaying.
         for outcome in added {
             match outcome {
-                Scheduled::Added => report.restored += 1,
+                Scheduled::Added { .. } => report.restored += 1,
                 Scheduled::Present => report.already_present += 1,
                 Scheduled::Finished => report.skipped_finished += 1,
             }

@@ -248,7 +248,10 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn zookeeper_blip_and_outage() {
-    let c = Cluster::builder().start().await;
+    // A blip of a third of the session: after the ensemble resumes, the
+    // clients need up to another third to notice and reconnect, and the
+    // ensemble may first elect a leader among its servers.
+    let c = Cluster::builder().session_ms(6_000).start().await;
     let owners = c
         .wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
         .await;
@@ -268,9 +271,12 @@ async fn zookeeper_blip_and_outage() {
     for n in 1..=3 {
         c.zk.pause(n);
     }
-    tokio::time::sleep(c.session() * 2 / 3).await;
+    tokio::time::sleep(c.session() / 3).await;
     for n in 1..=3 {
         c.zk.resume(n);
+    }
+    for i in 0..2 {
+        c.wait_ready(i, Duration::from_secs(20)).await;
     }
     let owners_after = c
         .wait_scanners(&[0, 1], Duration::from_secs(20), |_| true)

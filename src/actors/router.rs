@@ -12,12 +12,13 @@
 use actix::prelude::*;
 use tokio::sync::mpsc;
 
+use crate::actors::journal::Journal;
 use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
 use crate::cluster::Permit;
 use crate::error::ShardError;
-use crate::journal::{Journal, StatusChange};
+use crate::journal::StatusChange;
 use crate::message::{now_ms, Message, MessageId, Status};
-use crate::ready::Waiters;
+use crate::notify::Topics;
 use crate::redis::schedule::{CancelResult, RedisSchedule, Scheduled};
 
 /// Messages with their delivery counts.
@@ -76,7 +77,7 @@ pub struct WakeAll;
 pub struct RouterActor {
     redis: RedisSchedule,
     journal: Journal,
-    waiters: Waiters,
+    waiters: Topics,
     stale: mpsc::UnboundedSender<Stale>,
     permit: Permit,
     /// Each shard's delay zset key, named on the Delaying flow rows.
@@ -90,7 +91,7 @@ impl RouterActor {
     pub fn new(
         redis: RedisSchedule,
         journal: Journal,
-        waiters: Waiters,
+        waiters: Topics,
         stale: mpsc::UnboundedSender<Stale>,
         permit: Permit,
     ) -> Self {
@@ -136,14 +137,12 @@ impl Handler<Schedule> for RouterActor {
             .map(|res: Result<(Batch, Vec<Scheduled>), ShardError>, act, _| {
                 let (messages, added) = res?;
                 let keys = act.redis.keys();
-                let now = now_ms();
                 let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
                 let mut changes = Vec::new();
-                for ((m, _), _) in messages
-                    .iter()
-                    .zip(&added)
-                    .filter(|(_, &s)| s == Scheduled::Added)
-                {
+                for ((m, _), at) in messages.iter().zip(&added).filter_map(|(m, s)| match s {
+                    Scheduled::Added { at } => Some((m, *at)),
+                    _ => None,
+                }) {
                     let shard = keys.shard_of(m.id);
                     let slot = &mut earliest[shard as usize];
                     *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
@@ -151,7 +150,7 @@ impl Handler<Schedule> for RouterActor {
                         id: m.id,
                         status: Status::Delaying,
                         attempts: None,
-                        at: now,
+                        at,
                         shard: act.delay_names[shard as usize].clone(),
                     });
                 }

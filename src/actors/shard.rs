@@ -16,11 +16,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::actors::journal::Journal;
 use crate::cluster::Permit;
 use crate::error::ShardError;
-use crate::journal::{Journal, StatusChange};
+use crate::journal::StatusChange;
 use crate::message::{now_ms, Status};
-use crate::ready::Waiters;
+use crate::notify::Topics;
 use crate::redis::schedule::{RedisSchedule, TickResult};
 
 /// Messages moved per script call.
@@ -56,7 +57,7 @@ pub struct ZsetShardActor {
     shard: u32,
     redis: RedisSchedule,
     journal: Journal,
-    waiters: Waiters,
+    waiters: Topics,
     delay_key: std::sync::Arc<str>,
     epoch: i64,
     stale: mpsc::UnboundedSender<Stale>,
@@ -77,7 +78,7 @@ impl ZsetShardActor {
         epoch: i64,
         redis: RedisSchedule,
         journal: Journal,
-        waiters: Waiters,
+        waiters: Topics,
         stale: mpsc::UnboundedSender<Stale>,
         permit: Permit,
     ) -> Self {
@@ -188,7 +189,7 @@ impl ZsetShardActor {
 
     /// Records what a scan did and wakes the consumers of its topics.
     fn record(&mut self, t: TickResult) {
-        let now = now_ms();
+        let now = t.at;
         let mut changes = Vec::with_capacity(t.moved.len() + t.requeued.len());
         let mut topics: Vec<&str> = Vec::new();
         for (id, topic) in &t.moved {

@@ -93,7 +93,7 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
             id: c.message.id,
             status: Status::Consuming,
             attempts: Some(c.attempts),
-            at: now,
+            at: c.at,
             shard: inflight_names
                 .entry(c.shard)
                 .or_insert_with(|| keys.inflight(c.shard).into())

@@ -66,13 +66,15 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let (redis, journal) = futures::join!(state.redis.ping(), state.journal.ping());
     let show = |r: Result<(), String>| r.map_or_else(|e| e, |_| "ok".to_string());
     let view = state.cluster.view();
-    let member = view.in_good_standing();
+    // A member whose worker-id lease lapsed (not confirmed in time) takes
+    // no pushes until it is confirmed again.
+    let member = view.in_good_standing() && state.ids.worker().is_some();
     let ok = redis.is_ok() && journal.is_ok() && member;
     let body = json!({
         "redis": show(redis.map_err(|e| e.to_string())),
         "journal": show(journal.map_err(|e| e.to_string())),
         "cluster": if member { "ok".to_string() } else {
-            format!("not a member in good standing (session {:?}, worker id {:?})", view.session, view.worker_id)
+            format!("not a member in good standing (session {:?}, worker id {:?}, lease confirmed: {})", view.session, view.worker_id, state.ids.worker().is_some())
         },
         "mode": view.mode,
         "leader": view.leader,

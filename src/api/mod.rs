@@ -16,12 +16,12 @@ use std::sync::Arc;
 use actix::Addr;
 use actix_web::{error::JsonPayloadError, web, HttpRequest, HttpResponse};
 
+use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
 use crate::cluster::ClusterHandle;
 use crate::error::ApiError;
-use crate::journal::Journal;
 use crate::message::{IdGenerator, MessageId};
-use crate::ready::Waiters;
+use crate::notify::Topics;
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::Restorer;
 
@@ -30,7 +30,7 @@ pub struct AppState {
     pub journal: Journal,
     pub router: Addr<RouterActor>,
     pub redis: RedisSchedule,
-    pub waiters: Waiters,
+    pub waiters: Topics,
     pub ids: Arc<IdGenerator>,
     pub cluster: ClusterHandle,
     pub max_body: usize,

@@ -60,6 +60,12 @@ fn new_flow<'a>(id: MessageId, node: &'a NodeInfo, c: &'a StatusChange) -> NewFl
 /// Inserts messages as WaitPut with their first flow row, all in one
 /// transaction. A message whose `(topic, bizKey)` is live already, in the
 /// journal or earlier in the same batch, is not inserted.
+///
+/// Another writer (this node's or another node's) may commit the same live
+/// `(topic, bizKey)` between this batch's check and its insert. The unique
+/// index refuses it; then only the rows of that chunk are tried again, one
+/// by one, each behind a savepoint, and a refused row answers with the
+/// message that holds its bizKey: the rest of the batch is written as usual.
 pub fn insert_messages(
     conn: &mut JournalConn,
     ids: &IdGenerator,
@@ -72,18 +78,17 @@ pub fn insert_messages(
         flow_ids.push(ids.next_id()?);
     }
     with_conn!(conn, c => c.transaction(|c| {
-        let mut outcomes = Vec::with_capacity(msgs.len());
+        let mut outcomes: Vec<Option<InsertOutcome>> = Vec::with_capacity(msgs.len());
+        // (a later message, the earlier one of the same batch it repeats)
+        let mut repeats = Vec::new();
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
         let mut rows = Vec::with_capacity(msgs.len());
-        let mut changes = Vec::with_capacity(msgs.len());
+        let mut row_of = Vec::with_capacity(msgs.len());
         for (i, m) in msgs.iter().enumerate() {
             if let Some(key) = m.biz_key.as_deref() {
                 if let Some(&first) = seen.get(&(m.topic.as_str(), key)) {
-                    let first_row = match &outcomes[first] {
-                        InsertOutcome::Duplicate(row) => row.clone(),
-                        InsertOutcome::Inserted => Box::new(waiting_row(&msgs[first])),
-                    };
-                    outcomes.push(InsertOutcome::Duplicate(first_row));
+                    repeats.push((i, first));
+                    outcomes.push(None);
                     continue;
                 }
                 seen.insert((m.topic.as_str(), key), i);
@@ -94,34 +99,112 @@ pub fn insert_messages(
                     .first(c)
                     .optional()?;
                 if let Some(row) = existing {
-                    outcomes.push(InsertOutcome::Duplicate(Box::new(row)));
+                    outcomes.push(Some(InsertOutcome::Duplicate(Box::new(row))));
                     continue;
                 }
             }
             rows.push(NewMessage::waiting(m));
-            changes.push(StatusChange {
-                id: m.id,
-                status: Status::WaitPut,
-                attempts: None,
-                at: m.create_time,
-                shard: shard_names(m.id),
-            });
-            outcomes.push(InsertOutcome::Inserted);
+            row_of.push(i);
+            outcomes.push(Some(InsertOutcome::Inserted));
         }
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            diesel::insert_into(message::table).values(chunk).execute(c)?;
+        for (chunk, msg_of) in rows.chunks(INSERT_CHUNK).zip(row_of.chunks(INSERT_CHUNK)) {
+            match c.transaction(|c| diesel::insert_into(message::table).values(chunk).execute(c)) {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => {
+                    for (row, &i) in chunk.iter().zip(msg_of) {
+                        match c.transaction(|c| diesel::insert_into(message::table).values(row).execute(c)) {
+                            Ok(_) => {}
+                            Err(e) if is_unique_violation(&e) => {
+                                let m = &msgs[i];
+                                let key = m.biz_key.as_deref().unwrap_or_default();
+                                match live_holder(c, &m.topic, key)? {
+                                    Some(holder) => outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder))),
+                                    None => return Err(e),
+                                }
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let flows: Vec<NewFlow> = changes
+        for (i, first) in repeats {
+            let row = match &outcomes[first] {
+                Some(InsertOutcome::Duplicate(row)) => row.clone(),
+                _ => Box::new(waiting_row(&msgs[first])),
+            };
+            outcomes[i] = Some(InsertOutcome::Duplicate(row));
+        }
+        let changes: Vec<(StatusChange, MessageId)> = msgs
             .iter()
+            .zip(&outcomes)
             .zip(&flow_ids)
-            .map(|(ch, id)| new_flow(*id, node, ch))
+            .filter(|((_, o), _)| matches!(o, Some(InsertOutcome::Inserted)))
+            .map(|((m, _), id)| {
+                let change = StatusChange {
+                    id: m.id,
+                    status: Status::WaitPut,
+                    attempts: None,
+                    at: m.create_time,
+                    shard: shard_names(m.id),
+                };
+                (change, *id)
+            })
             .collect();
+        let flows: Vec<NewFlow> = changes.iter().map(|(ch, id)| new_flow(*id, node, ch)).collect();
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
-        Ok::<_, diesel::result::Error>(outcomes)
+        Ok::<_, diesel::result::Error>(outcomes.into_iter().map(|o| o.expect("every message has an outcome")).collect())
     }))
     .map_err(JournalError::from)
+}
+
+fn is_unique_violation(e: &diesel::result::Error) -> bool {
+    matches!(
+        e,
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, _)
+    )
+}
+
+/// The live message holding `(topic, bizKey)`, as last committed. On MySQL
+/// a plain read inside a transaction sees the snapshot taken at its first
+/// read, from before the other writer committed; a locking read sees the
+/// commit. SQLite has one writer at a time, so a plain read sees it.
+trait LiveHolder {
+    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>>;
+}
+
+impl LiveHolder for diesel::mysql::MysqlConnection {
+    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
+        message::table
+            .filter(message::topic.eq(topic))
+            .filter(message::live_biz_key.eq(key))
+            .select(MessageRow::as_select())
+            .for_update()
+            .first(self)
+            .optional()
+    }
+}
+
+impl LiveHolder for diesel::sqlite::SqliteConnection {
+    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
+        message::table
+            .filter(message::topic.eq(topic))
+            .filter(message::live_biz_key.eq(key))
+            .select(MessageRow::as_select())
+            .first(self)
+            .optional()
+    }
+}
+
+fn live_holder<C: LiveHolder>(
+    c: &mut C,
+    topic: &str,
+    key: &str,
+) -> QueryResult<Option<MessageRow>> {
+    c.live_holder(topic, key)
 }
 
 fn waiting_row(m: &Message) -> MessageRow {

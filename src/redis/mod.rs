@@ -2,7 +2,6 @@
 //! the atomic steps as Lua ([`scripts`]), and the connection.
 
 pub mod keys;
-pub mod pubsub;
 pub mod record;
 pub mod schedule;
 pub mod scripts;

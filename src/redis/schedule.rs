@@ -53,7 +53,8 @@ pub enum LeaseOp {
 /// What scheduling did with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheduled {
-    Added,
+    /// Added to its delay zset; `at` is when (Redis's clock, ms).
+    Added { at: i64 },
     /// Redis holds it already (scheduled, ready or in flight).
     Present,
     /// It was acked or cancelled lately (a tombstone); left out.
@@ -71,12 +72,19 @@ pub struct TickResult {
     pub next_due: Option<i64>,
     /// Earliest ack deadline (ms) still running.
     pub next_deadline: Option<i64>,
+    /// When the scan ran, by Redis's clock (ms): the time its moves are
+    /// recorded with. Every script that changes a message's status runs on
+    /// the shard's Redis, one at a time, so stamps from its clock follow the
+    /// order the changes happened, whichever node made them.
+    pub at: i64,
 }
 
 /// A message handed to a consumer.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub shard: u32,
+    /// When it was handed out, by Redis's clock (ms).
+    pub at: i64,
     pub attempts: i32,
     pub message: Message,
 }
@@ -180,10 +188,11 @@ impl RedisSchedule {
         }
         let replies: Vec<Vec<i64>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut outcome = vec![Scheduled::Present; messages.len()];
-        for ((_, idx), flags) in by_shard.iter().zip(replies) {
+        for ((_, idx), mut flags) in by_shard.iter().zip(replies) {
+            let at = flags.pop().unwrap_or_else(now_ms);
             for (&i, flag) in idx.iter().zip(flags) {
                 outcome[i] = match flag {
-                    1 => Scheduled::Added,
+                    1 => Scheduled::Added { at },
                     2 => Scheduled::Finished,
                     _ => Scheduled::Present,
                 };
@@ -282,7 +291,7 @@ impl RedisSchedule {
             other => other?,
         };
         let parts = ids_and_topics(&reply);
-        if parts.len() != 4 {
+        if parts.len() != 5 {
             return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
         }
         let mut out = TickResult::default();
@@ -296,6 +305,7 @@ impl RedisSchedule {
         }
         out.next_due = opt_score(&parts[2]).map(due_of_score);
         out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
+        out.at = opt_score(&parts[4]).map_or(now_ms, |s| s as i64);
         Ok(out)
     }
 
@@ -343,13 +353,19 @@ impl RedisSchedule {
                 &[now_ms, n as i64],
             ));
         }
-        let replies: Vec<Vec<String>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut replies: Vec<Vec<String>> =
+            self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = Vec::new();
-        for (&shard, records) in per_shard.keys().zip(&replies) {
-            for rec in records {
+        for (&shard, records) in per_shard.keys().zip(&mut replies) {
+            let at = records
+                .pop()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(now_ms);
+            for rec in records.iter() {
                 let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
                 out.push(Claimed {
                     shard,
+                    at,
                     attempts,
                     message,
                 });

@@ -399,6 +399,24 @@ impl Cluster {
     }
 
     /// `GET /admin/cluster` of node `i`.
+    /// Waits until `GET /ready` of node `i` answers 200 (a member in good
+    /// standing, with a worker id).
+    pub async fn wait_ready(&self, i: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(r) = self.http.get(self.url(i, "/ready")).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {i} not ready within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn admin(&self, i: usize) -> Value {
         self.get(i, "/admin/cluster").await.assert_ok().clone()
     }

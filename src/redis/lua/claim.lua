@@ -4,7 +4,8 @@
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl.
--- Returns the claimed records, attempts already raised, in queue order.
+-- Returns the claimed records, attempts already raised, in queue order,
+-- then the time the script ran (Redis's clock, ms).
 local now = tonumber(ARGV[1])
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[2]))
 local out = {}
@@ -19,4 +20,7 @@ for i = 1, #popped, 2 do
     out[#out + 1] = rec
   end
 end
+local t = redis.call('TIME')
+local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+out[#out + 1] = tostring(ran_at)
 return out

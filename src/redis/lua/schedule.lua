@@ -8,7 +8,8 @@
 -- When an added message is due before everything the shard held, its due
 -- time (ms) is published on the wake channel: the owner, on whichever node,
 -- sleeps until the earliest due time and must wake earlier.
--- Returns one flag per message: 1 added, 0 already present, 2 finished.
+-- Returns one flag per message: 1 added, 0 already present, 2 finished,
+-- then the time the script ran (Redis's clock, ms).
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
 head = head and tonumber(head)
 local earliest = nil
@@ -31,4 +32,7 @@ end
 if earliest and (not head or earliest < head) then
   redis.call('PUBLISH', ARGV[1], string.format('%d', math.floor(earliest / 256)))
 end
+local t = redis.call('TIME')
+local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+out[#out + 1] = ran_at
 return out

@@ -13,7 +13,8 @@
 -- When messages became ready, publishes 'NODE|topic,topic,...' on the ready
 -- channel so consumers waiting on other nodes wake.
 -- Returns { moved: {id, topic, ...}, requeued: {id, topic, attempts, ...},
---           next due score or false, next in-flight deadline or false }
+--           next due score or false, next in-flight deadline or false,
+--           the time the script ran (Redis's clock, ms) }
 local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
 local mine = tonumber(ARGV[5])
 if stored > mine then
@@ -72,4 +73,6 @@ end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or false
 local next_inflight = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2] or false
-return { moved, requeued, next_due, next_inflight }
+local t = redis.call('TIME')
+local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return { moved, requeued, next_due, next_inflight, ran_at }

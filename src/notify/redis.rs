@@ -1,31 +1,17 @@
-//! Wake-ups across nodes, over Redis pub/sub.
+//! The Redis way in: notices other nodes' scripts publish.
 //!
 //! A node subscribes to every shard's wake channel and to the ready channel
 //! of its key prefix (see [`crate::redis::keys`]); the scripts publish on
 //! them (schedule.lua when a message is due before everything its shard
-//! held, tick.lua when messages became ready). Pub/sub loses what is sent
-//! while a subscriber is disconnected: after every (re)subscription the
-//! subscriber reports [`Notice::Resubscribed`], and its owner wakes every
-//! shard and every waiting consumer once, so nothing waits for more than
-//! the safety nets (a shard sleeps at most 1 s, a long poll re-checks every
-//! second).
+//! held, tick.lua when messages became ready). After every (re)subscription
+//! the subscriber reports [`Notice::Resubscribed`].
 
 use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::Notice;
 use crate::redis::keys::Keys;
-
-/// What arrived on a channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
-    /// Shard `shard` holds a message due at `at_ms`.
-    Wake { shard: u32, at_ms: i64 },
-    /// Messages of `topic` became ready (on another node).
-    Ready { topic: String },
-    /// The subscription was (re)established: anything may have been missed.
-    Resubscribed,
-}
 
 /// Parses one channel message; `None` for one of this node's own ready
 /// notices (it woke its consumers directly) or anything malformed.
@@ -52,7 +38,7 @@ pub fn parse(keys: &Keys, node: &str, channel: &str, payload: &str) -> Vec<Notic
         .and_then(|s| s.parse::<u32>().ok())
         .filter(|s| *s < keys.shards());
     match (shard, payload.parse::<i64>()) {
-        (Some(shard), Ok(at_ms)) => vec![Notice::Wake { shard, at_ms }],
+        (Some(shard), Ok(at_ms)) => vec![Notice::Due { shard, at_ms }],
         _ => Vec::new(),
     }
 }
@@ -102,7 +88,7 @@ mod tests {
         let k = Keys::new("dq", 8);
         assert_eq!(
             parse(&k, "n1", "{dq:3}:wake", "1700000000123"),
-            vec![Notice::Wake {
+            vec![Notice::Due {
                 shard: 3,
                 at_ms: 1_700_000_000_123
             }]
