@@ -74,6 +74,16 @@ struct Cli {
     #[arg(long, default_value = "http://127.0.0.1:7070")]
     url: String,
 
+    /// Where pushes (and cancels) go, when not to --url: in a cluster, a
+    /// node that does not scan the shards, to measure wake-ups across nodes.
+    #[arg(long)]
+    push_url: Option<String>,
+
+    /// Where consumers poll and ack, when not at --url; repeat it to spread
+    /// the consumers over several nodes (round robin).
+    #[arg(long)]
+    consume_url: Vec<String>,
+
     /// Prefix of the per-scenario topics.
     #[arg(long, default_value = "bench")]
     topic_prefix: String,
@@ -184,7 +194,11 @@ async fn main() -> ExitCode {
 
 /// Runs the selected scenarios; returns whether all of them succeeded.
 async fn run(cli: &Cli) -> Result<bool> {
-    let api = Api::new(&cli.url)?;
+    let api = Api::new(
+        cli.push_url.as_deref().unwrap_or(&cli.url),
+        &cli.consume_url,
+        &cli.url,
+    )?;
     let scenarios = if cli.scenarios.is_empty() {
         Scenario::ALL.to_vec()
     } else {
@@ -803,7 +817,7 @@ impl Consumers {
             ack_errors: AtomicU64::new(0),
         });
         let tasks = (0..count)
-            .map(|_| tokio::spawn(consume(Arc::clone(&state))))
+            .map(|i| tokio::spawn(consume(Arc::clone(&state), i)))
             .collect();
         Self { state, tasks }
     }
@@ -873,9 +887,9 @@ impl Drop for Consumers {
 
 /// One consumer: long-polls until told to stop, records every receipt, hands each message
 /// to a bounded pool of ack tasks.
-async fn consume(state: Arc<ConsumerState>) {
+async fn consume(state: Arc<ConsumerState>, consumer: usize) {
     while !state.stop.load(Ordering::Relaxed) {
-        match state.api.poll(&state.topic).await {
+        match state.api.poll(&state.topic, consumer).await {
             Ok((received_ms, messages)) => {
                 state.record(received_ms, &messages);
                 if !state.ack {
@@ -887,7 +901,7 @@ async fn consume(state: Arc<ConsumerState>) {
                     };
                     let state = Arc::clone(&state);
                     tokio::spawn(async move {
-                        if let Err(err) = state.api.ack(&message.id).await {
+                        if let Err(err) = state.api.ack(&message.id, consumer).await {
                             if state.ack_errors.fetch_add(1, Ordering::Relaxed) < 5 {
                                 eprintln!("  ack {}: {err:#}", message.id);
                             }
@@ -935,19 +949,28 @@ struct DeleteResponse {
 struct Api {
     client: reqwest::Client,
     base: Arc<str>,
+    /// Where consumer `i` polls and acks: `consumers[i % len]`.
+    consumers: Arc<[Arc<str>]>,
 }
 
 impl Api {
-    fn new(base: &str) -> Result<Self> {
+    fn new(base: &str, consumers: &[String], default: &str) -> Result<Self> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(1_024)
             .connect_timeout(Duration::from_secs(5))
             .timeout(REQUEST_TIMEOUT)
             .build()
             .context("building the HTTP client")?;
+        let trim = |u: &str| -> Arc<str> { u.trim_end_matches('/').into() };
+        let consumers: Vec<Arc<str>> = if consumers.is_empty() {
+            vec![trim(default)]
+        } else {
+            consumers.iter().map(|u| trim(u)).collect()
+        };
         Ok(Self {
             client,
-            base: base.trim_end_matches('/').into(),
+            base: trim(base),
+            consumers: consumers.into(),
         })
     }
 
@@ -972,10 +995,10 @@ impl Api {
 
     /// One long poll; returns the receive time (epoch ms, taken when the response arrived)
     /// and the messages.
-    async fn poll(&self, topic: &str) -> Result<(f64, Vec<PolledMessage>)> {
+    async fn poll(&self, topic: &str, consumer: usize) -> Result<(f64, Vec<PolledMessage>)> {
         let url = format!(
             "{}/get/{topic}?timeout={LONG_POLL_SECS}&count={POLL_COUNT}",
-            self.base
+            self.consumer_base(consumer)
         );
         let response = self
             .client
@@ -989,8 +1012,12 @@ impl Api {
         Ok((received_ms, messages))
     }
 
-    async fn ack(&self, id: &str) -> Result<()> {
-        let url = format!("{}/ack/{id}", self.base);
+    fn consumer_base(&self, consumer: usize) -> &str {
+        &self.consumers[consumer % self.consumers.len()]
+    }
+
+    async fn ack(&self, id: &str, consumer: usize) -> Result<()> {
+        let url = format!("{}/ack/{id}", self.consumer_base(consumer));
         let response = self
             .client
             .post(&url)
