@@ -647,6 +647,71 @@ async fn concurrent_biz_key_pushes_to_two_nodes_get_one_id() {
         assert_eq!(ids.len(), 1, "one bizKey got several ids: {ids:?}");
         assert_eq!(c.journal.rows_by_biz_key(&topic, &key).len(), 1);
     }
+    // Batches racing on some of their bizKeys: the shared keys get one id
+    // each, and every other message of those batches is written as usual
+    // (only the refused rows are settled again, not the whole batch).
+    for round in 0..4 {
+        let topic = format!("bb{}", random_hex(6));
+        let mut pushes = Vec::new();
+        for b in 0..6 {
+            let messages: Vec<Value> = (0..100)
+                .map(|k| json!({"topic": topic, "bizKey": format!("shared-{k}"), "body": "s", "delay": 60_000}))
+                .chain((0..100).map(|k| json!({"topic": topic, "bizKey": format!("own-{b}-{k}"), "body": "o", "delay": 60_000})))
+                .collect();
+            let (http, url) = (c.http.clone(), c.url(b % 2, "/push/batch"));
+            pushes.push(tokio::spawn(async move {
+                let r = http
+                    .post(url)
+                    .json(&json!({ "messages": messages }))
+                    .send()
+                    .await
+                    .unwrap();
+                (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            }));
+        }
+        let mut shared: Vec<BTreeSet<String>> = vec![BTreeSet::new(); 100];
+        let mut own = BTreeSet::new();
+        for p in pushes {
+            let (status, body) = p.await.unwrap();
+            assert_eq!(status, 200, "round {round}: {body}");
+            let ids: Vec<String> = body["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(ids.len(), 200);
+            for k in 0..100 {
+                shared[k].insert(ids[k].clone());
+            }
+            own.extend(ids[100..].iter().cloned());
+        }
+        for (k, ids) in shared.iter().enumerate() {
+            assert_eq!(ids.len(), 1, "shared-{k} got several ids: {ids:?}");
+            assert_eq!(
+                c.journal
+                    .rows_by_biz_key(&topic, &format!("shared-{k}"))
+                    .len(),
+                1
+            );
+        }
+        assert_eq!(own.len(), 600, "every other message has its own id");
+        assert!(own.iter().all(|id| !shared.iter().any(|s| s.contains(id))));
+    }
+
+    let settled: usize = std::fs::read_dir(c.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .matches("another writer took this bizKey")
+                .count()
+        })
+        .sum();
+    eprintln!("rows settled one by one after a bizKey race: {settled}");
+
     // Wait for a message due soon to come out, to show nothing is stuck.
     let id = c
         .push(0, json!({"topic": "bk-end", "body": "e", "delay": 100}))

@@ -118,7 +118,10 @@ pub fn insert_messages(
                                 let m = &msgs[i];
                                 let key = m.biz_key.as_deref().unwrap_or_default();
                                 match live_holder(c, &m.topic, key)? {
-                                    Some(holder) => outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder))),
+                                    Some(holder) => {
+                                        tracing::info!(topic = %m.topic, biz_key = key, id = holder.id, "another writer took this bizKey meanwhile; answered with its message");
+                                        outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder)));
+                                    }
                                     None => return Err(e),
                                 }
                             }

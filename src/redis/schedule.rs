@@ -357,10 +357,7 @@ impl RedisSchedule {
             self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = Vec::new();
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
-            let at = records
-                .pop()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(now_ms);
+            let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
             for rec in records.iter() {
                 let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
                 out.push(Claimed {
