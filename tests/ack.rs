@@ -1,5 +1,7 @@
 //! Ack deadlines: an unacked message is delivered again after its ttl; an
 //! ack ends its life (idempotently); a message not yet delivered cannot be acked.
+//! Batch acks (`POST /ack`) and ack-then-poll (`POST /get/{topic}`) answer a
+//! result per id in one journal commit.
 
 #[macro_use]
 mod common;
@@ -10,7 +12,10 @@ use serde_json::json;
 backend_tests!(
     unacked_message_is_redelivered_after_ttl,
     ack_before_delivery_is_a_conflict,
-    late_ack_ends_the_message
+    late_ack_ends_the_message,
+    batch_ack_answers_per_id,
+    ack_and_poll_in_one_round_trip,
+    bad_batch_acks_change_nothing
 );
 
 async fn unacked_message_is_redelivered_after_ttl(b: Backend) {
@@ -78,4 +83,139 @@ async fn late_ack_ends_the_message(b: Backend) {
     assert_eq!(r.assert_ok(), &json!({"id": id, "status": "Consumed"}));
     env.assert_nothing("late", 1).await;
     assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
+}
+
+async fn batch_ack_answers_per_id(b: Backend) {
+    let env = Env::start(b).await;
+    let ids = env
+        .push_batch((0..5).map(|i| json!({"topic": "ba", "body": i.to_string()})).collect())
+        .await;
+    let waiting = env
+        .push(json!({"topic": "ba-later", "body": "x", "delay": 60_000}))
+        .await;
+    let got = env
+        .collect("ba", 5, std::time::Duration::from_secs(5))
+        .await;
+    assert_eq!(got.len(), 5);
+    // Three of the five, one not delivered yet, one unknown id.
+    let r = env
+        .post_json(
+            "/ack",
+            &json!({"ids": [ids[0], ids[1], ids[2], waiting, "12345"]}),
+        )
+        .await;
+    let body = r.assert_ok();
+    assert_eq!(body["acked"], 3);
+    let results = body["results"].as_array().unwrap();
+    let result_of = |i: usize| results[i]["result"].as_str().unwrap().to_string();
+    assert_eq!(
+        (0..5).map(result_of).collect::<Vec<_>>(),
+        [
+            "consumed",
+            "consumed",
+            "consumed",
+            "not_in_flight",
+            "not_found"
+        ]
+    );
+    assert_eq!(results[3]["id"], waiting.as_str());
+    for id in &ids[..3] {
+        assert_eq!(env.journal.row(id).unwrap().status, status::CONSUMED);
+    }
+    for id in &ids[3..] {
+        assert_eq!(env.journal.row(id).unwrap().status, status::CONSUMING);
+    }
+    assert!(env.journal.row(&waiting).unwrap().status < status::CONSUMING);
+    // Acking again is harmless; numbers are accepted as ids too.
+    let again = env
+        .post_json(
+            "/ack",
+            &json!({"ids": [ids[0], ids[3].parse::<u64>().unwrap()]}),
+        )
+        .await;
+    assert_eq!(again.assert_ok()["acked"], 2);
+    assert_eq!(env.journal.row(&ids[3]).unwrap().status, status::CONSUMED);
+}
+
+async fn ack_and_poll_in_one_round_trip(b: Backend) {
+    let env = Env::start(b).await;
+    let first = env
+        .push_batch((0..3).map(|i| json!({"topic": "ap", "body": i.to_string()})).collect())
+        .await;
+    // No acks yet: a plain poll, by POST.
+    let r = env
+        .post_json("/get/ap", &json!({"count": 10, "timeout": 5}))
+        .await;
+    let body = r.assert_ok().clone();
+    assert_eq!(body["messages"].as_array().unwrap().len(), 3);
+    assert_eq!(body["results"], json!([]));
+    let got: Vec<String> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, first);
+    // Ack those and wait for the next batch in the same request.
+    let second = env
+        .push(json!({"topic": "ap", "body": "next", "delay": 300}))
+        .await;
+    let r = env
+        .post_json("/get/ap", &json!({"ack": got, "count": 10, "timeout": 5}))
+        .await;
+    let body = r.assert_ok();
+    assert_eq!(body["acked"], 3);
+    assert_eq!(body["messages"][0]["id"], second.as_str());
+    assert_eq!(body["messages"][0]["status"], "Consuming");
+    for id in &first {
+        assert_eq!(env.journal.row(id).unwrap().status, status::CONSUMED);
+    }
+    // The last batch is acked on its own; nothing is left.
+    let r = env.post_json("/ack", &json!({"ids": [second]})).await;
+    assert_eq!(r.assert_ok()["acked"], 1);
+    let r = env
+        .post_json("/get/ap", &json!({"count": 10, "timeout": 0}))
+        .await;
+    assert_eq!(r.assert_ok()["messages"], json!([]));
+}
+
+async fn bad_batch_acks_change_nothing(b: Backend) {
+    let env = Env::start(b).await;
+    let id = env.push(json!({"topic": "bb", "body": "x"})).await;
+    assert_eq!(env.receive_one("bb").await.id(), id);
+    let too_many: Vec<String> = (0..101).map(|i| (1000 + i).to_string()).collect();
+    for (path, body, code) in [
+        ("/ack", json!({}), "invalid_ids"),
+        ("/ack", json!({"ids": []}), "invalid_ids"),
+        ("/ack", json!({"ids": "x"}), "invalid_ids"),
+        ("/ack", json!({"ids": too_many}), "invalid_ids"),
+        ("/ack", json!({"ids": [id, "nope"]}), "invalid_id"),
+        ("/ack", json!({"ids": [id, id]}), "invalid_ids"),
+        ("/ack", json!({"ids": [id, {"a": 1}]}), "invalid_ids"),
+        ("/ack", json!({"ids": [id], "extra": 1}), "unknown_field"),
+        ("/ack", json!([id]), "invalid_body"),
+        (
+            "/get/bb",
+            json!({"ack": [id], "count": 0}),
+            "invalid_parameter",
+        ),
+        (
+            "/get/bb",
+            json!({"ack": [id], "timeout": 301}),
+            "invalid_parameter",
+        ),
+        (
+            "/get/bb",
+            json!({"ack": [id], "count": "5"}),
+            "invalid_parameter",
+        ),
+        ("/get/b%20b", json!({"ack": [id]}), "invalid_topic"),
+        ("/get/bb", json!({"ack": [id], "wait": 1}), "unknown_field"),
+    ] {
+        env.post_json(path, &body).await.assert_error(400, code);
+    }
+    // Still in flight: none of those acked it.
+    assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMING);
+    let r = env.post_json("/ack", &json!({"ids": [id]})).await;
+    assert_eq!(r.assert_ok()["acked"], 1);
 }

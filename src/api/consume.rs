@@ -10,7 +10,7 @@ use super::{int_param, parse_id, AppState, Query};
 use crate::actors::router::Touch;
 use crate::error::ApiError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, valid_topic, MessageView, Status};
+use crate::message::{now_ms, valid_topic, MessageId, MessageView, Status};
 use crate::redis::schedule::{AckResult, Claimed};
 
 pub const MAX_COUNT: u64 = 100;
@@ -27,32 +27,48 @@ pub async fn get(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     let topic = topic.into_inner();
-    if !valid_topic(&topic) {
-        return Err(ApiError::invalid(
-            "invalid_topic",
-            "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
-        ));
-    }
+    check_topic(&topic)?;
     let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-    let notify = state.waiters.topic(&topic);
+    let messages = poll(&state, &topic, count, timeout).await?;
+    Ok(HttpResponse::Ok().json(json!({ "messages": messages })))
+}
+
+fn check_topic(topic: &str) -> Result<(), ApiError> {
+    if valid_topic(topic) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "invalid_topic",
+            "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+        ))
+    }
+}
+
+/// Waits up to `timeout_s` for ready messages of `topic` and hands out up
+/// to `count` of them; an empty list when none came.
+async fn poll(
+    state: &AppState,
+    topic: &str,
+    count: usize,
+    timeout_s: u64,
+) -> Result<serde_json::Value, ApiError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+    let notify = state.waiters.topic(topic);
     loop {
         // Listen before looking, so a message made ready in between wakes us.
         let woken = notify.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let claimed = claim(&state, &topic, count).await?;
+        let claimed = claim(state, topic, count).await?;
         if !claimed.is_empty() {
-            return Ok(deliver(&state, claimed));
+            return Ok(deliver(state, claimed));
         }
         let recheck = (tokio::time::Instant::now() + RECHECK).min(deadline);
         tokio::select! {
             _ = woken => {}
             _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                return Ok(HttpResponse::Ok().json(json!({ "messages": [] })));
-            }
+            _ = tokio::time::sleep_until(deadline) => return Ok(json!([])),
         }
     }
 }
@@ -78,7 +94,7 @@ async fn claim(state: &AppState, topic: &str, count: usize) -> Result<Vec<Claime
     Ok(Vec::new())
 }
 
-fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
+fn deliver(state: &AppState, claimed: Vec<Claimed>) -> serde_json::Value {
     let now = now_ms();
     let keys = state.redis.keys();
     let mut changes = Vec::with_capacity(claimed.len());
@@ -109,7 +125,78 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> HttpResponse {
         state.router.do_send(Touch { shard, at_ms });
     }
     state.journal.record(changes);
-    HttpResponse::Ok().json(json!({ "messages": views }))
+    json!(views)
+}
+
+/// What acking one id did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckOutcome {
+    /// Consumed now, or before (acking twice is harmless).
+    Consumed,
+    /// Not handed out: scheduled, ready for its first delivery, or ended
+    /// some other way (the status says which).
+    NotInFlight(Option<Status>),
+    NotFound,
+}
+
+impl AckOutcome {
+    fn to_json(self, id: MessageId) -> serde_json::Value {
+        match self {
+            AckOutcome::Consumed => json!({ "id": id, "result": "consumed" }),
+            AckOutcome::NotInFlight(status) => json!({
+                "id": id,
+                "result": "not_in_flight",
+                "status": status,
+            }),
+            AckOutcome::NotFound => json!({ "id": id, "result": "not_found" }),
+        }
+    }
+}
+
+/// Acks messages: one script call per shard and one journal commit for the
+/// whole call. Answers once every consumed message is durable; on an error
+/// nothing is lost: Redis may have let go of some of them, and acking them
+/// again finds them Consuming in the journal and completes the ack.
+async fn ack_ids(state: &AppState, ids: &[MessageId]) -> Result<Vec<AckOutcome>, ApiError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let results = state.redis.ack_many(ids).await?;
+    let keys = state.redis.keys();
+    let now = now_ms();
+    let mut outcomes = Vec::with_capacity(ids.len());
+    let mut changes = Vec::new();
+    let mut end = |id: MessageId, attempts: i32| {
+        changes.push(StatusChange {
+            id,
+            status: Status::Consumed,
+            attempts: Some(attempts),
+            at: now,
+            shard: keys.inflight(keys.shard_of(id)).into(),
+        });
+        AckOutcome::Consumed
+    };
+    for (&id, result) in ids.iter().zip(results) {
+        outcomes.push(match result {
+            AckResult::Acked { attempts } => end(id, attempts),
+            AckResult::NotInFlight => AckOutcome::NotInFlight(None),
+            // Redis does not hold it: the journal knows how its life went.
+            AckResult::Absent => match state.journal.find(id).await? {
+                None => AckOutcome::NotFound,
+                Some((row, _)) => match row.status() {
+                    Status::Consumed => AckOutcome::Consumed,
+                    // Handed out, and Redis no longer holds it: an earlier
+                    // ack got as far as Redis but was answered 503 before the
+                    // journal committed (or Redis lost its data). The
+                    // consumer is done with it.
+                    Status::Consuming => end(id, row.attempts),
+                    other => AckOutcome::NotInFlight(Some(other)),
+                },
+            },
+        });
+    }
+    state.journal.record_durable(changes).await?;
+    Ok(outcomes)
 }
 
 /// `POST /ack/{id}`: the message is consumed.
@@ -118,41 +205,168 @@ pub async fn ack(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    match state.redis.ack(id).await? {
-        AckResult::Acked { attempts } => {
-            state
-                .record_end(id, Status::Consumed, attempts, |k, s| k.inflight(s))
-                .await?;
+    match ack_ids(&state, &[id]).await?[0] {
+        AckOutcome::Consumed => {
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }
-        AckResult::NotInFlight => Err(ApiError::Conflict {
+        AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: "not_in_flight",
             message: format!(
                 "message {id} has not been delivered yet; only a delivered message can be acked"
             ),
         }),
-        AckResult::Absent => match state.journal.find(id).await? {
-            None => Err(ApiError::NotFound {
-                code: "not_found",
-                message: format!("no message {id}"),
-            }),
-            // Acking twice is harmless.
-            Some((row, _)) if row.status() == Status::Consumed => {
-                Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
+        AckOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
+            code: "not_in_flight",
+            message: format!("message {id} is {status} and cannot be acked"),
+        }),
+        AckOutcome::NotFound => Err(ApiError::NotFound {
+            code: "not_found",
+            message: format!("no message {id}"),
+        }),
+    }
+}
+
+/// The ids of a batch request: 1 to [`MAX_COUNT`] of them (0 allowed where
+/// `allow_empty`), each a valid message id, no repeats.
+fn batch_ids(
+    field: &str,
+    value: Option<&serde_json::Value>,
+    allow_empty: bool,
+) -> Result<Vec<MessageId>, ApiError> {
+    let Some(value) = value else {
+        return if allow_empty {
+            Ok(Vec::new())
+        } else {
+            Err(ApiError::invalid(
+                "invalid_ids",
+                format!("{field} is required: a list of 1 to {MAX_COUNT} message ids"),
+            ))
+        };
+    };
+    let Some(list) = value.as_array() else {
+        return Err(ApiError::invalid(
+            "invalid_ids",
+            format!("{field} must be a list of message ids"),
+        ));
+    };
+    if list.len() as u64 > MAX_COUNT || (list.is_empty() && !allow_empty) {
+        return Err(ApiError::invalid(
+            "invalid_ids",
+            format!(
+                "{field} must hold 1 to {MAX_COUNT} message ids, not {}",
+                list.len()
+            ),
+        ));
+    }
+    let mut ids = Vec::with_capacity(list.len());
+    for v in list {
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            other => {
+                return Err(ApiError::invalid(
+                    "invalid_ids",
+                    format!("{field} holds {other}, which is not a message id"),
+                ))
             }
-            // Handed out, and Redis no longer holds it: an earlier ack got as
-            // far as Redis but was answered 503 before the journal committed
-            // (or Redis lost its data). The consumer is done with it.
-            Some((row, _)) if row.status() == Status::Consuming => {
-                state
-                    .record_end(id, Status::Consumed, row.attempts, |k, s| k.inflight(s))
-                    .await?;
-                Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
-            }
-            Some((row, _)) => Err(ApiError::Conflict {
-                code: "not_in_flight",
-                message: format!("message {id} is {} and cannot be acked", row.status()),
-            }),
+        };
+        let id = parse_id(&text)?;
+        if ids.contains(&id) {
+            return Err(ApiError::invalid(
+                "invalid_ids",
+                format!("{field} names message {id} twice"),
+            ));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> serde_json::Value {
+    let acked = outcomes
+        .iter()
+        .filter(|o| **o == AckOutcome::Consumed)
+        .count();
+    let results: Vec<serde_json::Value> = ids
+        .iter()
+        .zip(outcomes)
+        .map(|(id, o)| o.to_json(*id))
+        .collect();
+    json!({ "acked": acked, "results": results })
+}
+
+/// `POST /ack` with `{"ids": [...]}`: acks up to 100 messages in one journal
+/// commit; answers a result per id (`consumed`, `not_in_flight` with the
+/// message's status, `not_found`).
+pub async fn ack_batch(
+    state: web::Data<AppState>,
+    body: web::Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let body = object(&body, &["ids"])?;
+    let ids = batch_ids("ids", body.get("ids"), false)?;
+    let outcomes = ack_ids(&state, &ids).await?;
+    Ok(HttpResponse::Ok().json(ack_report(&ids, &outcomes)))
+}
+
+/// `POST /get/{topic}` with `{"ack": [...], "count": N, "timeout": S}`: acks
+/// the previous batch, then long-polls like `GET /get/{topic}`, in one round
+/// trip. The answer holds the messages and the ack results; when the acks
+/// cannot be made durable (503) nothing is handed out.
+pub async fn ack_and_get(
+    state: web::Data<AppState>,
+    topic: web::Path<String>,
+    body: web::Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let topic = topic.into_inner();
+    check_topic(&topic)?;
+    let body = object(&body, &["ack", "count", "timeout"])?;
+    let ids = batch_ids("ack", body.get("ack"), true)?;
+    let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
+    let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
+    let outcomes = ack_ids(&state, &ids).await?;
+    let messages = poll(&state, &topic, count, timeout).await?;
+    let mut report = ack_report(&ids, &outcomes);
+    report["messages"] = messages;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+fn object<'a>(
+    body: &'a serde_json::Value,
+    fields: &[&str],
+) -> Result<&'a serde_json::Map<String, serde_json::Value>, ApiError> {
+    let Some(map) = body.as_object() else {
+        return Err(ApiError::invalid(
+            "invalid_body",
+            "the request body must be a JSON object",
+        ));
+    };
+    if let Some(unknown) = map.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            "unknown_field",
+            format!("unknown field {unknown:?}; expected {}", fields.join(", ")),
+        ));
+    }
+    Ok(map)
+}
+
+fn body_int(
+    body: &serde_json::Map<String, serde_json::Value>,
+    field: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ApiError> {
+    match body.get(field) {
+        None | Some(serde_json::Value::Null) => Ok(default),
+        Some(v) => match v.as_u64().filter(|n| range.contains(n)) {
+            Some(n) => Ok(n),
+            None => Err(ApiError::invalid(
+                "invalid_parameter",
+                format!(
+                    "{field} must be a whole number from {} to {}, got {v}",
+                    range.start(),
+                    range.end()
+                ),
+            )),
         },
     }
 }

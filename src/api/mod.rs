@@ -120,6 +120,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/push/batch", web::post().to(produce::push_batch))
         .route("/delete", web::get().to(produce::delete))
         .route("/get/{topic}", web::get().to(consume::get))
+        .route("/get/{topic}", web::post().to(consume::ack_and_get))
+        .route("/ack", web::post().to(consume::ack_batch))
         .route("/ack/{id}", web::post().to(consume::ack))
         .route("/reStore", web::get().to(manage::restore_all))
         .route("/reStore/{id}", web::get().to(manage::restore_one))

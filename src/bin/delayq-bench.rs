@@ -97,8 +97,15 @@ struct Cli {
     #[arg(long)]
     no_ack: bool,
 
-    /// Acks in flight at once across all consumers; a consumer waits for a
-    /// free slot before polling again.
+    /// How consumers ack: `batch` acks the previous batch in the request
+    /// that polls for the next (`POST /get/{topic}` with `{"ack": [...]}`),
+    /// one request per batch; `per-message` sends `POST /ack/{id}` for each
+    /// message, --ack-concurrency at a time.
+    #[arg(long, value_enum, default_value_t = AckMode::Batch)]
+    ack_mode: AckMode,
+
+    /// Acks in flight at once across all consumers (--ack-mode per-message);
+    /// a consumer waits for a free slot before polling again.
     #[arg(long, default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
     ack_concurrency: usize,
 
@@ -142,6 +149,12 @@ struct Cli {
     /// Scenarios to run, in order.
     #[arg(value_enum)]
     scenarios: Vec<Scenario>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum AckMode {
+    Batch,
+    PerMessage,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -399,7 +412,13 @@ impl Analysis {
 async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
     let count = cli.spread_count;
     let (min_delay, max_delay) = (1_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
+    let consumers = Consumers::start(
+        api,
+        topic,
+        cli.consumers,
+        cli.ack_concurrency,
+        (!cli.no_ack).then_some(cli.ack_mode),
+    );
 
     let mut rng = XorShift::new(0x5eed_0001);
     let messages = (0..count)
@@ -431,7 +450,13 @@ async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
 async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
     let count = cli.burst_count;
     let lead_ms = cli.burst_lead_ms.unwrap_or(3_000 + count as u64 / 5);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
+    let consumers = Consumers::start(
+        api,
+        topic,
+        cli.consumers,
+        cli.ack_concurrency,
+        (!cli.no_ack).then_some(cli.ack_mode),
+    );
 
     let deliver_at = now_ms() as i64 + lead_ms as i64;
     let messages = (0..count)
@@ -477,7 +502,13 @@ async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
 async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
     let count = cli.cancel_count;
     let (min_delay, max_delay) = (3_000, 6_000);
-    let consumers = Consumers::start(api, topic, cli.consumers, cli.ack_concurrency, !cli.no_ack);
+    let consumers = Consumers::start(
+        api,
+        topic,
+        cli.consumers,
+        cli.ack_concurrency,
+        (!cli.no_ack).then_some(cli.ack_mode),
+    );
 
     let mut rng = XorShift::new(0x5eed_0003);
     let messages = (0..count)
@@ -764,7 +795,7 @@ struct ConsumerState {
     received: Mutex<Received>,
     ack_slots: Arc<Semaphore>,
     ack_concurrency: usize,
-    ack: bool,
+    ack: Option<AckMode>,
     poll_errors: AtomicU64,
     ack_errors: AtomicU64,
 }
@@ -772,6 +803,12 @@ struct ConsumerState {
 impl ConsumerState {
     fn received(&self) -> MutexGuard<'_, Received> {
         self.received.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn count_ack_errors(&self, refused: u64) {
+        if refused > 0 && self.ack_errors.fetch_add(refused, Ordering::Relaxed) < 5 {
+            eprintln!("  {refused} acks refused");
+        }
     }
 
     fn record(&self, received_ms: f64, messages: &[PolledMessage]) {
@@ -804,7 +841,13 @@ struct Consumers {
 }
 
 impl Consumers {
-    fn start(api: &Api, topic: &str, count: usize, ack_concurrency: usize, ack: bool) -> Self {
+    fn start(
+        api: &Api,
+        topic: &str,
+        count: usize,
+        ack_concurrency: usize,
+        ack: Option<AckMode>,
+    ) -> Self {
         let state = Arc::new(ConsumerState {
             api: api.clone(),
             topic: topic.to_owned(),
@@ -888,11 +931,14 @@ impl Drop for Consumers {
 /// One consumer: long-polls until told to stop, records every receipt, hands each message
 /// to a bounded pool of ack tasks.
 async fn consume(state: Arc<ConsumerState>, consumer: usize) {
+    if state.ack == Some(AckMode::Batch) {
+        return consume_batches(state, consumer).await;
+    }
     while !state.stop.load(Ordering::Relaxed) {
         match state.api.poll(&state.topic, consumer).await {
             Ok((received_ms, messages)) => {
                 state.record(received_ms, &messages);
-                if !state.ack {
+                if state.ack.is_none() {
                     continue;
                 }
                 for message in messages {
@@ -920,6 +966,40 @@ async fn consume(state: Arc<ConsumerState>, consumer: usize) {
     }
 }
 
+/// One consumer that acks each batch in the request polling for the next one; the last
+/// batch is acked with `POST /ack` when it stops.
+async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
+    let mut to_ack: Vec<String> = Vec::new();
+    while !state.stop.load(Ordering::Relaxed) {
+        match state
+            .api
+            .ack_and_poll(&state.topic, consumer, &to_ack)
+            .await
+        {
+            Ok((received_ms, messages, refused)) => {
+                state.record(received_ms, &messages);
+                state.count_ack_errors(refused);
+                to_ack = messages.into_iter().map(|m| m.id).collect();
+            }
+            Err(err) => {
+                if state.poll_errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                    eprintln!("  poll: {err:#}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    if !to_ack.is_empty() {
+        match state.api.ack_batch(&to_ack, consumer).await {
+            Ok(refused) => state.count_ack_errors(refused),
+            Err(err) => {
+                state.count_ack_errors(to_ack.len() as u64);
+                eprintln!("  ack: {err:#}");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP API
 // ---------------------------------------------------------------------------------------
@@ -937,6 +1017,26 @@ struct PushBatchResponse {
 #[derive(Deserialize)]
 struct PollResponse {
     messages: Vec<PolledMessage>,
+}
+
+#[derive(Deserialize)]
+struct AckPollResponse {
+    messages: Vec<PolledMessage>,
+    results: Vec<AckResult>,
+}
+
+#[derive(Deserialize)]
+struct AckResponse {
+    results: Vec<AckResult>,
+}
+
+#[derive(Deserialize)]
+struct AckResult {
+    result: String,
+}
+
+fn refused(results: &[AckResult]) -> u64 {
+    results.iter().filter(|r| r.result != "consumed").count() as u64
 }
 
 #[derive(Deserialize)]
@@ -1010,6 +1110,46 @@ impl Api {
         let received_ms = now_ms();
         let PollResponse { messages } = json_body(response, &url).await?;
         Ok((received_ms, messages))
+    }
+
+    /// Acks `ack` and long-polls for the next batch in one request; returns the receive
+    /// time, the messages and how many acks were refused.
+    async fn ack_and_poll(
+        &self,
+        topic: &str,
+        consumer: usize,
+        ack: &[String],
+    ) -> Result<(f64, Vec<PolledMessage>, u64)> {
+        let url = format!("{}/get/{topic}", self.consumer_base(consumer));
+        let response = self
+            .client
+            .post(&url)
+            .json(&serde_json::json!({
+                "ack": ack,
+                "count": POLL_COUNT,
+                "timeout": LONG_POLL_SECS,
+            }))
+            .timeout(POLL_TIMEOUT)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let received_ms = now_ms();
+        let AckPollResponse { messages, results } = json_body(response, &url).await?;
+        Ok((received_ms, messages, refused(&results)))
+    }
+
+    /// `POST /ack` with many ids; returns how many were refused.
+    async fn ack_batch(&self, ids: &[String], consumer: usize) -> Result<u64> {
+        let url = format!("{}/ack", self.consumer_base(consumer));
+        let response = self
+            .client
+            .post(&url)
+            .json(&serde_json::json!({ "ids": ids }))
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let AckResponse { results } = json_body(response, &url).await?;
+        Ok(refused(&results))
     }
 
     fn consumer_base(&self, consumer: usize) -> &str {

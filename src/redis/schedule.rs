@@ -377,30 +377,48 @@ impl RedisSchedule {
     }
 
     pub async fn ack(&self, id: MessageId) -> Result<AckResult, ShardError> {
-        let shard = self.keys.shard_of(id);
-        let cmd = evalsha(
-            &self.scripts.ack,
-            &[
-                self.keys.inflight(shard),
-                self.keys.messages(shard),
-                self.keys.finished(shard),
-            ],
-            &[
-                id.to_string(),
-                self.keys.ready_prefix(shard),
-                now_ms().to_string(),
-            ],
-        );
-        let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
-        Ok(match r.as_str() {
-            "acked" | "acked_late" => AckResult::Acked { attempts },
-            "not_in_flight" => AckResult::NotInFlight,
-            _ => AckResult::Absent,
-        })
+        Ok(self.ack_many(&[id]).await?[0])
     }
 
-    /// Cancels a message unless it is in flight. With `tombstone_absent`,
-    /// a message this shard does not hold is kept from being scheduled later.
+    /// Acks many messages: one script call per shard, all in one pipeline.
+    /// Returns what happened to each, in input order.
+    pub async fn ack_many(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, ShardError> {
+        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
+        }
+        let now = now_ms().to_string();
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let mut args = Vec::with_capacity(idx.len() + 2);
+            args.push(self.keys.ready_prefix(shard));
+            args.push(now.clone());
+            args.extend(idx.iter().map(|&i| ids[i].to_string()));
+            pipe.add_command(evalsha(
+                &self.scripts.ack,
+                &[
+                    self.keys.inflight(shard),
+                    self.keys.messages(shard),
+                    self.keys.finished(shard),
+                ],
+                &args,
+            ));
+        }
+        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut out = vec![AckResult::Absent; ids.len()];
+        for ((_, idx), reply) in by_shard.iter().zip(replies) {
+            for (&i, pair) in idx.iter().zip(reply.chunks(2)) {
+                let attempts = pair.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
+                out[i] = match text(&pair[0])?.as_str() {
+                    "acked" | "acked_late" => AckResult::Acked { attempts },
+                    "not_in_flight" => AckResult::NotInFlight,
+                    _ => AckResult::Absent,
+                };
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn cancel(
         &self,
         id: MessageId,

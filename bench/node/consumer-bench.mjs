@@ -1,0 +1,172 @@
+// delayq's benchmark with a consumer written the way a Node user would write
+// one: node:http with a keep-alive agent, a few long-poll loops, no client
+// library. Pushes a scenario's messages, consumes them, and prints one JSON
+// line like delayq-bench's.
+//
+//   node bench/node/consumer-bench.mjs spread|burst [--url=http://127.0.0.1:7070]
+//        [--count=20000] [--loops=4] [--ack=batch|per-message|none]
+//
+// --ack=batch        each loop acks its previous batch in the request that polls
+//                    for the next (POST /get/{topic} {"ack": [...], "count": 100});
+// --ack=per-message  GET /get/{topic}?count=100, then POST /ack/{id} for each
+//                    message, one at a time per loop (what most clients do first);
+// --ack=none         hand-out alone.
+//
+// spread: messages due uniformly 1-6 s after the push; burst: all due at one
+// instant 3 s + count/5 ms after the push starts. Lateness = receive time minus
+// the message's dueTime.
+import http from 'node:http';
+
+const args = Object.fromEntries(
+  process.argv.slice(3).map((a) => {
+    const [k, v] = a.replace(/^--/, '').split('=');
+    return [k, v ?? 'true'];
+  }),
+);
+const scenario = process.argv[2];
+if (!['spread', 'burst'].includes(scenario)) {
+  console.error('usage: consumer-bench.mjs spread|burst [--url=] [--count=] [--loops=] [--ack=batch|per-message|none]');
+  process.exit(2);
+}
+const base = new URL(args.url ?? 'http://127.0.0.1:7070');
+const count = Number(args.count ?? 20000);
+const loops = Number(args.loops ?? 4);
+const ackMode = args.ack ?? 'batch';
+const agent = new http.Agent({ keepAlive: true, maxSockets: loops + 8 });
+const topic = `node-${scenario}-${Date.now()}`;
+
+function request(method, path, body) {
+  return new Promise((resolve, reject) => {
+    const data = body === undefined ? undefined : JSON.stringify(body);
+    const req = http.request(
+      {
+        host: base.hostname,
+        port: base.port,
+        method,
+        path,
+        agent,
+        headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {},
+        timeout: 30000,
+      },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          try {
+            resolve({ status: res.statusCode, body: JSON.parse(text) });
+          } catch (e) {
+            reject(new Error(`${method} ${path}: ${res.statusCode} ${text.slice(0, 200)}`));
+          }
+        });
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timeout`)));
+    req.on('error', reject);
+    if (data) req.write(data);
+    req.end();
+  });
+}
+
+const first = new Map(); // id -> { due, at }
+let duplicates = 0;
+let ackErrors = 0;
+let pollErrors = 0;
+let stop = false;
+
+function record(messages) {
+  const at = Date.now();
+  for (const m of messages) {
+    if (first.has(m.id)) duplicates++;
+    else first.set(m.id, { due: m.dueTime, at });
+  }
+}
+
+async function loop() {
+  let toAck = [];
+  while (!stop) {
+    try {
+      if (ackMode === 'batch') {
+        const r = await request('POST', `/get/${topic}`, { ack: toAck, count: 100, timeout: 1 });
+        if (r.status !== 200) throw new Error(`POST /get: ${r.status} ${JSON.stringify(r.body)}`);
+        ackErrors += r.body.results.filter((x) => x.result !== 'consumed').length;
+        record(r.body.messages);
+        toAck = r.body.messages.map((m) => m.id);
+      } else {
+        const r = await request('GET', `/get/${topic}?count=100&timeout=1`);
+        if (r.status !== 200) throw new Error(`GET /get: ${r.status} ${JSON.stringify(r.body)}`);
+        record(r.body.messages);
+        if (ackMode === 'per-message') {
+          for (const m of r.body.messages) {
+            const a = await request('POST', `/ack/${m.id}`);
+            if (a.status !== 200) ackErrors++;
+          }
+        }
+      }
+    } catch (e) {
+      if (pollErrors++ < 5) console.error(String(e));
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  if (toAck.length > 0) {
+    const r = await request('POST', '/ack', { ids: toAck });
+    ackErrors += r.body.results.filter((x) => x.result !== 'consumed').length;
+  }
+}
+
+function percentiles(values) {
+  if (values.length === 0) return null;
+  values.sort((a, b) => a - b);
+  const rank = (p) => values[Math.min(values.length, Math.max(1, Math.ceil((p / 100) * values.length))) - 1];
+  return { p50: rank(50), p90: rank(90), p99: rank(99), max: rank(100) };
+}
+
+const consumers = Array.from({ length: loops }, loop);
+const started = Date.now();
+const deliverAt = started + 3000 + Math.floor(count / 5);
+const ids = [];
+for (let i = 0; i < count; i += 500) {
+  const messages = [];
+  for (let k = i; k < Math.min(count, i + 500); k++) {
+    messages.push(
+      scenario === 'spread'
+        ? { topic, body: 'x'.repeat(100), delay: 1000 + Math.floor(Math.random() * 5000) }
+        : { topic, body: 'x'.repeat(100), deliverAt },
+    );
+  }
+  const r = await request('POST', '/push/batch', { messages });
+  if (r.status !== 200) throw new Error(`push: ${r.status} ${JSON.stringify(r.body)}`);
+  ids.push(...r.body.ids);
+}
+const pushedAt = Date.now();
+const deadline = pushedAt + 6000 + 30000;
+while (Date.now() < deadline && ids.some((id) => !first.has(id))) {
+  await new Promise((r) => setTimeout(r, 50));
+}
+stop = true;
+await Promise.all(consumers);
+agent.destroy();
+
+const lateness = ids.filter((id) => first.has(id)).map((id) => first.get(id).at - first.get(id).due);
+const last = Math.max(...ids.filter((id) => first.has(id)).map((id) => first.get(id).at));
+const out = {
+  scenario,
+  client: 'node:http',
+  ack: ackMode,
+  loops,
+  topic,
+  pushed: count,
+  push_rate: Math.round((count / (pushedAt - started)) * 1000),
+  delivered: lateness.length,
+  missing: count - lateness.length,
+  early: lateness.filter((l) => l < 0).length,
+  lateness_ms: percentiles(lateness),
+  duplicates,
+  ack_errors: ackErrors,
+  poll_errors: pollErrors,
+};
+if (scenario === 'burst') {
+  out.push_margin_ms = deliverAt - pushedAt;
+  out.last_handout_ms = last - deliverAt;
+}
+console.log(JSON.stringify(out));
