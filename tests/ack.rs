@@ -88,7 +88,11 @@ async fn late_ack_ends_the_message(b: Backend) {
 async fn batch_ack_answers_per_id(b: Backend) {
     let env = Env::start(b).await;
     let ids = env
-        .push_batch((0..5).map(|i| json!({"topic": "ba", "body": i.to_string()})).collect())
+        .push_batch(
+            (0..5)
+                .map(|i| json!({"topic": "ba", "body": i.to_string()}))
+                .collect(),
+        )
         .await;
     let waiting = env
         .push(json!({"topic": "ba-later", "body": "x", "delay": 60_000}))
@@ -140,7 +144,11 @@ async fn batch_ack_answers_per_id(b: Backend) {
 async fn ack_and_poll_in_one_round_trip(b: Backend) {
     let env = Env::start(b).await;
     let first = env
-        .push_batch((0..3).map(|i| json!({"topic": "ap", "body": i.to_string()})).collect())
+        .push_batch(
+            (0..3)
+                .map(|i| json!({"topic": "ap", "body": i.to_string()}))
+                .collect(),
+        )
         .await;
     // No acks yet: a plain poll, by POST.
     let r = env
@@ -167,8 +175,14 @@ async fn ack_and_poll_in_one_round_trip(b: Backend) {
     assert_eq!(body["acked"], 3);
     assert_eq!(body["messages"][0]["id"], second.as_str());
     assert_eq!(body["messages"][0]["status"], "Consuming");
-    for id in &first {
-        assert_eq!(env.journal.row(id).unwrap().status, status::CONSUMED);
+    // Acks carried by a poll reach the journal right after the answer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while first
+        .iter()
+        .any(|id| env.journal.row(id).unwrap().status != status::CONSUMED)
+    {
+        assert!(std::time::Instant::now() < deadline, "acks not journaled");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // The last batch is acked on its own; nothing is left.
     let r = env.post_json("/ack", &json!({"ids": [second]})).await;

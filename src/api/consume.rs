@@ -153,11 +153,26 @@ impl AckOutcome {
     }
 }
 
+/// When an ack is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckJournal {
+    /// Once the journal committed it.
+    Committed,
+    /// Once Redis let go of the message; the journal row follows within
+    /// milliseconds, with the other status changes.
+    Queued,
+}
+
 /// Acks messages: one script call per shard and one journal commit for the
-/// whole call. Answers once every consumed message is durable; on an error
-/// nothing is lost: Redis may have let go of some of them, and acking them
-/// again finds them Consuming in the journal and completes the ack.
-async fn ack_ids(state: &AppState, ids: &[MessageId]) -> Result<Vec<AckOutcome>, ApiError> {
+/// whole call. With [`AckJournal::Committed`] it answers once every consumed
+/// message is durable; on an error nothing is lost: Redis may have let go of
+/// some of them, and acking them again finds them Consuming in the journal
+/// and completes the ack.
+async fn ack_ids(
+    state: &AppState,
+    ids: &[MessageId],
+    journal: AckJournal,
+) -> Result<Vec<AckOutcome>, ApiError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -195,7 +210,10 @@ async fn ack_ids(state: &AppState, ids: &[MessageId]) -> Result<Vec<AckOutcome>,
             },
         });
     }
-    state.journal.record_durable(changes).await?;
+    match journal {
+        AckJournal::Committed => state.journal.record_durable(changes).await?,
+        AckJournal::Queued => state.journal.record(changes),
+    }
     Ok(outcomes)
 }
 
@@ -205,7 +223,7 @@ pub async fn ack(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    match ack_ids(&state, &[id]).await?[0] {
+    match ack_ids(&state, &[id], AckJournal::Committed).await?[0] {
         AckOutcome::Consumed => {
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }
@@ -304,14 +322,23 @@ pub async fn ack_batch(
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids"])?;
     let ids = batch_ids("ids", body.get("ids"), false)?;
-    let outcomes = ack_ids(&state, &ids).await?;
+    let outcomes = ack_ids(&state, &ids, AckJournal::Committed).await?;
     Ok(HttpResponse::Ok().json(ack_report(&ids, &outcomes)))
 }
 
 /// `POST /get/{topic}` with `{"ack": [...], "count": N, "timeout": S}`: acks
 /// the previous batch, then long-polls like `GET /get/{topic}`, in one round
-/// trip. The answer holds the messages and the ack results; when the acks
-/// cannot be made durable (503) nothing is handed out.
+/// trip. The answer holds the messages and the ack results.
+///
+/// These acks do not wait for the journal's commit before the poll: Redis
+/// lets go of the messages (and keeps their tombstones) before the answer,
+/// and the journal records them within milliseconds with the other status
+/// changes, retrying until it has. Waiting for that commit, under load, made
+/// every consumer loop idle for tens of milliseconds per batch while
+/// messages fell due. What a crash between the two can cost is a redelivery
+/// (the journal still says Consuming; only a rebuild of Redis from the
+/// journal would hand it out again), never a loss. `POST /ack` answers after
+/// the commit.
 pub async fn ack_and_get(
     state: web::Data<AppState>,
     topic: web::Path<String>,
@@ -323,7 +350,7 @@ pub async fn ack_and_get(
     let ids = batch_ids("ack", body.get("ack"), true)?;
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
     let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
-    let outcomes = ack_ids(&state, &ids).await?;
+    let outcomes = ack_ids(&state, &ids, AckJournal::Queued).await?;
     let messages = poll(&state, &topic, count, timeout).await?;
     let mut report = ack_report(&ids, &outcomes);
     report["messages"] = messages;
