@@ -171,6 +171,9 @@ struct SessionState {
     lock_wait: Option<oneshot::Receiver<Result<zk::OwnedLockClient, zk::Error>>>,
     assignment_watch: Option<Watch>,
     nodes_watch: Option<Watch>,
+    /// Owner nodes of shards assigned here that another node still holds:
+    /// the shard is taken the moment that node lets go, not at the next tick.
+    owner_watches: BTreeMap<u32, Watch>,
 }
 
 impl Node {
@@ -294,6 +297,12 @@ impl Node {
                     None => std::future::pending().await,
                 }
             };
+            let owner_freed = async {
+                if st.owner_watches.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                futures::future::select_all(st.owner_watches.values_mut()).await;
+            };
             tokio::select! {
                 state = states.changed() => match state {
                     zk::SessionState::Disconnected => {
@@ -310,6 +319,7 @@ impl Node {
                         // Watches may have been lost: re-arm them.
                         st.assignment_watch = None;
                         st.nodes_watch = None;
+                        st.owner_watches.clear();
                         if let Err(e) = self.resume(&mut st).await {
                             tracing::warn!(error = %e, "cannot resume after reconnecting");
                         }
@@ -334,6 +344,7 @@ impl Node {
                 }
                 _ = assignment_changed => st.assignment_watch = None,
                 _ = nodes_changed => st.nodes_watch = None,
+                _ = owner_freed => st.owner_watches.clear(),
                 Some(s) = stale.recv() => self.on_stale(&mut st, s).await,
                 Some(cmd) = commands.recv() => {
                     if let Some(done) = self.command(&mut st, cmd).await {
@@ -370,6 +381,7 @@ impl Node {
             lock_wait: None,
             assignment_watch: None,
             nodes_watch: None,
+            owner_watches: BTreeMap::new(),
         };
         self.contend(&mut st);
         self.handle.update(|v| {
@@ -726,11 +738,13 @@ impl Node {
                 Ok(Some(epoch))
             }
             Err(zk::Error::NodeExists) => {
-                let (data, stat) = match st.client.get_data(&path).await {
+                let (data, stat, watch) = match st.client.get_and_watch_data(&path).await {
                     Ok(d) => d,
                     Err(zk::Error::NoNode) => return Ok(None),
                     Err(e) => return Err(zk_err(e)),
                 };
+                st.owner_watches
+                    .insert(shard, Box::pin(watch.changed()));
                 if stat.ephemeral_owner == st.client.session_id().0 {
                     return Ok(Some(stat.czxid));
                 }
