@@ -743,8 +743,7 @@ impl Node {
                     Err(zk::Error::NoNode) => return Ok(None),
                     Err(e) => return Err(zk_err(e)),
                 };
-                st.owner_watches
-                    .insert(shard, Box::pin(watch.changed()));
+                st.owner_watches.insert(shard, Box::pin(watch.changed()));
                 if stat.ephemeral_owner == st.client.session_id().0 {
                     return Ok(Some(stat.czxid));
                 }
