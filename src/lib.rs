@@ -40,3 +40,4 @@ pub mod node;
 pub mod notify;
 pub mod redis;
 pub mod restore;
+pub mod retry;

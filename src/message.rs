@@ -112,6 +112,7 @@ impl<'de> Deserialize<'de> for MessageId {
 }
 
 pub use crate::ids::{IdGenerator, NoWorkerId};
+use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
 
 /// The message as producers and consumers see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,7 +127,19 @@ pub struct Message {
     pub ttl: i64,
     pub delay: i64,
     pub create_time: i64,
+    /// When the message is due: as pushed, or, after a failed delivery
+    /// sent it back to `Delaying`, when it is delivered again.
     pub due_time: i64,
+    /// Deliveries before it is `Dead`.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: i32,
+    /// The wait before a delivery after a failed one; none: ready at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+}
+
+fn default_max_attempts() -> i32 {
+    crate::retry::DEFAULT_MAX_ATTEMPTS
 }
 
 /// A message together with where it is in its life, as the API shows it.
@@ -149,6 +162,8 @@ pub struct Draft {
     pub ttl: i64,
     /// Either a delay from now or an absolute due time.
     pub when: When,
+    pub max_attempts: i32,
+    pub retry: Option<RetryPolicy>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -174,6 +189,8 @@ impl Draft {
             delay: due_time - now,
             create_time: now,
             due_time,
+            max_attempts: self.max_attempts,
+            retry: self.retry,
         }
     }
 }
@@ -208,6 +225,8 @@ const FIELDS: &[&str] = &[
     "priority",
     "ttl",
     "body",
+    "maxAttempts",
+    "retry",
 ];
 
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
@@ -365,6 +384,9 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         ));
     }
 
+    let max_attempts = parse_max_attempts(obj.get("maxAttempts"))?;
+    let retry = parse_policy(obj.get("retry").unwrap_or(&Value::Null))?;
+
     Ok(Draft {
         topic,
         biz_key,
@@ -372,6 +394,8 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         priority,
         ttl,
         when,
+        max_attempts,
+        retry,
     })
 }
 
@@ -464,6 +488,14 @@ mod tests {
             ),
             (json!({"topic": "t", "body": {"a": 1}}), "invalid_body"),
             (json!({"topic": "t"}), "missing_body"),
+            (
+                json!({"topic": "t", "body": "x", "maxAttempts": 0}),
+                "invalid_max_attempts",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "retry": {"backoff": "never"}}),
+                "invalid_retry",
+            ),
             (
                 json!({"topic": "t", "body": "x", "bizKey": ""}),
                 "invalid_biz_key",

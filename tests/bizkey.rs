@@ -10,7 +10,40 @@ backend_tests!(
     repeated_biz_key_returns_the_live_message,
     batch_with_a_repeated_biz_key,
     cancelling_frees_the_biz_key,
+    keys_and_topics_compare_exactly,
 );
+
+/// On every backend, `A-1`, `a-1` and `A-1 ` are three keys, and `T` and
+/// `t` two topics.
+async fn keys_and_topics_compare_exactly(b: Backend) {
+    let env = Env::start(b).await;
+    let mut ids = Vec::new();
+    for (topic, key) in [("T", "A-1"), ("T", "a-1"), ("T", "A-1 "), ("t", "A-1")] {
+        let r = env
+            .post_json(
+                "/push",
+                &json!({"topic": topic, "bizKey": key, "body": "x", "delay": 60_000}),
+            )
+            .await;
+        let body = r.assert_ok();
+        assert!(
+            body.get("duplicate").is_none(),
+            "{topic}/{key:?} counted as a repeat"
+        );
+        ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    // The same key again is a repeat.
+    let r = env
+        .post_json(
+            "/push",
+            &json!({"topic": "T", "bizKey": "a-1", "body": "y"}),
+        )
+        .await;
+    assert_eq!(r.assert_ok()["duplicate"], true);
+}
 
 async fn repeated_biz_key_returns_the_live_message(b: Backend) {
     let env = Env::start(b).await;

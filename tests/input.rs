@@ -318,7 +318,8 @@ async fn bad_ids_and_parameters_change_nothing(b: Backend) {
     // Unknown routes and methods: 404 JSON.
     for (method, path) in [
         ("GET", "/nope"),
-        ("POST", "/get/good"),
+        ("PUT", "/get/good"),
+        ("GET", "/nack/12345"),
         ("GET", "/push"),
         ("DELETE", "/messages/12345"),
     ] {

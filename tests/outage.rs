@@ -1,14 +1,158 @@
-//! A Redis outage loses nothing that was accepted: a push during the outage
+//! Outages lose nothing that was accepted. Redis: a push during the outage
 //! is refused with 503 but is durable in the journal, and a restore after
-//! Redis is back delivers it exactly once.
+//! Redis is back delivers it exactly once. The database (a private MariaDB
+//! the test kills): pushes are refused at once, delivery of what was
+//! scheduled goes on, and every status change reaches the journal when it
+//! is back.
 
 #[macro_use]
 mod common;
 
 use std::time::Duration;
 
-use common::{status, Backend, Env};
+use std::collections::HashSet;
+use std::time::Instant;
+
+use common::mariadb::PrivateMariadb;
+use common::{random_hex, status, Backend, Env};
 use serde_json::json;
+
+/// The database is killed under load for 5 s, then comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn database_outage_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("delayq_outage_{}", random_hex(8));
+    let mut mariadb = PrivateMariadb::start(dir.path(), &db);
+    let env = Env::builder(Backend::Mariadb)
+        .journal_url(&mariadb.url(&db))
+        .start()
+        .await;
+
+    // 300 messages due over the next 1-4 s, accepted before the outage.
+    let mut accepted: Vec<String> = Vec::new();
+    for chunk in 0..3 {
+        accepted.extend(
+            env.push_batch(
+                (0..100)
+                    .map(|i| {
+                        json!({"topic": "db", "body": format!("{chunk}-{i}"),
+                                    "delay": 1000 + (chunk * 100 + i) * 10})
+                    })
+                    .collect(),
+            )
+            .await,
+        );
+    }
+    // Consumers ack each batch in the poll for the next, all through the
+    // outage.
+    let consumer = {
+        let (http, url) = (env.http.clone(), env.url("/get/db"));
+        tokio::spawn(async move {
+            let mut got: Vec<String> = Vec::new();
+            let mut ack: Vec<String> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(40);
+            while Instant::now() < deadline {
+                let body = json!({"ack": ack, "count": 100, "timeout": 1});
+                let Ok(resp) = http.post(&url).json(&body).send().await else {
+                    continue;
+                };
+                if resp.status() != 200 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let v: serde_json::Value = resp.json().await.unwrap();
+                ack = v["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["id"].as_str().unwrap().to_string())
+                    .collect();
+                got.extend(ack.iter().cloned());
+                if got.len() >= 320 && ack.is_empty() {
+                    break;
+                }
+            }
+            got
+        })
+    };
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    mariadb.kill();
+    let outage = Instant::now();
+    // Pushes are refused, clearly and at once.
+    let mut refused = 0;
+    while outage.elapsed() < Duration::from_secs(5) {
+        let t = Instant::now();
+        let r = env
+            .post_json("/push", &json!({"topic": "db", "body": "during"}))
+            .await;
+        r.assert_error(503, "journal_unavailable");
+        assert!(
+            t.elapsed() < Duration::from_millis(2500),
+            "a push during the outage waited {:?}",
+            t.elapsed()
+        );
+        refused += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(refused >= 3);
+    mariadb.restart();
+    // Pushes are accepted again once the node reconnects.
+    let back = Instant::now();
+    let mut later = Vec::new();
+    while later.len() < 20 {
+        let r = env
+            .post_json(
+                "/push",
+                &json!({"topic": "db", "body": "after", "delay": 200}),
+            )
+            .await;
+        if r.status == 200 {
+            later.push(r.json["id"].as_str().unwrap().to_string());
+        } else {
+            assert!(
+                back.elapsed() < Duration::from_secs(15),
+                "pushes still refused: {}",
+                r.text
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    accepted.extend(later);
+
+    let got = consumer.await.unwrap();
+    let unique: HashSet<&String> = got.iter().collect();
+    let accepted_set: HashSet<&String> = accepted.iter().collect();
+    assert!(
+        accepted_set.is_subset(&unique),
+        "{} accepted messages never delivered",
+        accepted_set.difference(&unique).count()
+    );
+    assert!(
+        unique.is_subset(&accepted_set),
+        "a refused push was delivered"
+    );
+    // The status changes made during the outage all reach the journal: every
+    // accepted message ends Consumed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let open: Vec<&String> = accepted
+            .iter()
+            .filter(|id| env.journal.row(id).map(|r| r.status) != Some(status::CONSUMED))
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} messages not Consumed in the journal, e.g. {}",
+            open.len(),
+            open[0]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(env);
+}
 
 backend_tests!(
     redis_outage_loses_nothing,

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use crate::error::JournalError;
 use crate::journal::connection::{self, JournalUrl, Pool};
 use crate::journal::models::{FlowRow, MessageRow};
-use crate::journal::store::{self, InsertOutcome, NodeInfo, StatusChange};
+use crate::journal::store::{self, InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
 use crate::message::{IdGenerator, Message, MessageId};
 use crate::redis::keys::Keys;
 
@@ -49,6 +49,40 @@ pub struct FindMessage(pub MessageId);
 pub struct LivePage {
     pub after: i64,
     pub limit: i64,
+}
+
+/// Dead messages of a topic, with their histories.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError>")]
+pub struct DeadPage {
+    pub topic: String,
+    pub after: i64,
+    pub limit: i64,
+}
+
+/// Bring a dead message back (see [`store::requeue_dead`]).
+#[derive(Message)]
+#[rtype(result = "Result<RequeueOutcome, JournalError>")]
+pub struct RequeueDead {
+    pub id: MessageId,
+    pub now: i64,
+}
+
+/// Live messages by bizKey: the one holding `key`, or a page of those whose
+/// key starts with `prefix`.
+#[derive(Message)]
+#[rtype(result = "Result<(Vec<MessageRow>, Option<i64>), JournalError>")]
+pub enum LiveByBizKey {
+    Exact {
+        topic: String,
+        key: String,
+    },
+    Prefix {
+        topic: String,
+        prefix: String,
+        after: i64,
+        limit: i64,
+    },
 }
 
 /// Is the database answering?
@@ -135,6 +169,48 @@ impl Handler<LivePage> for JournalActor {
     }
 }
 
+impl Handler<DeadPage> for JournalActor {
+    type Result = Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError>;
+
+    fn handle(&mut self, msg: DeadPage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::dead_page(&mut conn, &msg.topic, msg.after, msg.limit)
+    }
+}
+
+impl Handler<RequeueDead> for JournalActor {
+    type Result = Result<RequeueOutcome, JournalError>;
+
+    fn handle(&mut self, msg: RequeueDead, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        let shard = self.delay_names[self.keys.shard_of(msg.id) as usize].clone();
+        store::requeue_dead(&mut conn, &self.ids, &self.node, shard, msg.id, msg.now)
+    }
+}
+
+impl Handler<LiveByBizKey> for JournalActor {
+    type Result = Result<(Vec<MessageRow>, Option<i64>), JournalError>;
+
+    fn handle(&mut self, msg: LiveByBizKey, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        match msg {
+            LiveByBizKey::Exact { topic, key } => Ok((
+                store::live_by_biz_key(&mut conn, &topic, &key)?
+                    .into_iter()
+                    .collect(),
+                None,
+            )),
+            LiveByBizKey::Prefix {
+                topic,
+                prefix,
+                after,
+                limit,
+            } => store::live_by_biz_key_prefix(&mut conn, &topic, &prefix, after, limit),
+        }
+    }
+}
+
 impl Handler<Ping> for JournalActor {
     type Result = Result<(), JournalError>;
 
@@ -150,7 +226,7 @@ const MAX_INSERT_BATCH: usize = 2_000;
 const MAX_FLOW_BATCH: usize = 2_000;
 const FLOW_WINDOW: Duration = Duration::from_millis(5);
 /// How long a caller waits for its status change to be durable.
-const DURABLE_WAIT: Duration = Duration::from_secs(10);
+const DURABLE_WAIT: Duration = Duration::from_secs(2);
 
 struct InsertRequest {
     messages: Vec<Message>,
@@ -267,6 +343,36 @@ impl Journal {
 
     pub async fn ping(&self) -> Result<(), JournalError> {
         self.actor.send(Ping).await?
+    }
+
+    pub async fn dead_page(
+        &self,
+        topic: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError> {
+        self.actor
+            .send(DeadPage {
+                topic: topic.to_string(),
+                after,
+                limit,
+            })
+            .await?
+    }
+
+    pub async fn requeue_dead(
+        &self,
+        id: MessageId,
+        now: i64,
+    ) -> Result<RequeueOutcome, JournalError> {
+        self.actor.send(RequeueDead { id, now }).await?
+    }
+
+    pub async fn live_by_biz_key(
+        &self,
+        query: LiveByBizKey,
+    ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
+        self.actor.send(query).await?
     }
 
     /// Waits until every status change queued so far is written.

@@ -151,6 +151,7 @@ impl Handler<Schedule> for RouterActor {
                         status: Status::Delaying,
                         attempts: None,
                         at,
+                        due: None,
                         shard: act.delay_names[shard as usize].clone(),
                     });
                 }

@@ -22,7 +22,7 @@ use crate::error::ShardError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Status};
 use crate::notify::Topics;
-use crate::redis::schedule::{RedisSchedule, TickResult};
+use crate::redis::schedule::{AfterFailure, RedisSchedule, TickResult};
 
 /// Messages moved per script call.
 pub const BATCH: usize = 1_000;
@@ -174,7 +174,7 @@ impl ZsetShardActor {
             return;
         }
         let (full, next) = (
-            t.moved.len() >= BATCH || t.requeued.len() >= BATCH,
+            t.moved.len() >= BATCH || t.failed.len() >= BATCH,
             [t.next_due, t.next_deadline].into_iter().flatten().min(),
         );
         self.record(t);
@@ -190,7 +190,7 @@ impl ZsetShardActor {
     /// Records what a scan did and wakes the consumers of its topics.
     fn record(&mut self, t: TickResult) {
         let now = t.at;
-        let mut changes = Vec::with_capacity(t.moved.len() + t.requeued.len());
+        let mut changes = Vec::with_capacity(t.moved.len() + t.failed.len());
         let mut topics: Vec<&str> = Vec::new();
         for (id, topic) in &t.moved {
             changes.push(StatusChange {
@@ -198,20 +198,35 @@ impl ZsetShardActor {
                 status: Status::Ready,
                 attempts: None,
                 at: now,
+                due: None,
                 shard: self.delay_key.clone(),
             });
             topics.push(topic);
         }
-        for (id, topic, attempts) in &t.requeued {
-            tracing::debug!(shard = self.shard, id = %id, attempts, "ack deadline passed; delivering again");
+        for f in &t.failed {
+            match f.then {
+                AfterFailure::Ready => {
+                    tracing::debug!(shard = self.shard, id = %f.id, attempts = f.attempts, "ack deadline passed; delivering again");
+                    topics.push(&f.topic);
+                }
+                AfterFailure::Delaying { due } => {
+                    tracing::debug!(shard = self.shard, id = %f.id, attempts = f.attempts, due, "ack deadline passed; delivering again after the retry delay");
+                }
+                AfterFailure::Dead => {
+                    tracing::info!(shard = self.shard, id = %f.id, topic = %f.topic, attempts = f.attempts, "ack deadline passed on the last attempt; the message is dead");
+                }
+            }
             changes.push(StatusChange {
-                id: *id,
-                status: Status::Ready,
-                attempts: Some(*attempts),
+                id: f.id,
+                status: f.then.status(),
+                attempts: Some(f.attempts),
                 at: now,
+                due: Some(match f.then {
+                    AfterFailure::Delaying { due } => due,
+                    _ => now,
+                }),
                 shard: self.delay_key.clone(),
             });
-            topics.push(topic);
         }
         topics.sort_unstable();
         topics.dedup();

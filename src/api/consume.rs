@@ -6,12 +6,14 @@ use std::time::Duration;
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
-use super::{int_param, parse_id, AppState, Query};
+use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::actors::router::Touch;
+use crate::actors::router::Touch as WakeShard;
 use crate::error::ApiError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, valid_topic, MessageId, MessageView, Status};
-use crate::redis::schedule::{AckResult, Claimed};
+use crate::message::{now_ms, MessageId, MessageView, Status};
+use crate::redis::schedule::{AckResult, AfterFailure, Claimed, NackResult};
+use crate::retry::MAX_RETRY_MS;
 
 pub const MAX_COUNT: u64 = 100;
 pub const MAX_TIMEOUT_S: u64 = 300;
@@ -32,17 +34,6 @@ pub async fn get(
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
     let messages = poll(&state, &topic, count, timeout).await?;
     Ok(HttpResponse::Ok().json(json!({ "messages": messages })))
-}
-
-fn check_topic(topic: &str) -> Result<(), ApiError> {
-    if valid_topic(topic) {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "invalid_topic",
-            "topic must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
-        ))
-    }
 }
 
 /// Waits up to `timeout_s` for ready messages of `topic` and hands out up
@@ -110,6 +101,7 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> serde_json::Value {
             status: Status::Consuming,
             attempts: Some(c.attempts),
             at: c.at,
+            due: None,
             shard: inflight_names
                 .entry(c.shard)
                 .or_insert_with(|| keys.inflight(c.shard).into())
@@ -187,6 +179,7 @@ async fn ack_ids(
             status: Status::Consumed,
             attempts: Some(attempts),
             at: now,
+            due: None,
             shard: keys.inflight(keys.shard_of(id)).into(),
         });
         AckOutcome::Consumed
@@ -196,7 +189,7 @@ async fn ack_ids(
             AckResult::Acked { attempts } => end(id, attempts),
             AckResult::NotInFlight => AckOutcome::NotInFlight(None),
             // Redis does not hold it: the journal knows how its life went.
-            AckResult::Absent => match state.journal.find(id).await? {
+            AckResult::Absent | AckResult::Finished => match state.journal.find(id).await? {
                 None => AckOutcome::NotFound,
                 Some((row, _)) => match row.status() {
                     Status::Consumed => AckOutcome::Consumed,
@@ -205,6 +198,17 @@ async fn ack_ids(
                     // journal committed (or Redis lost its data). The
                     // consumer is done with it.
                     Status::Consuming => end(id, row.attempts),
+                    // Redis let go of it lately (its tombstone) and the
+                    // journal never heard why: an earlier ack reached Redis
+                    // and the node stopped before the journal recorded the
+                    // delivery and the ack. Only a consumer that was handed
+                    // the message knows its id to ack it; the journal ends
+                    // Consumed, so no restore delivers it again.
+                    Status::WaitPut | Status::Delaying | Status::Ready
+                        if result == AckResult::Finished =>
+                    {
+                        end(id, row.attempts.max(1))
+                    }
                     other => AckOutcome::NotInFlight(Some(other)),
                 },
             },
@@ -244,62 +248,6 @@ pub async fn ack(
     }
 }
 
-/// The ids of a batch request: 1 to [`MAX_COUNT`] of them (0 allowed where
-/// `allow_empty`), each a valid message id, no repeats.
-fn batch_ids(
-    field: &str,
-    value: Option<&serde_json::Value>,
-    allow_empty: bool,
-) -> Result<Vec<MessageId>, ApiError> {
-    let Some(value) = value else {
-        return if allow_empty {
-            Ok(Vec::new())
-        } else {
-            Err(ApiError::invalid(
-                "invalid_ids",
-                format!("{field} is required: a list of 1 to {MAX_COUNT} message ids"),
-            ))
-        };
-    };
-    let Some(list) = value.as_array() else {
-        return Err(ApiError::invalid(
-            "invalid_ids",
-            format!("{field} must be a list of message ids"),
-        ));
-    };
-    if list.len() as u64 > MAX_COUNT || (list.is_empty() && !allow_empty) {
-        return Err(ApiError::invalid(
-            "invalid_ids",
-            format!(
-                "{field} must hold 1 to {MAX_COUNT} message ids, not {}",
-                list.len()
-            ),
-        ));
-    }
-    let mut ids = Vec::with_capacity(list.len());
-    for v in list {
-        let text = match v {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
-            other => {
-                return Err(ApiError::invalid(
-                    "invalid_ids",
-                    format!("{field} holds {other}, which is not a message id"),
-                ))
-            }
-        };
-        let id = parse_id(&text)?;
-        if ids.contains(&id) {
-            return Err(ApiError::invalid(
-                "invalid_ids",
-                format!("{field} names message {id} twice"),
-            ));
-        }
-        ids.push(id);
-    }
-    Ok(ids)
-}
-
 fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> serde_json::Value {
     let acked = outcomes
         .iter()
@@ -321,7 +269,7 @@ pub async fn ack_batch(
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids"])?;
-    let ids = batch_ids("ids", body.get("ids"), false)?;
+    let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
     let outcomes = ack_ids(&state, &ids, AckJournal::Committed).await?;
     Ok(HttpResponse::Ok().json(ack_report(&ids, &outcomes)))
 }
@@ -347,7 +295,7 @@ pub async fn ack_and_get(
     let topic = topic.into_inner();
     check_topic(&topic)?;
     let body = object(&body, &["ack", "count", "timeout"])?;
-    let ids = batch_ids("ack", body.get("ack"), true)?;
+    let ids = batch_ids("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
     let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let outcomes = ack_ids(&state, &ids, AckJournal::Queued).await?;
@@ -396,4 +344,190 @@ fn body_int(
             )),
         },
     }
+}
+
+/// What nacking one id did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NackOutcome {
+    /// The delivery failed: the message is ready again, scheduled again,
+    /// or dead after its last attempt.
+    Failed {
+        attempts: i32,
+        then: AfterFailure,
+    },
+    /// Not handed out, or ended (the status says how, when known).
+    NotInFlight(Option<Status>),
+    NotFound,
+}
+
+impl NackOutcome {
+    fn to_json(self, id: MessageId) -> serde_json::Value {
+        match self {
+            NackOutcome::Failed { attempts, then } => {
+                let mut v = json!({
+                    "id": id,
+                    "result": match then {
+                        AfterFailure::Ready => "ready",
+                        AfterFailure::Delaying { .. } => "delaying",
+                        AfterFailure::Dead => "dead",
+                    },
+                    "status": then.status(),
+                    "attempts": attempts,
+                });
+                if let AfterFailure::Delaying { due } = then {
+                    v["dueTime"] = json!(due);
+                }
+                v
+            }
+            NackOutcome::NotInFlight(status) => json!({
+                "id": id,
+                "result": "not_in_flight",
+                "status": status,
+            }),
+            NackOutcome::NotFound => json!({ "id": id, "result": "not_found" }),
+        }
+    }
+}
+
+/// Gives back delivered messages, each with its own wait (`None`: its retry
+/// policy), and answers once the journal committed what became of them.
+async fn nack_ids(
+    state: &AppState,
+    nacks: &[(MessageId, Option<i64>)],
+) -> Result<Vec<NackOutcome>, ApiError> {
+    let results = state.redis.nack_many(nacks).await?;
+    let keys = state.redis.keys();
+    let mut outcomes = Vec::with_capacity(nacks.len());
+    let mut changes = Vec::new();
+    let mut ready_topics: Vec<String> = Vec::new();
+    for (&(id, _), result) in nacks.iter().zip(results) {
+        outcomes.push(match result {
+            NackResult::Failed {
+                attempts,
+                then,
+                at,
+                topic,
+            } => {
+                let shard = keys.shard_of(id);
+                match then {
+                    AfterFailure::Ready => ready_topics.push(topic),
+                    AfterFailure::Delaying { due } => state.router.do_send(WakeShard {
+                        shard,
+                        at_ms: due,
+                    }),
+                    AfterFailure::Dead => {
+                        tracing::info!(id = %id, topic = %topic, attempts, "nacked on its last attempt; the message is dead")
+                    }
+                }
+                changes.push(StatusChange {
+                    id,
+                    status: then.status(),
+                    attempts: Some(attempts),
+                    at,
+                    due: Some(match then {
+                        AfterFailure::Delaying { due } => due,
+                        _ => at,
+                    }),
+                    shard: keys.inflight(shard).into(),
+                });
+                NackOutcome::Failed { attempts, then }
+            }
+            NackResult::NotInFlight => NackOutcome::NotInFlight(None),
+            NackResult::Absent => match state.journal.find(id).await? {
+                None => NackOutcome::NotFound,
+                Some((row, _)) => NackOutcome::NotInFlight(Some(row.status())),
+            },
+        });
+    }
+    ready_topics.sort_unstable();
+    ready_topics.dedup();
+    for topic in &ready_topics {
+        state.waiters.notify(topic);
+    }
+    state.journal.record_durable(changes).await?;
+    Ok(outcomes)
+}
+
+fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> {
+    match raw {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(ms) if (0..=MAX_RETRY_MS).contains(&ms) => Ok(Some(ms)),
+            _ => Err(ApiError::invalid(
+                "invalid_delay",
+                format!("delay must be 0 to {MAX_RETRY_MS} ms (one day), got {v}"),
+            )),
+        },
+    }
+}
+
+/// `POST /nack/{id}?delay=ms`: the consumer could not handle the message.
+/// It comes back after `delay`, or after its retry policy's wait without
+/// one; on its last attempt it is dead.
+pub async fn nack(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&id)?;
+    if let Some(unknown) = q.keys().find(|k| k.as_str() != "delay") {
+        return Err(ApiError::invalid(
+            "unknown_parameter",
+            format!("unknown parameter {unknown:?}; POST /nack/{{id}} takes delay"),
+        ));
+    }
+    let delay = match q.get("delay") {
+        None => None,
+        Some(raw) => nack_delay(Some(
+            &raw.parse::<i64>()
+                .map(serde_json::Value::from)
+                .map_err(|_| {
+                    ApiError::invalid(
+                        "invalid_delay",
+                        format!("delay must be 0 to {MAX_RETRY_MS} ms (one day), got '{raw}'"),
+                    )
+                })?,
+        ))?,
+    };
+    match nack_ids(&state, &[(id, delay)]).await?[0] {
+        outcome @ NackOutcome::Failed { .. } => Ok(HttpResponse::Ok().json(outcome.to_json(id))),
+        NackOutcome::NotInFlight(None) => Err(ApiError::Conflict {
+            code: "not_in_flight",
+            message: format!(
+                "message {id} is not handed out to a consumer (not delivered yet, or its ack deadline passed); only a delivered message can be nacked"
+            ),
+        }),
+        NackOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
+            code: "not_in_flight",
+            message: format!("message {id} is {status} and cannot be nacked"),
+        }),
+        NackOutcome::NotFound => Err(ApiError::NotFound {
+            code: "not_found",
+            message: format!("no message {id}"),
+        }),
+    }
+}
+
+/// `POST /nack` with `{"ids": [...], "delay": ms}` (delay optional): nacks up
+/// to 100 messages in one journal commit; a result per id (`ready`,
+/// `delaying` with `dueTime`, `dead`, `not_in_flight`, `not_found`).
+pub async fn nack_batch(
+    state: web::Data<AppState>,
+    body: web::Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let body = object(&body, &["ids", "delay"])?;
+    let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
+    let delay = nack_delay(body.get("delay"))?;
+    let nacks: Vec<(MessageId, Option<i64>)> = ids.iter().map(|&id| (id, delay)).collect();
+    let outcomes = nack_ids(&state, &nacks).await?;
+    let nacked = outcomes
+        .iter()
+        .filter(|o| matches!(o, NackOutcome::Failed { .. }))
+        .count();
+    let results: Vec<serde_json::Value> = ids
+        .iter()
+        .zip(&outcomes)
+        .map(|(id, o)| o.to_json(*id))
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "nacked": nacked, "results": results })))
 }

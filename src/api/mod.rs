@@ -6,7 +6,9 @@
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
 
 mod admin;
+mod cancel;
 mod consume;
+mod dead;
 mod manage;
 mod produce;
 
@@ -61,30 +63,18 @@ impl AppState {
             _ => Err(ApiError::Unauthorized),
         }
     }
-
-    /// Records that a message ended (Consumed, Deleted) and waits until the
-    /// journal committed it. `shard_key` names the zset the change came from.
-    async fn record_end(
-        &self,
-        id: MessageId,
-        status: crate::message::Status,
-        attempts: i32,
-        shard_key: impl FnOnce(&crate::redis::keys::Keys, u32) -> String,
-    ) -> Result<(), ApiError> {
-        let keys = self.redis.keys();
-        let change = crate::journal::StatusChange {
-            id,
-            status,
-            attempts: Some(attempts),
-            at: crate::message::now_ms(),
-            shard: shard_key(keys, keys.shard_of(id)).into(),
-        };
-        Ok(self.journal.record_durable(vec![change]).await?)
-    }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares a presented token with the configured one: every byte of the
+/// configured token is examined whatever was presented, so the time taken
+/// tells a caller neither where a guess went wrong nor whether its length
+/// was right.
+fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
+    let mut diff = (given.len() != token.len()) as u8;
+    for (i, t) in token.iter().enumerate() {
+        diff |= t ^ given.get(i).copied().unwrap_or(!*t);
+    }
+    diff == 0
 }
 
 /// Largest request accepted: a full batch of maximal bodies would be far
@@ -118,11 +108,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .app_data(path)
         .route("/push", web::post().to(produce::push))
         .route("/push/batch", web::post().to(produce::push_batch))
-        .route("/delete", web::get().to(produce::delete))
+        .route("/delete", web::get().to(cancel::delete))
+        .route("/cancel", web::post().to(cancel::cancel))
+        .route("/dead/{topic}", web::get().to(dead::list))
+        .route("/dead/{target}/requeue", web::post().to(dead::requeue))
         .route("/get/{topic}", web::get().to(consume::get))
         .route("/get/{topic}", web::post().to(consume::ack_and_get))
         .route("/ack", web::post().to(consume::ack_batch))
         .route("/ack/{id}", web::post().to(consume::ack))
+        .route("/nack", web::post().to(consume::nack_batch))
+        .route("/nack/{id}", web::post().to(consume::nack))
         .route("/reStore", web::get().to(manage::restore_all))
         .route("/reStore/{id}", web::get().to(manage::restore_one))
         .route("/messages/{id}", web::get().to(manage::message))
@@ -149,6 +144,78 @@ type Query = web::Query<HashMap<String, String>>;
 fn parse_id(raw: &str) -> Result<MessageId, ApiError> {
     raw.parse()
         .map_err(|e: String| ApiError::invalid("invalid_id", e))
+}
+
+/// The ids of a batch request: a list of message ids (strings or numbers),
+/// as many as `count` allows, no repeats.
+fn batch_ids(
+    field: &str,
+    value: Option<&serde_json::Value>,
+    count: std::ops::RangeInclusive<usize>,
+) -> Result<Vec<MessageId>, ApiError> {
+    let (min, max) = (*count.start(), *count.end());
+    let Some(value) = value else {
+        return if min == 0 {
+            Ok(Vec::new())
+        } else {
+            Err(ApiError::invalid(
+                "invalid_ids",
+                format!("{field} is required: a list of {min} to {max} message ids"),
+            ))
+        };
+    };
+    let Some(list) = value.as_array() else {
+        return Err(ApiError::invalid(
+            "invalid_ids",
+            format!("{field} must be a list of message ids"),
+        ));
+    };
+    if !count.contains(&list.len()) {
+        return Err(ApiError::invalid(
+            "invalid_ids",
+            format!(
+                "{field} must hold {min} to {max} message ids, not {}",
+                list.len()
+            ),
+        ));
+    }
+    let mut ids = Vec::with_capacity(list.len());
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
+    for v in list {
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            other => {
+                return Err(ApiError::invalid(
+                    "invalid_ids",
+                    format!("{field} holds {other}, which is not a message id"),
+                ))
+            }
+        };
+        let id = parse_id(&text)?;
+        if !seen.insert(id) {
+            return Err(ApiError::invalid(
+                "invalid_ids",
+                format!("{field} names message {id} twice"),
+            ));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+fn check_topic(topic: &str) -> Result<(), ApiError> {
+    if crate::message::valid_topic(topic) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "invalid_topic",
+            format!(
+                "topic must be 1 to {} characters of A-Z a-z 0-9 . _ : -",
+                crate::message::MAX_TOPIC_LEN
+            ),
+        ))
+    }
 }
 
 fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
@@ -182,5 +249,18 @@ fn int_param(
                 ),
             )),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_match_only_exactly() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        for wrong in [&b""[..], b"s3cre", b"s3cret!", b"S3cret", b"s3crex"] {
+            assert!(!constant_time_eq(wrong, b"s3cret"), "{wrong:?}");
+        }
     }
 }

@@ -1,16 +1,15 @@
-//! Producers: push one or a batch, cancel.
+//! Producers: push one or a batch.
 
 use std::collections::HashSet;
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 
-use super::{parse_id, AppState, Query};
-use crate::actors::router::{Cancel, Schedule};
+use super::AppState;
+use crate::actors::router::Schedule;
 use crate::error::{ApiError, ShardError};
 use crate::journal::InsertOutcome;
 use crate::message::{now_ms, parse_draft, Message, MessageId, Status};
-use crate::redis::schedule::CancelResult;
 
 pub const MAX_BATCH: usize = 1_000;
 
@@ -114,70 +113,4 @@ async fn accept(
             )))
         }
     }
-}
-
-pub async fn delete(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    q: Query,
-) -> Result<HttpResponse, ApiError> {
-    state.require_admin(&req)?;
-    let raw = q
-        .get("id")
-        .ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
-    let id = parse_id(raw)?;
-    let cancel = |tombstone_absent| {
-        state.router.send(Cancel {
-            id,
-            tombstone_absent,
-        })
-    };
-    let result = match cancel(false).await.map_err(ShardError::from)?? {
-        CancelResult::InFlight => "in_flight",
-        CancelResult::Deleted { attempts } => {
-            mark_deleted(&state, id, attempts).await?;
-            "deleted"
-        }
-        // Redis does not hold it: the journal knows how its life ended.
-        CancelResult::Absent => match state.journal.find(id).await? {
-            None => {
-                // An unknown id is a client error (404), still with a definite result.
-                return Ok(HttpResponse::NotFound().json(json!({
-                    "error": "not_found",
-                    "message": format!("no message {id}"),
-                    "id": id,
-                    "result": "not_found",
-                })));
-            }
-            Some((row, _)) => match row.status() {
-                Status::Consumed => "already_consumed",
-                Status::Deleted => "deleted",
-                Status::Dead => "dead",
-                Status::Consuming => "in_flight",
-                // Live, yet not in Redis: its push has not reached Redis yet
-                // (or met an outage), or Redis lost it. Cancel again with a
-                // tombstone, so neither that push nor a restore brings it back.
-                Status::WaitPut | Status::Delaying | Status::Ready => {
-                    match cancel(true).await.map_err(ShardError::from)?? {
-                        CancelResult::InFlight => "in_flight",
-                        CancelResult::Deleted { attempts } => {
-                            mark_deleted(&state, id, attempts).await?;
-                            "deleted"
-                        }
-                        CancelResult::Absent => {
-                            mark_deleted(&state, id, row.attempts).await?;
-                            "deleted"
-                        }
-                    }
-                }
-            },
-        },
-    };
-    Ok(HttpResponse::Ok().json(json!({ "id": id, "result": result })))
-}
-
-async fn mark_deleted(state: &AppState, id: MessageId, attempts: i32) -> Result<(), ApiError> {
-    state
-        .record_end(id, Status::Deleted, attempts, |k, s| k.delay(s))
-        .await
 }

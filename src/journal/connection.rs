@@ -111,8 +111,54 @@ impl JournalConn {
     pub fn run_migrations(&mut self) -> Result<usize, JournalError> {
         let applied = with_conn!(self, c => c.run_pending_migrations(MIGRATIONS).map(|v| v.len()))
             .map_err(|e| JournalError::Migration(e.to_string()))?;
+        if let JournalConn::Mysql(c) = self {
+            exact_keys_on_mysql(c)?;
+        }
         Ok(applied)
     }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Collation {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    name: String,
+}
+
+/// Topics and bizKeys compare byte for byte, as on SQLite: `A-1`, `a-1` and
+/// `A-1 ` are three keys. MySQL's and MariaDB's default collations ignore
+/// case, and their `_bin` ones still ignore trailing spaces, so the key
+/// columns get a binary collation without padding (MariaDB's
+/// `utf8mb4_nopad_bin`, MySQL 8's `utf8mb4_0900_bin`). The migrations are
+/// one SQL text for both backends; this MySQL-only step runs after them and
+/// does nothing once the columns have it.
+fn exact_keys_on_mysql(c: &mut MysqlConnection) -> Result<(), JournalError> {
+    use diesel::RunQueryDsl;
+    let available: Vec<Collation> = diesel::sql_query(
+        "SELECT COLLATION_NAME AS name FROM information_schema.COLLATIONS \
+         WHERE COLLATION_NAME IN ('utf8mb4_nopad_bin', 'utf8mb4_0900_bin') ORDER BY COLLATION_NAME DESC",
+    )
+    .load(c)?;
+    let target = available
+        .first()
+        .map_or("utf8mb4_bin", |c| c.name.as_str())
+        .to_string();
+    let current: Vec<Collation> = diesel::sql_query(
+        "SELECT COALESCE(COLLATION_NAME, '') AS name FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'message' \
+         AND COLUMN_NAME IN ('topic', 'biz_key', 'live_biz_key')",
+    )
+    .load(c)?;
+    if !current.is_empty() && current.iter().all(|col| col.name == target) {
+        return Ok(());
+    }
+    tracing::info!(collation = %target, "journal: topic and bizKey columns compare exactly from now on");
+    c.batch_execute(&format!(
+        "ALTER TABLE message \
+         MODIFY topic VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {target} NOT NULL, \
+         MODIFY biz_key VARCHAR(256) CHARACTER SET utf8mb4 COLLATE {target} NULL, \
+         MODIFY live_biz_key VARCHAR(256) CHARACTER SET utf8mb4 COLLATE {target} NULL"
+    ))?;
+    Ok(())
 }
 
 pub struct Manager {
@@ -145,7 +191,7 @@ pub fn pool(url: &JournalUrl, size: u32) -> Pool {
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))
-        .connection_timeout(Duration::from_secs(3))
+        .connection_timeout(Duration::from_secs(1))
         .test_on_check_out(true)
         .build_unchecked(Manager { url: url.clone() })
 }

@@ -21,6 +21,8 @@ pub struct MessageRow {
     pub status: i16,
     pub attempts: i32,
     pub updated_time: i64,
+    pub max_attempts: i32,
+    pub retry: Option<String>,
 }
 
 impl MessageRow {
@@ -39,6 +41,11 @@ impl MessageRow {
             delay: self.delay_ms,
             create_time: self.create_time,
             due_time: self.due_time,
+            max_attempts: self.max_attempts,
+            retry: self
+                .retry
+                .as_deref()
+                .and_then(|r| serde_json::from_str(r).ok()),
         }
     }
 
@@ -67,6 +74,8 @@ pub struct NewMessage<'a> {
     pub status: i16,
     pub attempts: i32,
     pub updated_time: i64,
+    pub max_attempts: i32,
+    pub retry: Option<String>,
 }
 
 impl<'a> NewMessage<'a> {
@@ -85,6 +94,10 @@ impl<'a> NewMessage<'a> {
             status: Status::WaitPut.code(),
             attempts: 0,
             updated_time: m.create_time,
+            max_attempts: m.max_attempts,
+            retry: m
+                .retry
+                .map(|r| serde_json::to_string(&r).expect("a policy always serializes")),
         }
     }
 }

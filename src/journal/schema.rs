@@ -15,6 +15,8 @@ diesel::table! {
         status -> SmallInt,
         attempts -> Integer,
         updated_time -> BigInt,
+        max_attempts -> Integer,
+        retry -> Nullable<Varchar>,
     }
 }
 

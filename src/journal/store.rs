@@ -31,6 +31,11 @@ pub struct StatusChange {
     /// The delivery count after this change, when it changed.
     pub attempts: Option<i32>,
     pub at: i64,
+    /// Set when a failed delivery (a nack, an ack deadline that passed)
+    /// made this change: when the message is due again (`at` when it is
+    /// ready at once). The journal's `due_time` takes it, so a restore
+    /// schedules the message for its next attempt.
+    pub due: Option<i64>,
     /// The zset key (or actor) that made the change; shared, not copied,
     /// by the many changes of one shard.
     pub shard: Arc<str>,
@@ -150,6 +155,7 @@ pub fn insert_messages(
                     status: Status::WaitPut,
                     attempts: None,
                     at: m.create_time,
+                    due: None,
                     shard: shard_names(m.id),
                 };
                 (change, *id)
@@ -226,18 +232,22 @@ fn waiting_row(m: &Message) -> MessageRow {
         status: n.status,
         attempts: 0,
         updated_time: n.updated_time,
+        max_attempts: n.max_attempts,
+        retry: n.retry,
     }
 }
 
 /// The order in which changes of one message happened: a terminal status
 /// ends its life; otherwise by time, then by delivery count (a redelivered
-/// message's Ready belongs to its previous delivery), then by status code
-/// (the statuses of one delivery follow their codes' order).
-fn happened_order(ch: &StatusChange) -> (bool, i64, i32, i16) {
+/// message's Ready belongs to its previous delivery), then the end of a
+/// failed delivery after the delivery itself, then by status code (the
+/// statuses of one delivery follow their codes' order).
+fn happened_order(ch: &StatusChange) -> (bool, i64, i32, bool, i16) {
     (
         ch.status.is_terminal(),
         ch.at,
         ch.attempts.unwrap_or(0),
+        ch.due.is_some(),
         ch.status.code(),
     )
 }
@@ -269,9 +279,11 @@ pub fn apply_changes(
             *m = (*m).max(a);
         }
     }
-    let mut groups: HashMap<(Status, Option<i32>, i64), Vec<i64>> = HashMap::new();
+    // (status, highest attempts, at, due again) → ids
+    type Outcome = (Status, Option<i32>, i64, Option<i64>);
+    let mut groups: HashMap<Outcome, Vec<i64>> = HashMap::new();
     for (id, ch) in latest {
-        let key = (ch.status, attempts.get(&id).copied(), ch.at);
+        let key = (ch.status, attempts.get(&id).copied(), ch.at, ch.due);
         groups.entry(key).or_default().push(id.0);
     }
     let mut flows = Vec::with_capacity(changes.len());
@@ -283,7 +295,7 @@ pub fn apply_changes(
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
-        for ((status, attempts, at), ids) in &groups {
+        for ((status, attempts, at, due), ids) in &groups {
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -294,6 +306,14 @@ pub fn apply_changes(
                             message::status.eq(status.code()),
                             message::updated_time.eq(at),
                             message::live_biz_key.eq(None::<String>),
+                        ))
+                        .execute(c)?;
+                } else if let Some(due) = due {
+                    diesel::update(target.filter(message::updated_time.le(at)))
+                        .set((
+                            message::status.eq(status.code()),
+                            message::updated_time.eq(at),
+                            message::due_time.eq(due),
                         ))
                         .execute(c)?;
                 } else {
@@ -352,6 +372,182 @@ pub fn live_page(
         .load(c))?)
 }
 
+/// Dead messages of a topic with ids above `after`, in id order, each with
+/// its history.
+pub fn dead_page(
+    conn: &mut JournalConn,
+    topic: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError> {
+    let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
+        .filter(message::status.eq(Status::Dead.code()))
+        .filter(message::topic.eq(topic))
+        .filter(message::id.gt(after))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?;
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let flows: Vec<FlowRow> = with_conn!(conn, c => message_flow::table
+        .filter(message_flow::message_id.eq_any(&ids))
+        .order((
+            message_flow::message_id.asc(),
+            message_flow::flow_time.asc(),
+            message_flow::attempts.asc(),
+            message_flow::status.asc(),
+            message_flow::id.asc(),
+        ))
+        .select(FlowRow::as_select())
+        .load(c))?;
+    let mut by_id: HashMap<i64, Vec<FlowRow>> = HashMap::new();
+    for f in flows {
+        by_id.entry(f.message_id).or_default().push(f);
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let h = by_id.remove(&r.id).unwrap_or_default();
+            (r, h)
+        })
+        .collect())
+}
+
+/// What bringing a dead message back did.
+#[derive(Debug, Clone)]
+pub enum RequeueOutcome {
+    /// Delaying again, due at once, attempts counted from 0: the row as it
+    /// is now.
+    Requeued(Box<MessageRow>),
+    /// Not dead: its status.
+    NotDead(Status),
+    NotFound,
+    /// Another live message holds its `(topic, bizKey)` now: that one's id.
+    BizKeyTaken(i64),
+}
+
+/// Turns a dead message back into a live one, due `now` with no attempts
+/// counted, and writes its flow row, in one transaction.
+pub fn requeue_dead(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    shard: Arc<str>,
+    id: MessageId,
+    now: i64,
+) -> Result<RequeueOutcome, JournalError> {
+    let flow_id = ids.next_id()?;
+    with_conn!(conn, c => c.transaction(|c| {
+        let Some(row) = message::table
+            .find(id.0)
+            .select(MessageRow::as_select())
+            .first(c)
+            .optional()? else {
+            return Ok(RequeueOutcome::NotFound);
+        };
+        if row.status() != Status::Dead {
+            return Ok(RequeueOutcome::NotDead(row.status()));
+        }
+        let update = diesel::update(
+            message::table
+                .filter(message::id.eq(id.0))
+                .filter(message::status.eq(Status::Dead.code())),
+        )
+        .set((
+            message::status.eq(Status::Delaying.code()),
+            message::attempts.eq(0),
+            message::due_time.eq(now),
+            message::updated_time.eq(now),
+            message::live_biz_key.eq(row.biz_key.as_deref()),
+        ));
+        match c.transaction(|c| update.execute(c)) {
+            Ok(0) => return Ok(RequeueOutcome::NotDead(Status::WaitPut)),
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => {
+                let key = row.biz_key.as_deref().unwrap_or_default();
+                return match live_holder(c, &row.topic, key)? {
+                    Some(holder) => Ok(RequeueOutcome::BizKeyTaken(holder.id)),
+                    None => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        }
+        let change = StatusChange {
+            id,
+            status: Status::Delaying,
+            attempts: Some(0),
+            at: now,
+            due: Some(now),
+            shard,
+        };
+        diesel::insert_into(message_flow::table)
+            .values(new_flow(flow_id, node, &change))
+            .execute(c)?;
+        let mut row = row;
+        row.status = Status::Delaying.code();
+        row.attempts = 0;
+        row.due_time = now;
+        row.updated_time = now;
+        row.live_biz_key = row.biz_key.clone();
+        Ok::<_, diesel::result::Error>(RequeueOutcome::Requeued(Box::new(row)))
+    }))
+    .map_err(JournalError::from)
+}
+
+/// One page of the live messages of a topic whose bizKey starts with
+/// `prefix`, ids above `after`, in id order; with the id to continue after
+/// when there may be more.
+pub fn live_by_biz_key_prefix(
+    conn: &mut JournalConn,
+    topic: &str,
+    prefix: &str,
+    after: i64,
+    limit: i64,
+) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for ch in prefix.chars() {
+        if matches!(ch, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(ch);
+    }
+    pattern.push('%');
+    let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
+        .filter(message::topic.eq(topic))
+        .filter(message::live_biz_key.like(&pattern).escape('\\'))
+        .filter(message::id.gt(after))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
+    // LIKE ignores case on MySQL's default collations and on SQLite for
+    // ASCII: keep only exact prefixes.
+    let rows = rows
+        .into_iter()
+        .filter(|r| {
+            r.live_biz_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with(prefix))
+        })
+        .collect();
+    Ok((rows, next))
+}
+
+/// The live message holding `(topic, bizKey)`, if any.
+pub fn live_by_biz_key(
+    conn: &mut JournalConn,
+    topic: &str,
+    key: &str,
+) -> Result<Option<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::topic.eq(topic))
+        .filter(message::live_biz_key.eq(key))
+        .select(MessageRow::as_select())
+        .first(c)
+        .optional())?)
+}
+
 pub fn ping(conn: &mut JournalConn) -> Result<(), JournalError> {
     use diesel::connection::SimpleConnection;
     Ok(with_conn!(conn, c => c.batch_execute("SELECT 1"))?)
@@ -367,6 +563,7 @@ mod tests {
             status,
             attempts,
             at,
+            due: None,
             shard: "".into(),
         }
     }
@@ -387,6 +584,10 @@ mod tests {
             order(&change(Status::Consumed, Some(2), 100))
                 > order(&change(Status::Ready, Some(2), 101))
         );
+        // A nack in the millisecond of its delivery ends that delivery.
+        let mut nacked = change(Status::Delaying, Some(2), 100);
+        nacked.due = Some(5000);
+        assert!(order(&nacked) > order(&claimed));
         // Otherwise time decides.
         assert!(
             order(&change(Status::Delaying, None, 9))

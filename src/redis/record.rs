@@ -1,21 +1,27 @@
 //! The value stored for a message in its shard's hash:
-//! `topic|ttl|attempts|score|JSON`, where JSON is the [`Message`].
+//! `topic|ttl|attempts|score|maxAttempts,backoff,delay,max|JSON`, where JSON
+//! is the [`Message`] (see [`RetryPolicy::header`] for the fifth field).
 //!
 //! The scripts read the header with one anchored pattern and never parse the
 //! JSON: moving a message needs only its topic, handing it out its ttl and
-//! attempts, returning it to the ready queue its score. Topics cannot hold `|`.
+//! attempts, returning it to the ready queue its score, deciding what a
+//! failed delivery leads to its attempt limit and retry policy. Topics cannot
+//! hold `|`. Records written before the fifth field existed go straight from
+//! the score to the JSON; the scripts read them with the defaults.
 
 use crate::message::Message;
 use crate::redis::keys::score;
+use crate::retry::RetryPolicy;
 
 pub fn encode(msg: &Message, attempts: i32) -> String {
     let json = serde_json::to_string(msg).expect("a message always serializes");
     format!(
-        "{}|{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}|{}",
         msg.topic,
         msg.ttl,
         attempts,
         score(msg.due_time, msg.priority) as i64,
+        RetryPolicy::header(msg.retry.as_ref(), msg.max_attempts),
         json
     )
 }
@@ -23,7 +29,7 @@ pub fn encode(msg: &Message, attempts: i32) -> String {
 /// Splits a record into (attempts, message).
 pub fn decode(record: &str) -> Result<(i32, Message), String> {
     let mut parts = record.splitn(5, '|');
-    let (_topic, _ttl, attempts, _score, json) = (
+    let (_topic, _ttl, attempts, _score, rest) = (
         parts.next(),
         parts.next(),
         parts.next(),
@@ -32,6 +38,13 @@ pub fn decode(record: &str) -> Result<(i32, Message), String> {
             .next()
             .ok_or_else(|| "record has no message".to_string())?,
     );
+    let json = if rest.starts_with('{') {
+        rest
+    } else {
+        rest.split_once('|')
+            .map(|(_, json)| json)
+            .ok_or_else(|| "record has no message".to_string())?
+    };
     let attempts = attempts
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| "record has no attempts".to_string())?;
@@ -56,10 +69,16 @@ mod tests {
             delay: 5,
             create_time: 10,
             due_time: 15,
+            max_attempts: 3,
+            retry: None,
         };
         let rec = encode(&msg, 2);
-        assert!(rec.starts_with(&format!("a:b|1000|2|{}|", 15 * 256 + 246)));
-        assert_eq!(decode(&rec).unwrap(), (2, msg));
+        assert!(rec.starts_with(&format!("a:b|1000|2|{}|3,n,0,0|", 15 * 256 + 246)));
+        assert_eq!(decode(&rec).unwrap(), (2, msg.clone()));
         assert!(decode("t|1|x").is_err());
+        // A record from before the retry field.
+        let json = serde_json::to_string(&msg).unwrap();
+        let old = format!("a:b|1000|2|{}|{json}", 15 * 256 + 246);
+        assert_eq!(decode(&old).unwrap(), (2, msg));
     }
 }

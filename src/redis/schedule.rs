@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use redis::Value;
 
 use crate::error::ShardError;
-use crate::message::{now_ms, Message, MessageId};
+use crate::message::{now_ms, Message, MessageId, Status};
 use crate::redis::keys::{due_of_score, max_due_score, score, Keys};
 use crate::redis::record;
 use crate::redis::scripts::{evalsha, Scripts};
@@ -66,8 +66,8 @@ pub enum Scheduled {
 pub struct TickResult {
     /// (id, topic) moved from the delay zset to a ready queue.
     pub moved: Vec<(MessageId, String)>,
-    /// (id, topic, attempts) whose ack deadline passed, back in a ready queue.
-    pub requeued: Vec<(MessageId, String, i32)>,
+    /// Messages whose ack deadline passed: failed deliveries.
+    pub failed: Vec<FailedDelivery>,
     /// Due time (ms) of the earliest message still scheduled.
     pub next_due: Option<i64>,
     /// Earliest ack deadline (ms) still running.
@@ -77,6 +77,63 @@ pub struct TickResult {
     /// the shard's Redis, one at a time, so stamps from its clock follow the
     /// order the changes happened, whichever node made them.
     pub at: i64,
+}
+
+/// Where a failed delivery (a nack, or an ack deadline that passed) left a
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Ready again at once.
+    Ready,
+    /// Scheduled again, due at this time (ms).
+    Delaying { due: i64 },
+    /// That was its last attempt.
+    Dead,
+}
+
+impl AfterFailure {
+    pub fn status(self) -> Status {
+        match self {
+            AfterFailure::Ready => Status::Ready,
+            AfterFailure::Delaying { .. } => Status::Delaying,
+            AfterFailure::Dead => Status::Dead,
+        }
+    }
+
+    fn parse(outcome: &str, due: i64) -> Option<Self> {
+        Some(match outcome {
+            "ready" => AfterFailure::Ready,
+            "delaying" => AfterFailure::Delaying { due },
+            "dead" => AfterFailure::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// One failed delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedDelivery {
+    pub id: MessageId,
+    pub topic: String,
+    /// Deliveries so far (the failed one included).
+    pub attempts: i32,
+    pub then: AfterFailure,
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NackResult {
+    /// The delivery failed; `at` is when, by Redis's clock (ms).
+    Failed {
+        attempts: i32,
+        then: AfterFailure,
+        at: i64,
+        topic: String,
+    },
+    /// Scheduled or ready: not handed out.
+    NotInFlight,
+    /// This shard does not hold it.
+    Absent,
 }
 
 /// A message handed to a consumer.
@@ -92,8 +149,12 @@ pub struct Claimed {
 /// What an ack did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckResult {
-    Acked { attempts: i32 },
+    Acked {
+        attempts: i32,
+    },
     NotInFlight,
+    /// Not held, and acked or cancelled lately (a tombstone).
+    Finished,
     Absent,
 }
 
@@ -201,6 +262,25 @@ impl RedisSchedule {
         Ok(outcome)
     }
 
+    /// Schedules messages brought back from `Dead` (attempts from 0): the
+    /// tombstones their deaths left go first.
+    pub async fn schedule_requeued(
+        &self,
+        messages: &[Message],
+    ) -> Result<Vec<Scheduled>, ShardError> {
+        let mut pipe = redis::pipe();
+        for m in messages {
+            pipe.zrem(
+                self.keys.finished(self.keys.shard_of(m.id)),
+                m.id.to_string(),
+            )
+            .ignore();
+        }
+        let _: () = pipe.query_async(&mut self.con.clone()).await?;
+        let batch: Vec<(Message, i32)> = messages.iter().map(|m| (m.clone(), 0)).collect();
+        self.schedule(&batch).await
+    }
+
     /// Which of these messages does Redis hold already?
     pub async fn present(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
         let mut pipe = redis::pipe();
@@ -298,10 +378,19 @@ impl RedisSchedule {
         for pair in ids_and_topics(&parts[0]).chunks(2) {
             out.moved.push((parse_id(&pair[0])?, text(&pair[1])?));
         }
-        for triple in ids_and_topics(&parts[1]).chunks(3) {
-            let attempts = text(&triple[2])?.parse().unwrap_or(0);
-            out.requeued
-                .push((parse_id(&triple[0])?, text(&triple[1])?, attempts));
+        for f in ids_and_topics(&parts[1]).chunks(5) {
+            if f.len() < 5 {
+                return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+            }
+            let due = opt_score(&f[4]).unwrap_or(now_ms as f64) as i64;
+            let then = AfterFailure::parse(&text(&f[3])?, due)
+                .ok_or_else(|| ShardError::BadRecord(format!("tick returned {reply:?}")))?;
+            out.failed.push(FailedDelivery {
+                id: parse_id(&f[0])?,
+                topic: text(&f[1])?,
+                attempts: opt_score(&f[2]).unwrap_or(0.0) as i32,
+                then,
+            });
         }
         out.next_due = opt_score(&parts[2]).map(due_of_score);
         out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
@@ -412,7 +501,74 @@ impl RedisSchedule {
                 out[i] = match text(&pair[0])?.as_str() {
                     "acked" | "acked_late" => AckResult::Acked { attempts },
                     "not_in_flight" => AckResult::NotInFlight,
+                    "finished" => AckResult::Finished,
                     _ => AckResult::Absent,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives back delivered messages: each `(id, wait)`, `wait` the nack's
+    /// delay in ms or `None` for the message's retry policy. One script call
+    /// per shard, in one pipeline; results in input order.
+    pub async fn nack_many(
+        &self,
+        nacks: &[(MessageId, Option<i64>)],
+    ) -> Result<Vec<NackResult>, ShardError> {
+        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, (id, _)) in nacks.iter().enumerate() {
+            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
+        }
+        let now = now_ms();
+        let k = &self.keys;
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let mut args = Vec::with_capacity(idx.len() * 2 + 5);
+            args.push(k.ready_prefix(shard));
+            args.push(now.to_string());
+            args.push(k.wake_channel(shard));
+            args.push(k.ready_channel());
+            args.push(self.node.to_string());
+            for &i in idx {
+                let (id, wait) = nacks[i];
+                args.push(id.to_string());
+                args.push(wait.map_or_else(|| "-".to_string(), |w| w.to_string()));
+            }
+            pipe.add_command(evalsha(
+                &self.scripts.nack,
+                &[
+                    k.inflight(shard),
+                    k.messages(shard),
+                    k.delay(shard),
+                    k.finished(shard),
+                ],
+                &args,
+            ));
+        }
+        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut out = vec![NackResult::Absent; nacks.len()];
+        for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
+            let at = reply
+                .pop()
+                .and_then(|v| opt_score(&v))
+                .map_or(now, |t| t as i64);
+            for (&i, four) in idx.iter().zip(reply.chunks(4)) {
+                if four.len() < 4 {
+                    return Err(ShardError::BadRecord(format!("nack returned {four:?}")));
+                }
+                let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
+                let due = opt_score(&four[2]).unwrap_or(0.0) as i64;
+                let outcome = text(&four[0])?;
+                out[i] = match AfterFailure::parse(&outcome, due) {
+                    Some(then) => NackResult::Failed {
+                        attempts,
+                        then,
+                        at,
+                        topic: text(&four[3])?,
+                    },
+                    None if outcome == "not_in_flight" => NackResult::NotInFlight,
+                    None => NackResult::Absent,
                 };
             }
         }

@@ -12,6 +12,7 @@ pub struct Scripts {
     pub tick: Script,
     pub claim: Script,
     pub ack: Script,
+    pub nack: Script,
     pub cancel: Script,
     pub lease: Script,
     pub reserve: Script,
@@ -21,9 +22,16 @@ impl Default for Scripts {
     fn default() -> Self {
         Scripts {
             schedule: Script::new(include_str!("lua/schedule.lua")),
-            tick: Script::new(include_str!("lua/tick.lua")),
+            tick: Script::new(concat!(
+                include_str!("lua/retry.lua"),
+                include_str!("lua/tick.lua")
+            )),
             claim: Script::new(include_str!("lua/claim.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
+            nack: Script::new(concat!(
+                include_str!("lua/retry.lua"),
+                include_str!("lua/nack.lua")
+            )),
             cancel: Script::new(include_str!("lua/cancel.lua")),
             lease: Script::new(include_str!("lua/lease.lua")),
             reserve: Script::new(include_str!("lua/reserve.lua")),
@@ -49,12 +57,13 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.schedule,
             &self.tick,
             &self.claim,
             &self.ack,
+            &self.nack,
             &self.cancel,
             &self.lease,
             &self.reserve,

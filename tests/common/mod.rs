@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod mariadb;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -629,9 +630,17 @@ pub fn id_of(msg: &Value) -> &str {
 pub struct EnvBuilder {
     backend: Backend,
     extra_args: Vec<String>,
+    journal_url: Option<String>,
 }
 
 impl EnvBuilder {
+    /// Journals to this MySQL/MariaDB URL (a database the test set up)
+    /// instead of a fresh database on the shared server.
+    pub fn journal_url(mut self, url: &str) -> Self {
+        self.journal_url = Some(url.to_string());
+        self
+    }
+
     pub fn arg(mut self, a: &str) -> Self {
         self.extra_args.push(a.to_string());
         self
@@ -642,7 +651,14 @@ impl EnvBuilder {
             .prefix("delayq-e2e-")
             .tempdir()
             .expect("tempdir");
-        let journal = Journal::create(self.backend, dir.path());
+        let journal = match &self.journal_url {
+            Some(url) => Journal {
+                url: url.clone(),
+                parsed: JournalUrl::parse(url).unwrap(),
+                mysql_db: None,
+            },
+            None => Journal::create(self.backend, dir.path()),
+        };
         let redis = Redis::start(dir.path());
         let prefix = format!("t{}", random_hex(8));
         let config = ServerConfig {
@@ -696,6 +712,7 @@ impl Env {
         EnvBuilder {
             backend,
             extra_args: Vec::new(),
+            journal_url: None,
         }
     }
 
@@ -963,4 +980,5 @@ pub mod status {
     pub const CONSUMING: i16 = 3;
     pub const CONSUMED: i16 = 4;
     pub const DELETED: i16 = 5;
+    pub const DEAD: i16 = 6;
 }

@@ -6,14 +6,21 @@
 -- Returns { outcome, attempts, outcome, attempts, ... }, one pair per id:
 -- 'acked'; 'acked_late' when its ack deadline had passed and it was waiting
 -- in the ready queue again; 'not_in_flight' when it is scheduled but was
--- never handed out; 'absent' (attempts 0) when this shard does not hold it.
+-- never handed out; 'finished' (attempts 0) when this shard does not hold it
+-- and it left a tombstone lately (acked or cancelled: an ack answered with
+-- an error may have got this far before the journal heard of it); 'absent'
+-- (attempts 0) when this shard does not hold it.
 local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local rec = redis.call('HGET', KEYS[2], id)
   if not rec then
     redis.call('ZREM', KEYS[1], id)
-    out[#out + 1] = 'absent'
+    if redis.call('ZSCORE', KEYS[3], id) then
+      out[#out + 1] = 'finished'
+    else
+      out[#out + 1] = 'absent'
+    end
     out[#out + 1] = 0
   else
     local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')

@@ -1,6 +1,8 @@
 -- One scan step of a shard, run only by the shard's owner: move due
--- messages to their topic's ready queue and return expired in-flight
--- messages to it. Also forgets tombstones older than their retention.
+-- messages to their topic's ready queue and treat in-flight messages whose
+-- ack deadline passed as failed deliveries (retry.lua, prepended: ready
+-- again, scheduled again by their retry policy, or dead after their last
+-- attempt). Also forgets tombstones older than their retention.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
 -- KEYS[5] finished zset
 -- ARGV[1] highest due score (now_ms * 256 + 255), ARGV[2] now_ms,
@@ -12,7 +14,8 @@
 -- fences the old one even after Redis lost the epoch key.
 -- When messages became ready, publishes 'NODE|topic,topic,...' on the ready
 -- channel so consumers waiting on other nodes wake.
--- Returns { moved: {id, topic, ...}, requeued: {id, topic, attempts, ...},
+-- Returns { moved: {id, topic, ...},
+--           failed: {id, topic, attempts, outcome, due again, ...},
 --           next due score or false, next in-flight deadline or false,
 --           the time the script ran (Redis's clock, ms) }
 local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -46,24 +49,29 @@ if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
 
-local requeued = {}
+local failed = {}
+local now = tonumber(ARGV[2])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[2], 'LIMIT', 0, limit)
 if #expired > 0 then
+  redis.call('ZREM', KEYS[3], unpack(expired))
   for _, id in ipairs(expired) do
     local rec = redis.call('HGET', KEYS[2], id)
     if rec then
-      local topic, _, attempts, score = string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|')
-      redis.call('ZADD', ARGV[4] .. topic, score, id)
-      requeued[#requeued + 1] = id
-      requeued[#requeued + 1] = topic
-      requeued[#requeued + 1] = attempts
-      topics[topic] = true
+      local outcome, topic, attempts, due =
+        fail_delivery(KEYS[1], KEYS[2], KEYS[5], ARGV[4], id, rec, now, nil)
+      failed[#failed + 1] = id
+      failed[#failed + 1] = topic
+      failed[#failed + 1] = attempts
+      failed[#failed + 1] = outcome
+      failed[#failed + 1] = string.format('%.0f', due)
+      if outcome == 'ready' then
+        topics[topic] = true
+      end
     end
   end
-  redis.call('ZREM', KEYS[3], unpack(expired))
 end
 
-if #moved > 0 or #requeued > 0 then
+if next(topics) then
   local list = {}
   for t in pairs(topics) do
     list[#list + 1] = t
@@ -75,4 +83,4 @@ local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or false
 local next_inflight = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2] or false
 local t = redis.call('TIME')
 local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return { moved, requeued, next_due, next_inflight, ran_at }
+return { moved, failed, next_due, next_inflight, ran_at }

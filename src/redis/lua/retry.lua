@@ -1,0 +1,49 @@
+-- Prepended to tick.lua and nack.lua: what a failed delivery (a nack, or an
+-- ack deadline that passed) leads to. The record's header carries the
+-- message's attempt limit and retry policy (see record.rs); a record from
+-- before that field gets the defaults (16 attempts, ready again at once).
+
+-- topic, attempts, score, maxAttempts, backoff kind, delay, max
+local function retry_header(rec)
+  local topic, _, attempts, score, max_attempts, kind, delay, max =
+    string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d+),(%a),(%d+),(%d+)|')
+  if not topic then
+    topic, _, attempts, score = string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|')
+    max_attempts, kind, delay, max = 16, 'n', 0, 0
+  end
+  return topic, tonumber(attempts), tonumber(score), tonumber(max_attempts), kind,
+    tonumber(delay), tonumber(max)
+end
+
+-- The message `id` (record `rec`, already out of the in-flight zset) failed
+-- its delivery at `now`. `wait` is the nack's delay (ms), or nil for the
+-- retry policy's. After its last attempt it is dead: its record goes and it
+-- leaves a tombstone; otherwise it is ready again at once (`wait` 0) or
+-- scheduled again in the delay zset, keeping its priority.
+-- Returns outcome ('ready', 'delaying' or 'dead'), topic, attempts, and the
+-- time it is due again (now when ready or dead).
+local function fail_delivery(delay_key, msg_key, finished_key, ready_prefix, id, rec, now, wait)
+  local topic, attempts, score, max_attempts, kind, delay, max = retry_header(rec)
+  if attempts >= max_attempts then
+    redis.call('HDEL', msg_key, id)
+    redis.call('ZADD', finished_key, now, id)
+    return 'dead', topic, attempts, now
+  end
+  if not wait then
+    if kind == 'f' then
+      wait = math.min(delay, max)
+    elseif kind == 'e' then
+      wait = math.min(delay * 2 ^ math.min(math.max(attempts, 1) - 1, 40), max)
+    else
+      wait = 0
+    end
+  end
+  if wait <= 0 then
+    redis.call('ZADD', ready_prefix .. topic, string.format('%.0f', score), id)
+    return 'ready', topic, attempts, now
+  end
+  local due = now + wait
+  redis.call('ZADD', delay_key, string.format('%.0f', due * 256 + score % 256), id)
+  return 'delaying', topic, attempts, due
+end
+
