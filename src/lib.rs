@@ -23,6 +23,8 @@
 //! - [`api`] again: `GET /get/{topic}` hands ready messages out (Consuming,
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.
+//!   [`retry`] decides what a failed delivery leads to; [`repeat`] when a
+//!   recurring message's next occurrence is due once the current one is acked.
 //! - Every status change is written to the journal's flow table in batches.
 //! - [`restore`]: rebuilds Redis from the journal.
 //! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
@@ -39,5 +41,6 @@ pub mod message;
 pub mod node;
 pub mod notify;
 pub mod redis;
+pub mod repeat;
 pub mod restore;
 pub mod retry;

@@ -112,6 +112,7 @@ impl<'de> Deserialize<'de> for MessageId {
 }
 
 pub use crate::ids::{IdGenerator, NoWorkerId};
+use crate::repeat::{parse_repeat, Occurrence, Repeat};
 use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
 
 /// The message as producers and consumers see it.
@@ -136,6 +137,28 @@ pub struct Message {
     /// The wait before a delivery after a failed one; none: ready at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// A recurring message's series (see [`crate::repeat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<Repeat>,
+    /// The occurrence of its series a recurring message is at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<Occurrence>,
+}
+
+impl Message {
+    /// A recurring message moved on to its next occurrence, due at `due`:
+    /// what it becomes when the current occurrence is acked.
+    pub fn next_occurrence(&self) -> Option<Message> {
+        let (repeat, occ) = (self.repeat.as_ref()?, self.occurrence?);
+        let due = repeat.next(occ.number, occ.due_time)?;
+        let mut next = self.clone();
+        next.due_time = due;
+        next.occurrence = Some(Occurrence {
+            number: occ.number + 1,
+            due_time: due,
+        });
+        Some(next)
+    }
 }
 
 fn default_max_attempts() -> i32 {
@@ -164,6 +187,7 @@ pub struct Draft {
     pub when: When,
     pub max_attempts: i32,
     pub retry: Option<RetryPolicy>,
+    pub repeat: Option<Repeat>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -173,12 +197,20 @@ pub enum When {
 }
 
 impl Draft {
-    /// Gives the draft its id and times. A `deliverAt` in the past is due now.
+    /// Gives the draft its id and times. A `deliverAt` in the past is due
+    /// now. A cron series starts at its first time at or after that.
     pub fn into_message(self, id: MessageId, now: i64) -> Message {
-        let due_time = match self.when {
+        let mut due_time = match self.when {
             When::Delay(d) => now + d,
             When::At(at) => at.max(now),
         };
+        let occurrence = self.repeat.as_ref().map(|r| {
+            due_time = r.first(due_time).unwrap_or(due_time);
+            Occurrence {
+                number: 1,
+                due_time,
+            }
+        });
         Message {
             id,
             topic: self.topic,
@@ -191,6 +223,8 @@ impl Draft {
             due_time,
             max_attempts: self.max_attempts,
             retry: self.retry,
+            repeat: self.repeat,
+            occurrence,
         }
     }
 }
@@ -227,6 +261,7 @@ const FIELDS: &[&str] = &[
     "body",
     "maxAttempts",
     "retry",
+    "repeat",
 ];
 
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
@@ -386,6 +421,28 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
 
     let max_attempts = parse_max_attempts(obj.get("maxAttempts"))?;
     let retry = parse_policy(obj.get("retry").unwrap_or(&Value::Null))?;
+    let repeat = parse_repeat(obj.get("repeat").unwrap_or(&Value::Null), now)?;
+    let when = match (&repeat, when) {
+        // "every 20 minutes after the order": the first one interval on.
+        (Some(Repeat { every: Some(e), .. }), When::Delay(0))
+            if !obj.contains_key("delay") && !obj.contains_key("deliverAt") =>
+        {
+            When::Delay((*e).min(MAX_DELAY_MS))
+        }
+        (_, w) => w,
+    };
+    if let Some(r) = &repeat {
+        let earliest = match when {
+            When::Delay(d) => now + d,
+            When::At(at) => at.max(now),
+        };
+        if r.first(earliest).is_none() {
+            return Err(invalid(
+                "invalid_repeat",
+                "the series has no occurrence: its cron never matches, or until is before the first one",
+            ));
+        }
+    }
 
     Ok(Draft {
         topic,
@@ -396,6 +453,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         when,
         max_attempts,
         retry,
+        repeat,
     })
 }
 

@@ -240,6 +240,8 @@ async fn bad_batch_acks_change_nothing(b: Backend) {
     let env = Env::start(b).await;
     let id = env.push(json!({"topic": "bb", "body": "x"})).await;
     assert_eq!(env.receive_one("bb").await.id(), id);
+    // The delivery's row is written with the other queued status changes.
+    env.wait_status(&id, status::CONSUMING).await;
     let too_many: Vec<String> = (0..101).map(|i| (1000 + i).to_string()).collect();
     for (path, body, code) in [
         ("/ack", json!({}), "invalid_ids"),

@@ -153,6 +153,7 @@ impl Handler<Schedule> for RouterActor {
                         at,
                         due: None,
                         shard: act.delay_names[shard as usize].clone(),
+                        occurrence: None,
                     });
                 }
                 act.journal.record(changes);

@@ -200,6 +200,7 @@ impl ZsetShardActor {
                 at: now,
                 due: None,
                 shard: self.delay_key.clone(),
+                occurrence: None,
             });
             topics.push(topic);
         }
@@ -215,6 +216,9 @@ impl ZsetShardActor {
                 AfterFailure::Dead => {
                     tracing::info!(shard = self.shard, id = %f.id, topic = %f.topic, attempts = f.attempts, "ack deadline passed on the last attempt; the message is dead");
                 }
+                AfterFailure::Stopped => {
+                    tracing::debug!(shard = self.shard, id = %f.id, "ack deadline passed on the last delivery of a cancelled series");
+                }
             }
             changes.push(StatusChange {
                 id: f.id,
@@ -226,6 +230,7 @@ impl ZsetShardActor {
                     _ => now,
                 }),
                 shard: self.delay_key.clone(),
+                occurrence: None,
             });
         }
         topics.sort_unstable();

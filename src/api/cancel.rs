@@ -22,7 +22,8 @@ const CONCURRENCY: usize = 32;
 /// What cancelling one message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
-    /// Cancelled now, or before.
+    /// Cancelled now, or before. A recurring message handed out when its
+    /// series is cancelled counts too: that delivery is its last.
     Deleted,
     /// Handed to a consumer: left alone (it ends with the consumer's ack,
     /// or comes back after its ttl and can be cancelled then).
@@ -54,7 +55,10 @@ async fn cancel_in_redis(
     let redis = &state.redis;
     Ok(match redis.cancel(id, false).await? {
         CancelResult::InFlight => (CancelOutcome::InFlight, None),
-        CancelResult::Deleted { attempts } => (CancelOutcome::Deleted, Some(attempts)),
+        // A recurring message in flight: that delivery is its last.
+        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
+            (CancelOutcome::Deleted, Some(attempts))
+        }
         // Redis does not hold it: the journal knows how its life ended.
         CancelResult::Absent => match state.journal.find(id).await? {
             None => (CancelOutcome::NotFound, None),
@@ -69,7 +73,7 @@ async fn cancel_in_redis(
                 Status::WaitPut | Status::Delaying | Status::Ready => {
                     match redis.cancel(id, true).await? {
                         CancelResult::InFlight => (CancelOutcome::InFlight, None),
-                        CancelResult::Deleted { attempts } => {
+                        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
                             (CancelOutcome::Deleted, Some(attempts))
                         }
                         CancelResult::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
@@ -107,6 +111,7 @@ pub async fn cancel_many(
                         at: now,
                         due: None,
                         shard: keys.delay(keys.shard_of(id)).into(),
+                        occurrence: None,
                     });
                 }
                 outcomes.push(outcome);

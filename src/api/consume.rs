@@ -10,9 +10,12 @@ use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::actors::router::Touch;
 use crate::actors::router::Touch as WakeShard;
 use crate::error::ApiError;
+use crate::error::ShardError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, MessageView, Status};
-use crate::redis::schedule::{AckResult, AfterFailure, Claimed, NackResult};
+use crate::redis::record;
+use crate::redis::schedule::{AckResult, Advanced, AfterFailure, Claimed, NackResult};
+use crate::repeat::Occurrence;
 use crate::retry::MAX_RETRY_MS;
 
 pub const MAX_COUNT: u64 = 100;
@@ -106,6 +109,7 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> serde_json::Value {
                 .entry(c.shard)
                 .or_insert_with(|| keys.inflight(c.shard).into())
                 .clone(),
+            occurrence: None,
         });
         views.push(MessageView {
             message: c.message,
@@ -125,6 +129,9 @@ fn deliver(state: &AppState, claimed: Vec<Claimed>) -> serde_json::Value {
 enum AckOutcome {
     /// Consumed now, or before (acking twice is harmless).
     Consumed,
+    /// A recurring message's occurrence is consumed: the message waits for
+    /// its next occurrence (or it was acked before and waits already).
+    Next(Occurrence),
     /// Not handed out: scheduled, ready for its first delivery, or ended
     /// some other way (the status says which).
     NotInFlight(Option<Status>),
@@ -132,9 +139,16 @@ enum AckOutcome {
 }
 
 impl AckOutcome {
+    fn is_consumed(self) -> bool {
+        matches!(self, AckOutcome::Consumed | AckOutcome::Next(_))
+    }
+
     fn to_json(self, id: MessageId) -> serde_json::Value {
         match self {
             AckOutcome::Consumed => json!({ "id": id, "result": "consumed" }),
+            AckOutcome::Next(next) => {
+                json!({ "id": id, "result": "consumed", "nextOccurrence": next })
+            }
             AckOutcome::NotInFlight(status) => json!({
                 "id": id,
                 "result": "not_in_flight",
@@ -165,54 +179,123 @@ async fn ack_ids(
     ids: &[MessageId],
     journal: AckJournal,
 ) -> Result<Vec<AckOutcome>, ApiError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let results = state.redis.ack_many(ids).await?;
     let keys = state.redis.keys();
     let now = now_ms();
-    let mut outcomes = Vec::with_capacity(ids.len());
-    let mut changes = Vec::new();
-    let mut end = |id: MessageId, attempts: i32| {
-        changes.push(StatusChange {
-            id,
-            status: Status::Consumed,
-            attempts: Some(attempts),
-            at: now,
-            due: None,
-            shard: keys.inflight(keys.shard_of(id)).into(),
-        });
-        AckOutcome::Consumed
+    let consumed = |id: MessageId, attempts: i32, at: i64| StatusChange {
+        id,
+        status: Status::Consumed,
+        attempts: Some(attempts),
+        at,
+        due: None,
+        shard: keys.inflight(keys.shard_of(id)).into(),
+        occurrence: None,
     };
-    for (&id, result) in ids.iter().zip(results) {
-        outcomes.push(match result {
-            AckResult::Acked { attempts } => end(id, attempts),
-            AckResult::NotInFlight => AckOutcome::NotInFlight(None),
-            // Redis does not hold it: the journal knows how its life went.
-            AckResult::Absent | AckResult::Finished => match state.journal.find(id).await? {
-                None => AckOutcome::NotFound,
-                Some((row, _)) => match row.status() {
-                    Status::Consumed => AckOutcome::Consumed,
-                    // Handed out, and Redis no longer holds it: an earlier
-                    // ack got as far as Redis but was answered 503 before the
-                    // journal committed (or Redis lost its data). The
-                    // consumer is done with it.
-                    Status::Consuming => end(id, row.attempts),
-                    // Redis let go of it lately (its tombstone) and the
-                    // journal never heard why: an earlier ack reached Redis
-                    // and the node stopped before the journal recorded the
-                    // delivery and the ack. Only a consumer that was handed
-                    // the message knows its id to ack it; the journal ends
-                    // Consumed, so no restore delivers it again.
-                    Status::WaitPut | Status::Delaying | Status::Ready
-                        if result == AckResult::Finished =>
-                    {
-                        end(id, row.attempts.max(1))
+    // A recurring message moved on to an occurrence: Delaying, no attempts.
+    let moved_on = |id: MessageId, next: Occurrence, due: i64, at: i64| StatusChange {
+        id,
+        status: Status::Delaying,
+        attempts: Some(0),
+        at,
+        due: Some(due),
+        shard: keys.inflight(keys.shard_of(id)).into(),
+        occurrence: Some(next),
+    };
+    let mut outcomes = vec![AckOutcome::NotInFlight(None); ids.len()];
+    let mut changes = Vec::new();
+    let mut pending: Vec<usize> = (0..ids.len()).collect();
+    // A recurring message is read, then moved on only if its record is
+    // still the one read; one changed in between (its deadline passed, its
+    // series was cancelled) is acked again. Rounds after the first are rare.
+    for _ in 0..ADVANCE_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        let round: Vec<MessageId> = pending.iter().map(|&i| ids[i]).collect();
+        let results = state.redis.ack_many(&round).await?;
+        // (index, attempts, (id, record read, next occurrence))
+        let mut advancing = Vec::new();
+        for (&i, result) in pending.iter().zip(results) {
+            let id = ids[i];
+            outcomes[i] = match result {
+                AckResult::Acked { attempts } => {
+                    changes.push(consumed(id, attempts, now));
+                    AckOutcome::Consumed
+                }
+                AckResult::Recurring { attempts, record } => {
+                    let (_, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                    advancing.push((i, attempts, (id, record, msg.next_occurrence())));
+                    continue;
+                }
+                AckResult::NotInFlight {
+                    recurring: Some(record),
+                } => {
+                    let (attempts, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                    match msg.occurrence {
+                        // Waiting for a later occurrence, not handed out yet:
+                        // this acks an earlier one again (its answer was
+                        // lost). The journal catches up with the occurrence.
+                        Some(occ) if attempts == 0 && occ.number > 1 => {
+                            changes.push(moved_on(id, occ, msg.due_time, now));
+                            AckOutcome::Next(occ)
+                        }
+                        _ => AckOutcome::NotInFlight(None),
                     }
-                    other => AckOutcome::NotInFlight(Some(other)),
+                }
+                AckResult::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
+                // Redis does not hold it: the journal knows how its life went.
+                AckResult::Absent | AckResult::Finished => match state.journal.find(id).await? {
+                    None => AckOutcome::NotFound,
+                    Some((row, _)) => match row.status() {
+                        Status::Consumed => AckOutcome::Consumed,
+                        // Handed out, and Redis no longer holds it: an earlier
+                        // ack got as far as Redis but was answered 503 before the
+                        // journal committed (or Redis lost its data). The
+                        // consumer is done with it.
+                        Status::Consuming => {
+                            changes.push(consumed(id, row.attempts, now));
+                            AckOutcome::Consumed
+                        }
+                        // Redis let go of it lately (its tombstone) and the
+                        // journal never heard why: an earlier ack reached Redis
+                        // and the node stopped before the journal recorded the
+                        // delivery and the ack. Only a consumer that was handed
+                        // the message knows its id to ack it; the journal ends
+                        // Consumed, so no restore delivers it again.
+                        Status::WaitPut | Status::Delaying | Status::Ready
+                            if result == AckResult::Finished =>
+                        {
+                            changes.push(consumed(id, row.attempts.max(1), now));
+                            AckOutcome::Consumed
+                        }
+                        other => AckOutcome::NotInFlight(Some(other)),
+                    },
                 },
-            },
-        });
+            };
+        }
+        pending.clear();
+        if advancing.is_empty() {
+            break;
+        }
+        let items: Vec<_> = advancing.iter().map(|(_, _, item)| item.clone()).collect();
+        let advanced = state.redis.advance_many(&items).await?;
+        for ((i, attempts, (id, _, next)), done) in advancing.into_iter().zip(advanced) {
+            match (done, next) {
+                (Advanced::Next { at }, Some(next)) => {
+                    let occ = next.occurrence.expect("a next occurrence has its number");
+                    changes.push(moved_on(id, occ, next.due_time, at));
+                    state.router.do_send(WakeShard {
+                        shard: keys.shard_of(id),
+                        at_ms: next.due_time,
+                    });
+                    outcomes[i] = AckOutcome::Next(occ);
+                }
+                (Advanced::Next { at } | Advanced::Ended { at }, _) => {
+                    changes.push(consumed(id, attempts, at));
+                    outcomes[i] = AckOutcome::Consumed;
+                }
+                (Advanced::Changed, _) => pending.push(i),
+            }
+        }
     }
     match journal {
         AckJournal::Committed => state.journal.record_durable(changes).await?,
@@ -220,6 +303,10 @@ async fn ack_ids(
     }
     Ok(outcomes)
 }
+
+/// Rounds of reading and moving on a recurring message an ack makes before
+/// it answers `not_in_flight` (its record kept changing under it).
+const ADVANCE_ROUNDS: usize = 4;
 
 /// `POST /ack/{id}`: the message is consumed.
 pub async fn ack(
@@ -231,6 +318,11 @@ pub async fn ack(
         AckOutcome::Consumed => {
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }
+        AckOutcome::Next(next) => Ok(HttpResponse::Ok().json(json!({
+            "id": id,
+            "status": Status::Delaying,
+            "nextOccurrence": next,
+        }))),
         AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: "not_in_flight",
             message: format!(
@@ -249,10 +341,7 @@ pub async fn ack(
 }
 
 fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> serde_json::Value {
-    let acked = outcomes
-        .iter()
-        .filter(|o| **o == AckOutcome::Consumed)
-        .count();
+    let acked = outcomes.iter().filter(|o| o.is_consumed()).count();
     let results: Vec<serde_json::Value> = ids
         .iter()
         .zip(outcomes)
@@ -370,6 +459,7 @@ impl NackOutcome {
                         AfterFailure::Ready => "ready",
                         AfterFailure::Delaying { .. } => "delaying",
                         AfterFailure::Dead => "dead",
+                        AfterFailure::Stopped => "deleted",
                     },
                     "status": then.status(),
                     "attempts": attempts,
@@ -418,6 +508,7 @@ async fn nack_ids(
                     AfterFailure::Dead => {
                         tracing::info!(id = %id, topic = %topic, attempts, "nacked on its last attempt; the message is dead")
                     }
+                    AfterFailure::Stopped => {}
                 }
                 changes.push(StatusChange {
                     id,
@@ -429,6 +520,7 @@ async fn nack_ids(
                         _ => at,
                     }),
                     shard: keys.inflight(shard).into(),
+                    occurrence: None,
                 });
                 NackOutcome::Failed { attempts, then }
             }

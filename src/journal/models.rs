@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use crate::journal::schema::{message, message_flow};
 use crate::message::{Message, MessageId, MessageView, Status};
+use crate::repeat::Occurrence;
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = message)]
@@ -23,6 +24,9 @@ pub struct MessageRow {
     pub updated_time: i64,
     pub max_attempts: i32,
     pub retry: Option<String>,
+    pub repeat_spec: Option<String>,
+    pub occurrence: Option<i32>,
+    pub occurrence_time: Option<i64>,
 }
 
 impl MessageRow {
@@ -46,6 +50,14 @@ impl MessageRow {
                 .retry
                 .as_deref()
                 .and_then(|r| serde_json::from_str(r).ok()),
+            repeat: self
+                .repeat_spec
+                .as_deref()
+                .and_then(|r| serde_json::from_str(r).ok()),
+            occurrence: self.occurrence.map(|number| Occurrence {
+                number,
+                due_time: self.occurrence_time.unwrap_or(self.due_time),
+            }),
         }
     }
 
@@ -76,6 +88,9 @@ pub struct NewMessage<'a> {
     pub updated_time: i64,
     pub max_attempts: i32,
     pub retry: Option<String>,
+    pub repeat_spec: Option<String>,
+    pub occurrence: Option<i32>,
+    pub occurrence_time: Option<i64>,
 }
 
 impl<'a> NewMessage<'a> {
@@ -98,6 +113,12 @@ impl<'a> NewMessage<'a> {
             retry: m
                 .retry
                 .map(|r| serde_json::to_string(&r).expect("a policy always serializes")),
+            repeat_spec: m
+                .repeat
+                .as_ref()
+                .map(|r| serde_json::to_string(r).expect("a series always serializes")),
+            occurrence: m.occurrence.map(|o| o.number),
+            occurrence_time: m.occurrence.map(|o| o.due_time),
         }
     }
 }

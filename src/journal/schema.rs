@@ -17,6 +17,9 @@ diesel::table! {
         updated_time -> BigInt,
         max_attempts -> Integer,
         retry -> Nullable<Varchar>,
+        repeat_spec -> Nullable<Varchar>,
+        occurrence -> Nullable<Integer>,
+        occurrence_time -> Nullable<BigInt>,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::journal::connection::JournalConn;
 use crate::journal::models::{FlowRow, MessageRow, NewFlow, NewMessage};
 use crate::journal::schema::{message, message_flow};
 use crate::message::{IdGenerator, Message, MessageId, Status};
+use crate::repeat::Occurrence;
 use crate::with_conn;
 
 /// Rows per INSERT statement: well under SQLite's bound-variable limit.
@@ -39,6 +40,10 @@ pub struct StatusChange {
     /// The zset key (or actor) that made the change; shared, not copied,
     /// by the many changes of one shard.
     pub shard: Arc<str>,
+    /// Set when an ack moved a recurring message on to this occurrence
+    /// (status Delaying, `due` its due time, attempts 0). The row takes it
+    /// unless it is at this occurrence or a later one already.
+    pub occurrence: Option<Occurrence>,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +162,7 @@ pub fn insert_messages(
                     at: m.create_time,
                     due: None,
                     shard: shard_names(m.id),
+                    occurrence: None,
                 };
                 (change, *id)
             })
@@ -234,6 +240,9 @@ fn waiting_row(m: &Message) -> MessageRow {
         updated_time: n.updated_time,
         max_attempts: n.max_attempts,
         retry: n.retry,
+        repeat_spec: n.repeat_spec,
+        occurrence: n.occurrence,
+        occurrence_time: n.occurrence_time,
     }
 }
 
@@ -279,11 +288,17 @@ pub fn apply_changes(
             *m = (*m).max(a);
         }
     }
-    // (status, highest attempts, at, due again) → ids
-    type Outcome = (Status, Option<i32>, i64, Option<i64>);
+    // (status, highest attempts, at, due again, occurrence) → ids
+    type Outcome = (Status, Option<i32>, i64, Option<i64>, Option<Occurrence>);
     let mut groups: HashMap<Outcome, Vec<i64>> = HashMap::new();
     for (id, ch) in latest {
-        let key = (ch.status, attempts.get(&id).copied(), ch.at, ch.due);
+        // A recurring message moved on starts its next occurrence with no
+        // attempts: the earlier occurrence's count is not carried over.
+        let attempts = match ch.occurrence {
+            Some(_) => None,
+            None => attempts.get(&id).copied(),
+        };
+        let key = (ch.status, attempts, ch.at, ch.due, ch.occurrence);
         groups.entry(key).or_default().push(id.0);
     }
     let mut flows = Vec::with_capacity(changes.len());
@@ -295,7 +310,7 @@ pub fn apply_changes(
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
-        for ((status, attempts, at, due), ids) in &groups {
+        for ((status, attempts, at, due, occurrence), ids) in &groups {
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -308,6 +323,21 @@ pub fn apply_changes(
                             message::live_biz_key.eq(None::<String>),
                         ))
                         .execute(c)?;
+                } else if let Some(occ) = occurrence {
+                    diesel::update(
+                        target
+                            .filter(message::updated_time.le(at))
+                            .filter(message::occurrence.lt(occ.number)),
+                    )
+                    .set((
+                        message::status.eq(status.code()),
+                        message::updated_time.eq(at),
+                        message::due_time.eq(due.unwrap_or(occ.due_time)),
+                        message::attempts.eq(0),
+                        message::occurrence.eq(occ.number),
+                        message::occurrence_time.eq(occ.due_time),
+                    ))
+                    .execute(c)?;
                 } else if let Some(due) = due {
                     diesel::update(target.filter(message::updated_time.le(at)))
                         .set((
@@ -324,9 +354,23 @@ pub fn apply_changes(
                         .execute(c)?;
                 }
                 if let Some(a) = attempts {
-                    diesel::update(message::table.filter(message::id.eq_any(chunk)).filter(message::attempts.lt(a)))
-                        .set(message::attempts.eq(a))
-                        .execute(c)?;
+                    // A recurring message past its first occurrence takes
+                    // counts only from changes not older than its row: an
+                    // earlier occurrence's late change must not count
+                    // against the current one.
+                    diesel::update(
+                        message::table
+                            .filter(message::id.eq_any(chunk))
+                            .filter(message::attempts.lt(a))
+                            .filter(
+                                message::occurrence
+                                    .is_null()
+                                    .or(message::occurrence.le(1))
+                                    .or(message::updated_time.le(at)),
+                            ),
+                    )
+                    .set(message::attempts.eq(a))
+                    .execute(c)?;
                 }
             }
         }
@@ -479,6 +523,7 @@ pub fn requeue_dead(
             at: now,
             due: Some(now),
             shard,
+            occurrence: None,
         };
         diesel::insert_into(message_flow::table)
             .values(new_flow(flow_id, node, &change))
@@ -565,6 +610,7 @@ mod tests {
             at,
             due: None,
             shard: "".into(),
+            occurrence: None,
         }
     }
 

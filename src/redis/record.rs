@@ -1,6 +1,9 @@
 //! The value stored for a message in its shard's hash:
-//! `topic|ttl|attempts|score|maxAttempts,backoff,delay,max|JSON`, where JSON
-//! is the [`Message`] (see [`RetryPolicy::header`] for the fifth field).
+//! `topic|ttl|attempts|score|maxAttempts,backoff,delay,max[,r]|JSON`, where
+//! JSON is the [`Message`] (see [`RetryPolicy::header`] for the fifth field).
+//! A recurring message's fifth field ends in `,r` (acking it moves it on to
+//! its next occurrence, see advance.lua), or `,x` once its series was
+//! cancelled while an occurrence was handed out (that delivery is its last).
 //!
 //! The scripts read the header with one anchored pattern and never parse the
 //! JSON: moving a message needs only its topic, handing it out its ttl and
@@ -16,12 +19,13 @@ use crate::retry::RetryPolicy;
 pub fn encode(msg: &Message, attempts: i32) -> String {
     let json = serde_json::to_string(msg).expect("a message always serializes");
     format!(
-        "{}|{}|{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}{}|{}",
         msg.topic,
         msg.ttl,
         attempts,
         score(msg.due_time, msg.priority) as i64,
         RetryPolicy::header(msg.retry.as_ref(), msg.max_attempts),
+        if msg.repeat.is_some() { ",r" } else { "" },
         json
     )
 }
@@ -71,6 +75,8 @@ mod tests {
             due_time: 15,
             max_attempts: 3,
             retry: None,
+            repeat: None,
+            occurrence: None,
         };
         let rec = encode(&msg, 2);
         assert!(rec.starts_with(&format!("a:b|1000|2|{}|3,n,0,0|", 15 * 256 + 246)));

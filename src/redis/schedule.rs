@@ -89,6 +89,9 @@ pub enum AfterFailure {
     Delaying { due: i64 },
     /// That was its last attempt.
     Dead,
+    /// A recurring message whose series was cancelled during this
+    /// delivery: it ends here.
+    Stopped,
 }
 
 impl AfterFailure {
@@ -97,6 +100,7 @@ impl AfterFailure {
             AfterFailure::Ready => Status::Ready,
             AfterFailure::Delaying { .. } => Status::Delaying,
             AfterFailure::Dead => Status::Dead,
+            AfterFailure::Stopped => Status::Deleted,
         }
     }
 
@@ -105,6 +109,7 @@ impl AfterFailure {
             "ready" => AfterFailure::Ready,
             "delaying" => AfterFailure::Delaying { due },
             "dead" => AfterFailure::Dead,
+            "stopped" => AfterFailure::Stopped,
             _ => return None,
         })
     }
@@ -147,21 +152,49 @@ pub struct Claimed {
 }
 
 /// What an ack did; with the message's delivery count where Redis held it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckResult {
     Acked {
         attempts: i32,
     },
-    NotInFlight,
+    /// A recurring message, handed out: nothing changed yet; the caller
+    /// moves it on with [`RedisSchedule::advance_many`], giving back this
+    /// record.
+    Recurring {
+        attempts: i32,
+        record: String,
+    },
+    /// Not handed out; with its record when it is recurring (an ack of an
+    /// earlier occurrence finds it waiting for its next one).
+    NotInFlight {
+        recurring: Option<String>,
+    },
     /// Not held, and acked or cancelled lately (a tombstone).
     Finished,
     Absent,
 }
 
+/// What moving a recurring message on did (see advance.lua).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advanced {
+    /// Scheduled for its next occurrence; `at` by Redis's clock (ms).
+    Next { at: i64 },
+    /// Its series ended with this occurrence: it left Redis.
+    Ended { at: i64 },
+    /// The record changed since the ack read it: ack again.
+    Changed,
+}
+
 /// What a cancel did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelResult {
-    Deleted { attempts: i32 },
+    Deleted {
+        attempts: i32,
+    },
+    /// A recurring message in flight: its series ends with this delivery.
+    Stopped {
+        attempts: i32,
+    },
     InFlight,
     Absent,
 }
@@ -465,10 +498,6 @@ impl RedisSchedule {
         Ok(out)
     }
 
-    pub async fn ack(&self, id: MessageId) -> Result<AckResult, ShardError> {
-        Ok(self.ack_many(&[id]).await?[0])
-    }
-
     /// Acks many messages: one script call per shard, all in one pipeline.
     /// Returns what happened to each, in input order.
     pub async fn ack_many(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, ShardError> {
@@ -496,13 +525,83 @@ impl RedisSchedule {
         let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = vec![AckResult::Absent; ids.len()];
         for ((_, idx), reply) in by_shard.iter().zip(replies) {
-            for (&i, pair) in idx.iter().zip(reply.chunks(2)) {
-                let attempts = pair.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
-                out[i] = match text(&pair[0])?.as_str() {
+            for (&i, three) in idx.iter().zip(reply.chunks(3)) {
+                if three.len() < 3 {
+                    return Err(ShardError::BadRecord(format!("ack returned {three:?}")));
+                }
+                let attempts = opt_score(&three[1]).unwrap_or(0.0) as i32;
+                let record = text(&three[2])?;
+                out[i] = match text(&three[0])?.as_str() {
                     "acked" | "acked_late" => AckResult::Acked { attempts },
-                    "not_in_flight" => AckResult::NotInFlight,
+                    "recurring" => AckResult::Recurring { attempts, record },
+                    "not_in_flight" => AckResult::NotInFlight {
+                        recurring: (!record.is_empty()).then_some(record),
+                    },
                     "finished" => AckResult::Finished,
                     _ => AckResult::Absent,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves acked recurring messages on: each `(id, the record the ack
+    /// read, the next occurrence or None when the series ends)`. One script
+    /// call per shard, in one pipeline; results in input order.
+    pub async fn advance_many(
+        &self,
+        items: &[(MessageId, String, Option<Message>)],
+    ) -> Result<Vec<Advanced>, ShardError> {
+        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, (id, _, _)) in items.iter().enumerate() {
+            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
+        }
+        let now = now_ms();
+        let k = &self.keys;
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let mut args = Vec::with_capacity(idx.len() * 4 + 3);
+            args.push(k.ready_prefix(shard));
+            args.push(now.to_string());
+            args.push(k.wake_channel(shard));
+            for &i in idx {
+                let (id, seen, next) = &items[i];
+                args.push(id.to_string());
+                args.push(seen.clone());
+                match next {
+                    Some(m) => {
+                        args.push(record::encode(m, 0));
+                        args.push((score(m.due_time, m.priority) as i64).to_string());
+                    }
+                    None => {
+                        args.push(String::new());
+                        args.push("0".to_string());
+                    }
+                }
+            }
+            pipe.add_command(evalsha(
+                &self.scripts.advance,
+                &[
+                    k.inflight(shard),
+                    k.messages(shard),
+                    k.delay(shard),
+                    k.finished(shard),
+                ],
+                &args,
+            ));
+        }
+        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut out = vec![Advanced::Changed; items.len()];
+        for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
+            let at = reply
+                .pop()
+                .and_then(|v| opt_score(&v))
+                .map_or(now, |t| t as i64);
+            for (&i, outcome) in idx.iter().zip(reply) {
+                out[i] = match text(&outcome)?.as_str() {
+                    "advanced" => Advanced::Next { at },
+                    "ended" => Advanced::Ended { at },
+                    _ => Advanced::Changed,
                 };
             }
         }
@@ -600,6 +699,7 @@ impl RedisSchedule {
         let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
         Ok(match r.as_str() {
             "deleted" => CancelResult::Deleted { attempts },
+            "stopped" => CancelResult::Stopped { attempts },
             "in_flight" => CancelResult::InFlight,
             _ => CancelResult::Absent,
         })

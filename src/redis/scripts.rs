@@ -12,6 +12,7 @@ pub struct Scripts {
     pub tick: Script,
     pub claim: Script,
     pub ack: Script,
+    pub advance: Script,
     pub nack: Script,
     pub cancel: Script,
     pub lease: Script,
@@ -28,6 +29,7 @@ impl Default for Scripts {
             )),
             claim: Script::new(include_str!("lua/claim.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
+            advance: Script::new(include_str!("lua/advance.lua")),
             nack: Script::new(concat!(
                 include_str!("lua/retry.lua"),
                 include_str!("lua/nack.lua")
@@ -57,12 +59,13 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 9] {
         [
             &self.schedule,
             &self.tick,
             &self.claim,
             &self.ack,
+            &self.advance,
             &self.nack,
             &self.cancel,
             &self.lease,

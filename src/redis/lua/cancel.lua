@@ -7,8 +7,11 @@
 -- zset: a push or restore about to schedule it will not (see schedule.lua).
 -- The caller asks for one on an absent message only once the journal said
 -- it is live (pushed, not yet in Redis), so an unknown id changes nothing.
--- Returns { outcome, attempts }: 'deleted', 'in_flight' (left alone), or
--- 'absent' (not in this shard; attempts 0).
+-- A recurring message in flight has its series stopped instead: its record
+-- is marked (',x', see record.rs) so that delivery is its last, however it
+-- ends (ack, nack, deadline).
+-- Returns { outcome, attempts }: 'deleted', 'stopped' (a series, in flight),
+-- 'in_flight' (left alone), or 'absent' (not in this shard; attempts 0).
 local id = ARGV[1]
 local rec = redis.call('HGET', KEYS[2], id)
 if not rec then
@@ -20,6 +23,11 @@ end
 local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
 attempts = tonumber(attempts)
 if redis.call('ZSCORE', KEYS[3], id) then
+  local marked, n = string.gsub(rec, '^([^|]*|%d+|%d+|[^|]*|[^|]*),[rx]|', '%1,x|', 1)
+  if n == 1 then
+    redis.call('HSET', KEYS[2], id, marked)
+    return { 'stopped', attempts }
+  end
   return { 'in_flight', attempts }
 end
 redis.call('ZREM', KEYS[1], id)

@@ -3,16 +3,17 @@
 -- message's attempt limit and retry policy (see record.rs); a record from
 -- before that field gets the defaults (16 attempts, ready again at once).
 
--- topic, attempts, score, maxAttempts, backoff kind, delay, max
+-- topic, attempts, score, maxAttempts, backoff kind, delay, max, series
+-- flag ('' not recurring, ',r' recurring, ',x' series cancelled)
 local function retry_header(rec)
-  local topic, _, attempts, score, max_attempts, kind, delay, max =
-    string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d+),(%a),(%d+),(%d+)|')
+  local topic, _, attempts, score, max_attempts, kind, delay, max, series =
+    string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d+),(%a),(%d+),(%d+)([^|]*)|')
   if not topic then
     topic, _, attempts, score = string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|')
-    max_attempts, kind, delay, max = 16, 'n', 0, 0
+    max_attempts, kind, delay, max, series = 16, 'n', 0, 0, ''
   end
   return topic, tonumber(attempts), tonumber(score), tonumber(max_attempts), kind,
-    tonumber(delay), tonumber(max)
+    tonumber(delay), tonumber(max), series
 end
 
 -- The message `id` (record `rec`, already out of the in-flight zset) failed
@@ -20,10 +21,17 @@ end
 -- retry policy's. After its last attempt it is dead: its record goes and it
 -- leaves a tombstone; otherwise it is ready again at once (`wait` 0) or
 -- scheduled again in the delay zset, keeping its priority.
--- Returns outcome ('ready', 'delaying' or 'dead'), topic, attempts, and the
--- time it is due again (now when ready or dead).
+-- A recurring message whose series was cancelled during this delivery
+-- ends here ('stopped'): its record goes and it leaves a tombstone.
+-- Returns outcome ('ready', 'delaying', 'dead' or 'stopped'), topic,
+-- attempts, and the time it is due again (now when ready, dead or stopped).
 local function fail_delivery(delay_key, msg_key, finished_key, ready_prefix, id, rec, now, wait)
-  local topic, attempts, score, max_attempts, kind, delay, max = retry_header(rec)
+  local topic, attempts, score, max_attempts, kind, delay, max, series = retry_header(rec)
+  if series == ',x' then
+    redis.call('HDEL', msg_key, id)
+    redis.call('ZADD', finished_key, now, id)
+    return 'stopped', topic, attempts, now
+  end
   if attempts >= max_attempts then
     redis.call('HDEL', msg_key, id)
     redis.call('ZADD', finished_key, now, id)

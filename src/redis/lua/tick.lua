@@ -2,7 +2,8 @@
 -- messages to their topic's ready queue and treat in-flight messages whose
 -- ack deadline passed as failed deliveries (retry.lua, prepended: ready
 -- again, scheduled again by their retry policy, or dead after their last
--- attempt). Also forgets tombstones older than their retention.
+-- attempt; a series cancelled during its delivery stops). Also forgets
+-- tombstones older than their retention, a batch at a time.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
 -- KEYS[5] finished zset
 -- ARGV[1] highest due score (now_ms * 256 + 255), ARGV[2] now_ms,
@@ -27,7 +28,12 @@ if stored < mine then
   redis.call('SET', KEYS[4], ARGV[5])
 end
 local limit = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[6])
+-- At most `limit` tombstones go per scan, so one call stays short however
+-- many expired at once (a mass cancel); the rest go on the next scans.
+local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[6], 'LIMIT', 0, limit)
+if #stale > 0 then
+  redis.call('ZREM', KEYS[5], unpack(stale))
+end
 
 local topics = {}
 local moved = {}

@@ -1,0 +1,316 @@
+//! Recurring messages: `repeat` on a push, and when each occurrence is due.
+//!
+//! A recurring message keeps one id for its whole series. Its occurrences
+//! are delivered one after another: occurrence `n` is due at its own time,
+//! is handed out, and when it is acked the message moves on to occurrence
+//! `n + 1` (or ends its series, `Consumed`). The due time of the next
+//! occurrence is a pure function of the series and the current occurrence's
+//! nominal due time ([`Repeat::next`]), so the journal row (series, current
+//! occurrence, its due time) is the whole durable state: a crash at any
+//! point redelivers the current occurrence at worst, and never skips one or
+//! starts a second copy of the series.
+//!
+//! - `{"every": ms}`: every `ms` after the first occurrence (due as pushed;
+//!   without `delay` or `deliverAt`, one interval after the push), anchored
+//!   to the schedule, so a late ack does not shift later occurrences;
+//! - `{"cron": "…", "tz": "Area/City"}`: 5-field (minutes) or 6-field
+//!   (seconds first) cron in an IANA zone (UTC by default), with DST handled
+//!   as Vixie cron does (a fixed time in a spring-forward gap runs just
+//!   after it; a fall-back overlap runs once);
+//! - `times` (occurrences in all) and `until` (epoch ms: no occurrence after
+//!   it) end a series; without either it runs until cancelled.
+
+use std::str::FromStr;
+
+use chrono::TimeZone;
+use croner::parser::{CronParser, Seconds};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::message::{Invalid, MAX_DELAY_MS, MIN_TTL_MS};
+
+/// Shortest `every`.
+pub const MIN_EVERY_MS: i64 = MIN_TTL_MS;
+pub const MAX_TIMES: i64 = 1_000_000_000;
+pub const MAX_CRON_LEN: usize = 128;
+
+/// `repeat` on a push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Repeat {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+}
+
+/// Which occurrence of its series a recurring message is at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Occurrence {
+    /// 1 for the first.
+    pub number: i32,
+    /// When this occurrence is due by the series (a retry after a failed
+    /// delivery moves the message's `dueTime`, not this).
+    pub due_time: i64,
+}
+
+fn invalid(message: impl Into<String>) -> Invalid {
+    Invalid {
+        code: "invalid_repeat",
+        message: message.into(),
+    }
+}
+
+fn cron_parser() -> CronParser {
+    CronParser::builder().seconds(Seconds::Optional).build()
+}
+
+fn zone(tz: Option<&str>) -> Result<chrono_tz::Tz, String> {
+    match tz {
+        None => Ok(chrono_tz::UTC),
+        Some(name) => chrono_tz::Tz::from_str(name).map_err(|_| {
+            format!("repeat.tz {name:?} is not an IANA time zone (e.g. Asia/Shanghai)")
+        }),
+    }
+}
+
+impl Repeat {
+    /// The first cron time at or after `at` (ms), when the series is cron.
+    fn cron_after(&self, at: i64, inclusive: bool) -> Option<i64> {
+        let expr = self.cron.as_deref()?;
+        let cron = cron_parser().parse(expr).ok()?;
+        let tz = zone(self.tz.as_deref()).ok()?;
+        let start = tz.timestamp_millis_opt(at).single()?;
+        // Parsed per use (microseconds, once per occurrence): nothing is
+        // kept in memory per message.
+        let next = cron.find_next_occurrence(&start, inclusive).ok()?;
+        Some(next.timestamp_millis())
+    }
+
+    /// When the first occurrence is due, given the earliest time the push
+    /// allows (`earliest`, ms); `None` when the series has none.
+    pub fn first(&self, earliest: i64) -> Option<i64> {
+        let t = match self.every {
+            Some(_) => earliest,
+            None => self.cron_after(earliest, true)?,
+        };
+        self.within(1, t)
+    }
+
+    /// When occurrence `number + 1` is due, after occurrence `number` due at
+    /// `at` (ms); `None` when the series ends with occurrence `number`.
+    pub fn next(&self, number: i32, at: i64) -> Option<i64> {
+        let t = match self.every {
+            Some(every) => at.checked_add(every)?,
+            None => self.cron_after(at, false)?,
+        };
+        self.within(number as i64 + 1, t)
+    }
+
+    fn within(&self, number: i64, t: i64) -> Option<i64> {
+        if self.times.is_some_and(|n| number > n) || self.until.is_some_and(|u| t > u) {
+            None
+        } else {
+            Some(t)
+        }
+    }
+}
+
+fn int(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| invalid(format!("repeat.{name} must be a whole number, got {v}"))),
+    }
+}
+
+fn string<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, Invalid> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(invalid(format!("repeat.{name} must be a string, got {v}"))),
+    }
+}
+
+/// Checks `repeat` on a push. `now` bounds `until`.
+pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> {
+    let obj = match value {
+        Value::Null => return Ok(None),
+        Value::Object(obj) => obj,
+        _ => return Err(invalid(
+            "repeat must be an object: {\"every\": ms} or {\"cron\": \"…\", \"tz\": \"Area/City\"}, with \"times\" or \"until\" optional",
+        )),
+    };
+    const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until"];
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(invalid(format!(
+            "unknown field 'repeat.{k}'; repeat has {}",
+            FIELDS.join(", ")
+        )));
+    }
+    let every = int(obj, "every")?;
+    let cron = string(obj, "cron")?;
+    let tz = string(obj, "tz")?;
+    let times = int(obj, "times")?;
+    let until = int(obj, "until")?;
+    match (every, cron) {
+        (Some(_), Some(_)) => return Err(invalid("give repeat.every or repeat.cron, not both")),
+        (None, None) => return Err(invalid("repeat needs every (ms) or cron")),
+        (Some(e), None) if !(MIN_EVERY_MS..=MAX_DELAY_MS).contains(&e) => {
+            return Err(invalid(format!(
+                "repeat.every must be {MIN_EVERY_MS} to {MAX_DELAY_MS} ms, got {e}"
+            )))
+        }
+        (Some(_), None) if tz.is_some() => {
+            return Err(invalid("repeat.tz goes with repeat.cron, not every"))
+        }
+        (None, Some(expr)) => {
+            if expr.len() > MAX_CRON_LEN {
+                return Err(invalid(format!(
+                    "repeat.cron is longer than {MAX_CRON_LEN} characters"
+                )));
+            }
+            let fields = expr.split_whitespace().count();
+            if !(fields == 5 || fields == 6) {
+                return Err(invalid(format!(
+                    "repeat.cron must have 5 fields (minute hour day month weekday) or 6 (seconds first), got {fields}"
+                )));
+            }
+            if let Err(e) = cron_parser().parse(expr) {
+                return Err(invalid(format!("repeat.cron {expr:?} is not valid: {e}")));
+            }
+            zone(tz).map_err(invalid)?;
+        }
+        _ => {}
+    }
+    if let Some(n) = times {
+        if !(1..=MAX_TIMES).contains(&n) {
+            return Err(invalid(format!(
+                "repeat.times must be 1 to {MAX_TIMES}, got {n}"
+            )));
+        }
+    }
+    if let Some(u) = until {
+        if u < now || u > now.saturating_add(10 * MAX_DELAY_MS) {
+            return Err(invalid(format!(
+                "repeat.until must be an epoch time in ms from now to 100 years ahead, got {u}"
+            )));
+        }
+    }
+    Ok(Some(Repeat {
+        every,
+        cron: cron.map(|c| c.trim().to_string()),
+        tz: tz.map(str::to_string),
+        times,
+        until,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn ms(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32, tz: &str) -> i64 {
+        let tz = chrono_tz::Tz::from_str(tz).unwrap();
+        tz.with_ymd_and_hms(y, mo, d, h, mi, s)
+            .earliest()
+            .unwrap()
+            .timestamp_millis()
+    }
+
+    fn repeat(v: Value) -> Repeat {
+        parse_repeat(&v, NOW).unwrap().unwrap()
+    }
+
+    #[test]
+    fn every_is_anchored_to_the_schedule() {
+        let r = repeat(json!({"every": 1000, "times": 3}));
+        assert_eq!(r.first(NOW), Some(NOW));
+        assert_eq!(r.next(1, NOW), Some(NOW + 1000));
+        assert_eq!(r.next(2, NOW + 1000), Some(NOW + 2000));
+        assert_eq!(r.next(3, NOW + 2000), None);
+        let r = repeat(json!({"every": 1000, "until": NOW + 2500}));
+        assert_eq!(r.next(2, NOW + 1000), Some(NOW + 2000));
+        assert_eq!(r.next(3, NOW + 2000), None);
+        let r = repeat(json!({"every": 60000}));
+        assert_eq!(r.next(1_000_000, NOW), Some(NOW + 60000));
+    }
+
+    #[test]
+    fn cron_five_and_six_fields_in_a_zone() {
+        // Every 20 minutes, Shanghai (UTC+8, no DST).
+        let r = repeat(json!({"cron": "*/20 * * * *", "tz": "Asia/Shanghai"}));
+        let start = ms(2027, 3, 1, 9, 5, 0, "Asia/Shanghai");
+        let first = r.first(start).unwrap();
+        assert_eq!(first, ms(2027, 3, 1, 9, 20, 0, "Asia/Shanghai"));
+        assert_eq!(
+            r.next(1, first),
+            Some(ms(2027, 3, 1, 9, 40, 0, "Asia/Shanghai"))
+        );
+        // Seconds first; an occurrence exactly at the start counts.
+        let r = repeat(json!({"cron": "*/2 * * * * *", "times": 2}));
+        let t = ms(2027, 1, 1, 0, 0, 4, "UTC");
+        assert_eq!(r.first(t), Some(t));
+        assert_eq!(r.next(1, t), Some(t + 2000));
+        assert_eq!(r.next(2, t + 2000), None);
+    }
+
+    #[test]
+    fn cron_across_daylight_saving_time() {
+        // New York springs forward on 2027-03-14: 02:30 does not exist.
+        let r = repeat(json!({"cron": "30 2 * * *", "tz": "America/New_York"}));
+        let before = ms(2027, 3, 13, 2, 30, 0, "America/New_York");
+        let next = r.next(1, before).unwrap();
+        assert!(next > before);
+        let day = 24 * 3600 * 1000;
+        // The next day's run comes just after the gap, 23 hours later at most.
+        assert!(next - before <= day, "{}", next - before);
+        // It falls back on 2027-11-07: 01:30 happens twice, runs once.
+        let r = repeat(json!({"cron": "30 1 * * *", "tz": "America/New_York"}));
+        let sat = ms(2027, 11, 6, 1, 30, 0, "America/New_York");
+        let sun = r.next(1, sat).unwrap();
+        let mon = r.next(2, sun).unwrap();
+        assert_eq!(sun - sat, day);
+        assert_eq!(mon - sun, day + 3600 * 1000);
+        // Zones follow their rules: noon in Berlin is 11:00 UTC in winter.
+        let r = repeat(json!({"cron": "0 0 12 * * *", "tz": "Europe/Berlin"}));
+        assert_eq!(
+            r.first(ms(2027, 1, 10, 0, 0, 0, "UTC")),
+            Some(ms(2027, 1, 10, 11, 0, 0, "UTC"))
+        );
+    }
+
+    #[test]
+    fn refuses_bad_series() {
+        for bad in [
+            json!(5),
+            json!({}),
+            json!({"every": 1000, "cron": "* * * * *"}),
+            json!({"every": 5}),
+            json!({"every": 1000, "tz": "UTC"}),
+            json!({"every": 1000, "times": 0}),
+            json!({"every": 1000, "until": NOW - 1}),
+            json!({"every": "1000"}),
+            json!({"cron": "* * *"}),
+            json!({"cron": "61 * * * *"}),
+            json!({"cron": "* * * * *", "tz": "Mars/Olympus"}),
+            json!({"every": 1000, "count": 3}),
+        ] {
+            let e = parse_repeat(&bad, NOW).unwrap_err();
+            assert_eq!(e.code, "invalid_repeat", "{bad}");
+        }
+        assert_eq!(parse_repeat(&Value::Null, NOW).unwrap(), None);
+    }
+}
