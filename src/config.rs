@@ -16,6 +16,7 @@
 //! | `--admin-token` | `DELAYQ_ADMIN_TOKEN` | none |
 //! | `--max-body-bytes` | `DELAYQ_MAX_BODY_BYTES` | `1048576` |
 //! | `--workers` | `DELAYQ_WORKERS` | number of cores (HTTP worker threads) |
+//! | `--journal-backlog` | `DELAYQ_JOURNAL_BACKLOG` | `200000` status changes |
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
 //!
 //! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
@@ -121,6 +122,10 @@ pub struct ServeArgs {
     /// HTTP worker threads [default: number of cores].
     #[arg(long, env = "DELAYQ_WORKERS")]
     pub workers: Option<usize>,
+    /// Status changes waiting for the journal before due messages stop being
+    /// promoted (until the journal catches up); bounds memory in an outage.
+    #[arg(long, env = "DELAYQ_JOURNAL_BACKLOG", default_value_t = crate::actors::journal::DEFAULT_BACKLOG, value_parser = clap::value_parser!(usize))]
+    pub journal_backlog: usize,
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]

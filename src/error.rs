@@ -33,6 +33,10 @@ pub enum JournalError {
     Unavailable(String),
     #[error("journal actor unreachable: {0}")]
     Mailbox(#[from] actix::MailboxError),
+    /// The database answers, yet refuses these rows (a constraint, a
+    /// trigger): retrying will not help.
+    #[error("the journal database refused the write: {0}")]
+    Refused(String),
 }
 
 impl JournalError {
@@ -87,6 +91,8 @@ pub enum ApiError {
     #[error("{0}")]
     NodeUnavailable(String),
     #[error("{0}")]
+    JournalRefused(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -108,6 +114,7 @@ impl ApiError {
             ApiError::RedisUnavailable(_) => "redis_unavailable",
             ApiError::JournalUnavailable(_) => "journal_unavailable",
             ApiError::NodeUnavailable(_) => "node_unavailable",
+            ApiError::JournalRefused(_) => "journal_refused",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -130,7 +137,9 @@ impl ResponseError for ApiError {
             ApiError::RedisUnavailable(_)
             | ApiError::JournalUnavailable(_)
             | ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::JournalRefused(_) | ApiError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -160,6 +169,10 @@ impl From<crate::message::Invalid> for ApiError {
 
 impl From<JournalError> for ApiError {
     fn from(e: JournalError) -> Self {
+        if let JournalError::Refused(_) = e {
+            tracing::error!(error = %e, "the journal refused a write; answered with 500");
+            return ApiError::JournalRefused(e.to_string());
+        }
         tracing::warn!(error = %e, "journal error answered with 503");
         ApiError::JournalUnavailable(e.to_string())
     }

@@ -101,6 +101,83 @@ async fn watch_dataset(restorer: Restorer, node_id: String, cluster: ClusterHand
         if let Err(e) = ensure_dataset(&restorer, &node_id).await {
             tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
         }
+        replay_spill(&restorer.redis, &restorer.journal).await;
+    }
+}
+
+/// How long a stopping node waits for the journal to take its queued status
+/// changes before it keeps them in Redis instead.
+const SHUTDOWN_JOURNAL_WAIT: Duration = Duration::from_secs(5);
+/// Spilled status changes written per journal commit.
+const SPILL_PAGE: isize = 500;
+
+/// Keeps status changes the journal did not take before shutdown in Redis
+/// (`{P}:journal-spill`), for the next node to write. Only when Redis too is
+/// unreachable are they lost, and then each is logged.
+async fn spill(redis: &RedisSchedule, changes: &[crate::journal::StatusChange]) {
+    if changes.is_empty() {
+        return;
+    }
+    let lines: Vec<String> = changes.iter().map(|c| c.to_json()).collect();
+    let mut con = redis.connection();
+    let mut pipe = redis::pipe();
+    for chunk in lines.chunks(SPILL_PAGE as usize) {
+        pipe.rpush(redis.keys().journal_spill(), chunk).ignore();
+    }
+    match pipe.query_async::<()>(&mut con).await {
+        Ok(()) => tracing::warn!(
+            changes = changes.len(),
+            "the journal did not take every status change before shutdown; kept in Redis for the next node to write"
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, changes = changes.len(), "neither the journal nor Redis took these status changes at shutdown");
+            for line in &lines {
+                tracing::error!(change = %line, "status change not journaled");
+            }
+        }
+    }
+}
+
+/// Writes status changes a stopped node kept in Redis to the journal, a
+/// page at a time, removing each page once committed.
+async fn replay_spill(redis: &RedisSchedule, journal: &Journal) {
+    let key = redis.keys().journal_spill();
+    let mut con = redis.connection();
+    loop {
+        let page: Vec<String> = match redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(SPILL_PAGE - 1)
+            .query_async(&mut con)
+            .await
+        {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        if page.is_empty() {
+            return;
+        }
+        let changes: Vec<_> = page
+            .iter()
+            .filter_map(|l| crate::journal::StatusChange::from_json(l))
+            .collect();
+        if let Err(e) = journal.record_durable(changes).await {
+            tracing::warn!(error = %e, "cannot write status changes kept in Redis yet; retrying later");
+            return;
+        }
+        let trimmed: redis::RedisResult<()> = redis::cmd("LTRIM")
+            .arg(&key)
+            .arg(page.len())
+            .arg(-1)
+            .query_async(&mut con)
+            .await;
+        if trimmed.is_err() {
+            return;
+        }
+        tracing::info!(
+            changes = page.len(),
+            "wrote status changes a stopped node kept in Redis to the journal"
+        );
     }
 }
 
@@ -115,7 +192,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // No ids until a worker id is leased.
     let ids = Arc::new(IdGenerator::leased());
-    let journal = Journal::start(&db_url, redis.keys().clone(), node, ids.clone());
+    let journal = Journal::start(
+        &db_url,
+        redis.keys().clone(),
+        node,
+        ids.clone(),
+        args.journal_backlog,
+    );
     let waiters = Topics::default();
     let shards = redis.keys().shards();
     let holder = worker::holder_name(&node_id);
@@ -258,7 +341,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!("shutting down: stopping shard scans, flushing the journal");
     cluster.shutdown().await;
-    journal.flush().await?;
+    let unwritten = journal.close(SHUTDOWN_JOURNAL_WAIT).await;
+    spill(&redis, &unwritten).await;
     if let Some(w) = ids.worker() {
         if args.cluster.zookeeper.is_none() {
             RedisWorkerLease::release(&redis, &holder, w).await;
@@ -293,7 +377,13 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         let worker_id = lease.acquire().await?;
         leased = Some((worker_id, actix::spawn(lease.keep())));
     }
-    let journal = Journal::start(&db_url, redis.keys().clone(), node, ids);
+    let journal = Journal::start(
+        &db_url,
+        redis.keys().clone(),
+        node,
+        ids,
+        crate::actors::journal::DEFAULT_BACKLOG,
+    );
     let (stale, _) = tokio::sync::mpsc::unbounded_channel();
     let (r, j) = (redis.clone(), journal.clone());
     let router = RouterActor::create(move |_| {

@@ -10,11 +10,24 @@
 //!   of their own, so they do not queue behind a burst of Ready/Consuming
 //!   rows; the journal's update rules make the two lanes' order irrelevant
 //!   (see [`store::apply_changes`]).
+//! - the changes waiting to be written are counted: past `--journal-backlog`
+//!   the shard actors stop promoting due messages ([`Journal::lagging`])
+//!   until the journal catches up, so a database outage costs lateness,
+//!   not unbounded memory. Nothing is dropped: at shutdown what the database
+//!   would not take in time is handed back ([`Journal::close`]) and kept in
+//!   Redis until a node writes it (see `node.rs`).
+//! - a batch the database refuses while it answers (a constraint, a
+//!   trigger) is split until the refused changes are alone; they are set
+//!   aside and reported (`GET /admin/journal`), the rest is written. A group
+//!   commit of pushes that fails so is tried again push by push, so only the
+//!   refused push gets the error.
 //!
 //! The JournalActor does the blocking work (diesel) on a SyncArbiter, away
 //! from the HTTP and shard threads; it calls the storage layer in
 //! [`crate::journal`], which knows nothing of actors.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -25,7 +38,7 @@ use crate::error::JournalError;
 use crate::journal::connection::{self, JournalUrl, Pool};
 use crate::journal::models::{FlowRow, MessageRow};
 use crate::journal::store::{self, InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
-use crate::message::{IdGenerator, Message, MessageId};
+use crate::message::{now_ms, IdGenerator, Message, MessageId};
 use crate::redis::keys::Keys;
 
 /// Insert messages as WaitPut in one transaction (a group commit).
@@ -238,18 +251,78 @@ struct FlowRequest {
     done: Option<oneshot::Sender<()>>,
 }
 
+/// Default of `--journal-backlog`: status changes queued before promotion
+/// pauses (about 100 bytes each).
+pub const DEFAULT_BACKLOG: usize = 200_000;
+/// Refused changes kept for `GET /admin/journal`.
+const POISON_KEPT: usize = 1_000;
+
+/// A status change the database refused while it answered.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refused {
+    pub id: MessageId,
+    pub status: crate::message::Status,
+    pub attempts: Option<i32>,
+    pub at: i64,
+    pub error: String,
+    pub refused_at: i64,
+}
+
+/// What waits to be written, shared by the handle and the writers.
+#[derive(Default)]
+struct Backlog {
+    /// Status changes queued and not yet written (or set aside).
+    pending: AtomicUsize,
+    limit: usize,
+    /// Shutting down: a write that fails after this (epoch ms) gives its
+    /// changes back instead of retrying.
+    closing_at: AtomicU64,
+    closing: AtomicBool,
+    /// Changes given back at shutdown.
+    unwritten: Mutex<Vec<StatusChange>>,
+    refused: Mutex<VecDeque<Refused>>,
+    refused_total: AtomicU64,
+}
+
+impl Backlog {
+    fn give_up(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+            && now_ms() as u64 >= self.closing_at.load(Ordering::Acquire)
+    }
+}
+
+/// The journal's queue, as `GET /admin/journal` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BacklogView {
+    pub pending: usize,
+    pub limit: usize,
+    pub lagging: bool,
+    pub refused: u64,
+    pub recent_refused: Vec<Refused>,
+}
+
 #[derive(Clone)]
 pub struct Journal {
     actor: Addr<JournalActor>,
     inserts: mpsc::UnboundedSender<InsertRequest>,
     flows: mpsc::UnboundedSender<FlowRequest>,
     urgent: mpsc::UnboundedSender<FlowRequest>,
+    backlog: Arc<Backlog>,
 }
 
 impl Journal {
     /// Starts the JournalActor threads and the two batchers. Must run inside
-    /// an actix system.
-    pub fn start(url: &JournalUrl, keys: Keys, node: NodeInfo, ids: Arc<IdGenerator>) -> Journal {
+    /// an actix system. `backlog` bounds the queued status changes (see
+    /// [`Journal::lagging`]).
+    pub fn start(
+        url: &JournalUrl,
+        keys: Keys,
+        node: NodeInfo,
+        ids: Arc<IdGenerator>,
+        backlog: usize,
+    ) -> Journal {
         let writers = url.parallel_writers();
         // One thread per parallel insert batch, two for the flow lanes, two for reads.
         let threads = writers + 4;
@@ -267,15 +340,61 @@ impl Journal {
         let (inserts, insert_rx) = mpsc::unbounded_channel();
         let (flows, flow_rx) = mpsc::unbounded_channel();
         let (urgent, urgent_rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog {
+            limit: backlog.max(1),
+            ..Default::default()
+        });
         actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
-        actix::spawn(run_flows(actor.clone(), flow_rx));
-        actix::spawn(run_flows(actor.clone(), urgent_rx));
+        actix::spawn(run_flows(actor.clone(), flow_rx, backlog.clone()));
+        actix::spawn(run_flows(actor.clone(), urgent_rx, backlog.clone()));
         Journal {
             actor,
             inserts,
             flows,
             urgent,
+            backlog,
         }
+    }
+
+    /// More status changes wait to be written than the backlog allows: the
+    /// shard actors hold off promoting due messages until it shrinks.
+    pub fn lagging(&self) -> bool {
+        self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit
+    }
+
+    pub fn backlog(&self) -> BacklogView {
+        let refused = self
+            .backlog
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        BacklogView {
+            pending: self.backlog.pending.load(Ordering::Acquire),
+            limit: self.backlog.limit,
+            lagging: self.lagging(),
+            refused: self.backlog.refused_total.load(Ordering::Acquire),
+            recent_refused: refused.iter().rev().take(100).cloned().collect(),
+        }
+    }
+
+    /// Shutdown: waits up to `wait` for every queued status change to be
+    /// written, then gives back what the database did not take (for the
+    /// caller to keep elsewhere). Changes queued afterwards are not
+    /// covered: stop producing them first.
+    pub async fn close(&self, wait: Duration) -> Vec<StatusChange> {
+        let b = &self.backlog;
+        b.closing_at.store(
+            (now_ms() as u64).saturating_add(wait.as_millis() as u64),
+            Ordering::Release,
+        );
+        b.closing.store(true, Ordering::Release);
+        // Writers give up on a failing write after the deadline; allow them
+        // one more attempt's time to hand their changes back.
+        let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(10);
+        while b.pending.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        std::mem::take(&mut *b.unwritten.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Makes messages durable (status WaitPut). Answers once their
@@ -293,34 +412,48 @@ impl Journal {
     /// Queues status changes; they are written within a few milliseconds,
     /// and retried until written.
     pub fn record(&self, changes: Vec<StatusChange>) {
-        if !changes.is_empty()
-            && self
-                .flows
-                .send(FlowRequest {
-                    changes,
-                    done: None,
-                })
-                .is_err()
+        if changes.is_empty() {
+            return;
+        }
+        let n = changes.len();
+        self.backlog.pending.fetch_add(n, Ordering::AcqRel);
+        if self
+            .flows
+            .send(FlowRequest {
+                changes,
+                done: None,
+            })
+            .is_err()
         {
-            tracing::error!("journal flow writer has stopped; status changes not recorded");
+            self.backlog.pending.fetch_sub(n, Ordering::AcqRel);
+            tracing::error!(
+                changes = n,
+                "journal flow writer has stopped; status changes not recorded"
+            );
         }
     }
 
     /// Like [`Journal::record`], and waits until the changes are committed.
     pub async fn record_durable(&self, changes: Vec<StatusChange>) -> Result<(), JournalError> {
-        Self::committed(&self.urgent, changes).await
+        self.committed(&self.urgent, changes).await
     }
 
     async fn committed(
+        &self,
         lane: &mpsc::UnboundedSender<FlowRequest>,
         changes: Vec<StatusChange>,
     ) -> Result<(), JournalError> {
         let (done, rx) = oneshot::channel();
+        let n = changes.len();
+        self.backlog.pending.fetch_add(n, Ordering::AcqRel);
         lane.send(FlowRequest {
             changes,
             done: Some(done),
         })
-        .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        .map_err(|_| {
+            self.backlog.pending.fetch_sub(n, Ordering::AcqRel);
+            JournalError::Unavailable("journal is shutting down".into())
+        })?;
         match tokio::time::timeout(DURABLE_WAIT, rx).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(JournalError::Unavailable("journal is shutting down".into())),
@@ -377,8 +510,8 @@ impl Journal {
 
     /// Waits until every status change queued so far is written.
     pub async fn flush(&self) -> Result<(), JournalError> {
-        Self::committed(&self.flows, Vec::new()).await?;
-        Self::committed(&self.urgent, Vec::new()).await
+        self.committed(&self.flows, Vec::new()).await?;
+        self.committed(&self.urgent, Vec::new()).await
     }
 }
 
@@ -422,6 +555,25 @@ async fn run_inserts(
                         let _ = req.reply.send(Ok(mine));
                     }
                 }
+                // The database answers, yet refused the group: each push
+                // (all or none of its messages) is tried alone, so only the
+                // refused one gets the error.
+                Err(e) if database_answers(&actor).await => {
+                    tracing::warn!(error = %e, pushes = batch.len(), "journal refused a group commit; committing its pushes one by one");
+                    for req in batch {
+                        let alone = match actor.send(InsertMessages(req.messages)).await {
+                            Ok(Err(e)) if database_answers(&actor).await => {
+                                Err(JournalError::Refused(e.to_string()))
+                            }
+                            Ok(r) => r,
+                            Err(e) => Err(e.into()),
+                        };
+                        let _ = req.reply.send(alone.map_err(|e| match e {
+                            JournalError::Refused(m) => JournalError::Refused(m),
+                            other => JournalError::Unavailable(other.to_string()),
+                        }));
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "journal insert failed; pushes answered with 503");
                     let shared = e.to_string();
@@ -437,8 +589,19 @@ async fn run_inserts(
     }
 }
 
-/// Flow rows: gathered for a few ms, written in order, retried until written.
-async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<FlowRequest>) {
+/// Does the database answer a trivial query?
+async fn database_answers(actor: &Addr<JournalActor>) -> bool {
+    matches!(actor.send(Ping).await, Ok(Ok(())))
+}
+
+/// Flow rows: gathered for a few ms, written in order, retried until written
+/// (or, once shutting down, given back; or, refused by a database that
+/// answers, set aside).
+async fn run_flows(
+    actor: Addr<JournalActor>,
+    mut rx: mpsc::UnboundedReceiver<FlowRequest>,
+    backlog: Arc<Backlog>,
+) {
     while let Some(first) = rx.recv().await {
         let mut changes = Vec::new();
         let mut waiters = Vec::new();
@@ -467,24 +630,108 @@ async fn run_flows(actor: Addr<JournalActor>, mut rx: mpsc::UnboundedReceiver<Fl
                 _ = &mut window => break,
             }
         }
-        let mut backoff = Duration::from_millis(50);
-        let batch = Arc::new(changes);
-        loop {
-            if batch.is_empty() {
-                break;
+        let n = changes.len();
+        let written = write_flows(&actor, changes, &backlog).await;
+        backlog.pending.fetch_sub(n, Ordering::AcqRel);
+        if written {
+            for w in waiters {
+                let _ = w.send(());
             }
-            match actor.send(RecordFlow(batch.clone())).await {
-                Ok(Ok(())) => break,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, pending = batch.len(), "journal flow write failed; retrying")
-                }
-                Err(e) => tracing::warn!(error = %e, "journal actor unreachable; retrying"),
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-        for w in waiters {
-            let _ = w.send(());
         }
     }
+}
+
+/// Writes one batch of status changes. Retries while the database is
+/// unreachable; when it answers yet keeps refusing the batch, splits it in
+/// halves until the refused changes are alone, and sets those aside. Returns
+/// false when, shutting down, it gave changes back instead.
+async fn write_flows(
+    actor: &Addr<JournalActor>,
+    changes: Vec<StatusChange>,
+    backlog: &Backlog,
+) -> bool {
+    let mut parts = vec![changes];
+    let mut backoff = Duration::from_millis(50);
+    let mut all_written = true;
+    while let Some(part) = parts.pop() {
+        if part.is_empty() {
+            continue;
+        }
+        let part = Arc::new(part);
+        let mut refusals = 0;
+        loop {
+            let err = match actor.send(RecordFlow(part.clone())).await {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+            };
+            let answers = database_answers(actor).await;
+            if answers {
+                refusals += 1;
+                // Refused again and again by a database that answers: not
+                // an outage (a single change gets more tries: a deadlock
+                // victim is refused once or twice, then written).
+                if refusals >= 2 && (part.len() > 1 || refusals >= 4) {
+                    let part = Arc::try_unwrap(part).unwrap_or_else(|p| (*p).clone());
+                    if part.len() == 1 {
+                        set_aside(backlog, &part[0], &err);
+                    } else {
+                        tracing::warn!(error = %err, changes = part.len(), "journal refused a batch of status changes; splitting it");
+                        let mut part = part;
+                        let half = part.split_off(part.len() / 2);
+                        parts.push(half);
+                        parts.push(part);
+                    }
+                    break;
+                }
+            } else {
+                tracing::warn!(error = %err, pending = part.len(), "journal flow write failed; retrying");
+            }
+            if backlog.give_up() {
+                let part = Arc::try_unwrap(part).unwrap_or_else(|p| (*p).clone());
+                tracing::warn!(
+                    changes = part.len(),
+                    "shutting down with the journal unreachable; giving status changes back"
+                );
+                backlog
+                    .unwritten
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(part);
+                all_written = false;
+                break;
+            }
+            // A refusal is tried again at once (no outage to wait out);
+            // an unreachable database with growing pauses.
+            let pause = if answers {
+                Duration::from_millis(10)
+            } else if backlog.closing.load(Ordering::Acquire) {
+                backoff.min(Duration::from_millis(200))
+            } else {
+                backoff
+            };
+            tokio::time::sleep(pause).await;
+            if !answers {
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    all_written
+}
+
+fn set_aside(backlog: &Backlog, ch: &StatusChange, error: &str) {
+    tracing::error!(id = %ch.id, status = %ch.status, at = ch.at, error, "the journal refuses this status change; set aside (GET /admin/journal)");
+    backlog.refused_total.fetch_add(1, Ordering::AcqRel);
+    let mut kept = backlog.refused.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= POISON_KEPT {
+        kept.pop_front();
+    }
+    kept.push_back(Refused {
+        id: ch.id,
+        status: ch.status,
+        attempts: ch.attempts,
+        at: ch.at,
+        error: error.to_string(),
+        refused_at: now_ms(),
+    });
 }

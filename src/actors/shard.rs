@@ -32,6 +32,8 @@ const MAX_SLEEP_MS: i64 = 1_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How soon a scan without a valid permit looks again.
 const PERMIT_RETRY_MS: i64 = 20;
+/// How soon a scan held back by the journal's backlog looks again.
+const BACKLOG_RETRY_MS: i64 = 50;
 
 /// A shard actor found a newer owner's epoch in Redis and stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,8 @@ pub struct ZsetShardActor {
     /// A wake-up arrived during a scan: scan again right after it.
     rescan: bool,
     backoff: Duration,
+    /// Promotion is held back by the journal's backlog.
+    held_back: bool,
 }
 
 impl ZsetShardActor {
@@ -97,6 +101,7 @@ impl ZsetShardActor {
             scanning: false,
             rescan: false,
             backoff: Duration::from_millis(50),
+            held_back: false,
         }
     }
 
@@ -126,6 +131,24 @@ impl ZsetShardActor {
             // this process was paused): wait for it.
             self.schedule_at(now_ms() + PERMIT_RETRY_MS, ctx);
             return;
+        }
+        if self.journal.lagging() {
+            // The journal is far behind (its database is down or slow):
+            // promoting more would only grow the queue of status changes.
+            // Due messages wait in the zset, late but not lost.
+            if !self.held_back {
+                tracing::warn!(
+                    shard = self.shard,
+                    "journal backlog full; holding off promotion until it catches up"
+                );
+                self.held_back = true;
+            }
+            self.schedule_at(now_ms() + BACKLOG_RETRY_MS, ctx);
+            return;
+        }
+        if self.held_back {
+            tracing::info!(shard = self.shard, "journal caught up; promoting again");
+            self.held_back = false;
         }
         self.scanning = true;
         self.rescan = false;

@@ -7,6 +7,16 @@ use serde_json::json;
 use super::{AppState, Query};
 use crate::error::ApiError;
 
+/// `GET /admin/journal`: status changes waiting to be written, whether
+/// promotion is held back for them, and the changes the database refused.
+pub async fn journal(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    Ok(HttpResponse::Ok().json(state.journal.backlog()))
+}
+
 /// `GET /admin/cluster`: mode, leader, live nodes, and per shard its owner
 /// (in the assignment and in fact), epoch and counts.
 pub async fn cluster(

@@ -122,6 +122,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/reStore/{id}", web::get().to(manage::restore_one))
         .route("/messages/{id}", web::get().to(manage::message))
         .route("/admin/cluster", web::get().to(admin::cluster))
+        .route("/admin/journal", web::get().to(admin::journal))
         .route("/admin/rebalance", web::post().to(admin::rebalance))
         .route(
             "/admin/shards/{shard}/move",

@@ -46,6 +46,35 @@ pub struct StatusChange {
     pub occurrence: Option<Occurrence>,
 }
 
+impl StatusChange {
+    /// The change as JSON, to keep outside the process (see `node.rs`).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "id": self.id,
+            "status": self.status.code(),
+            "attempts": self.attempts,
+            "at": self.at,
+            "due": self.due,
+            "shard": &*self.shard,
+            "occurrence": self.occurrence,
+        })
+        .to_string()
+    }
+
+    pub fn from_json(text: &str) -> Option<StatusChange> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        Some(StatusChange {
+            id: v["id"].as_str()?.parse().ok()?,
+            status: Status::from_code(v["status"].as_i64()? as i16)?,
+            attempts: v["attempts"].as_i64().map(|a| a as i32),
+            at: v["at"].as_i64()?,
+            due: v["due"].as_i64(),
+            shard: v["shard"].as_str()?.into(),
+            occurrence: serde_json::from_value(v["occurrence"].clone()).ok(),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum InsertOutcome {
     /// Durable, status WaitPut.

@@ -15,6 +15,7 @@
 //! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
+//! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
 //!
 //! Pub/sub channels (not keys): `{P:s}:wake` carries the due time (ms) of a
 //! message scheduled ahead of everything shard `s` held, for the shard's
@@ -98,6 +99,12 @@ impl Keys {
 
     pub fn worker_reserved(&self, worker: u16) -> String {
         format!("{{{}}}:worker-reserved:{worker}", self.prefix)
+    }
+
+    /// Status changes a node could not write to the journal before it
+    /// stopped (JSON, one per element); the next node to start writes them.
+    pub fn journal_spill(&self) -> String {
+        format!("{{{}}}:journal-spill", self.prefix)
     }
 
     /// Channel waking shard `s`'s owner (see schedule.lua).
