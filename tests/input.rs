@@ -260,6 +260,26 @@ async fn bad_messages_change_nothing(b: Backend) {
         "invalid_json",
     );
 
+    // 15 MiB of tiny JSON values is refused before it is built: the
+    // server's peak memory stays far below what parsing it would take.
+    let junk = format!("[{}0]", "0,".repeat(15 << 19));
+    check(
+        "15 MiB of values".into(),
+        env.post_raw("/push/batch", "application/json", junk).await,
+        413,
+        "payload_too_large",
+    );
+    let peak_kb = std::fs::read_to_string(format!("/proc/{}/status", env.server.pid().unwrap()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    assert!(
+        peak_kb < 160 * 1024,
+        "peak memory {peak_kb} kB after a 15 MiB body of junk"
+    );
+
     // None of the good messages of the rejected batches was delivered either.
     env.assert_nothing("other", 1).await;
     f.assert_unchanged("polling");

@@ -5,6 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
 
+use super::body::JsonBody;
 use super::{parse_id, AppState, Query};
 use crate::actors::journal::LiveByBizKey;
 use crate::error::ApiError;
@@ -187,7 +188,7 @@ fn report(ids: &[MessageId], outcomes: &[CancelOutcome]) -> Value {
 pub async fn cancel(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<Value>,
+    body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let Some(body) = body.as_object() else {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
+use super::body::JsonBody;
 use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::actors::router::Touch;
 use crate::actors::router::Touch as WakeShard;
@@ -355,7 +356,7 @@ fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> serde_json::Value {
 /// message's status, `not_found`).
 pub async fn ack_batch(
     state: web::Data<AppState>,
-    body: web::Json<serde_json::Value>,
+    body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids"])?;
     let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
@@ -379,7 +380,7 @@ pub async fn ack_batch(
 pub async fn ack_and_get(
     state: web::Data<AppState>,
     topic: web::Path<String>,
-    body: web::Json<serde_json::Value>,
+    body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let topic = topic.into_inner();
     check_topic(&topic)?;
@@ -605,7 +606,7 @@ pub async fn nack(
 /// `delaying` with `dueTime`, `dead`, `not_in_flight`, `not_found`).
 pub async fn nack_batch(
     state: web::Data<AppState>,
-    body: web::Json<serde_json::Value>,
+    body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids", "delay"])?;
     let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;

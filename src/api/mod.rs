@@ -6,6 +6,7 @@
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
 
 mod admin;
+mod body;
 mod cancel;
 mod consume;
 mod dead;
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::Addr;
-use actix_web::{error::JsonPayloadError, web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
@@ -77,34 +78,15 @@ fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
     diff == 0
 }
 
-/// Largest request accepted: a full batch of maximal bodies would be far
-/// more, so batches are bounded by this instead.
-pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+pub use body::{MAX_JSON_VALUES, MAX_REQUEST_BYTES};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let json = web::JsonConfig::default()
-        .limit(MAX_REQUEST_BYTES)
-        .error_handler(|err, _| {
-            match &err {
-                JsonPayloadError::Overflow { .. }
-                | JsonPayloadError::OverflowKnownLength { .. } => ApiError::TooLarge {
-                    code: "payload_too_large",
-                    message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
-                },
-                JsonPayloadError::ContentType => ApiError::invalid(
-                    "invalid_content_type",
-                    "send the message as JSON with Content-Type: application/json",
-                ),
-                other => ApiError::invalid(
-                    "invalid_json",
-                    format!("request body is not valid JSON: {other}"),
-                ),
-            }
-            .into()
-        });
+    // JSON bodies are read as bytes up to the limit and checked before
+    // they are parsed (see body.rs).
+    let payload = web::PayloadConfig::new(MAX_REQUEST_BYTES);
     let path = web::PathConfig::default()
         .error_handler(|err, _| ApiError::invalid("invalid_path", err.to_string()).into());
-    cfg.app_data(json)
+    cfg.app_data(payload)
         .app_data(path)
         .route("/push", web::post().to(produce::push))
         .route("/push/batch", web::post().to(produce::push_batch))

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 
+use super::body::JsonBody;
 use super::AppState;
 use crate::actors::router::Schedule;
 use crate::error::{ApiError, ShardError};
@@ -13,10 +14,7 @@ use crate::message::{now_ms, parse_draft, Message, MessageId, Status};
 
 pub const MAX_BATCH: usize = 1_000;
 
-pub async fn push(
-    state: web::Data<AppState>,
-    body: web::Json<Value>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
     let (ids, fresh) = accept(&state, vec![draft.into_message(state.ids.next_id()?, now)]).await?;
@@ -29,7 +27,7 @@ pub async fn push(
 
 pub async fn push_batch(
     state: web::Data<AppState>,
-    body: web::Json<Value>,
+    body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let list = body
         .get("messages")

@@ -1,0 +1,149 @@
+//! Request bodies: JSON read with bounds before it is materialised.
+//!
+//! A body is at most [`MAX_REQUEST_BYTES`]; before it is parsed, one pass
+//! over its bytes counts its JSON values, and a body holding more than
+//! [`MAX_JSON_VALUES`] is refused. A parsed value costs tens of bytes per
+//! element, so 15 MiB of `[0,0,0,…]` would otherwise take hundreds of MB to
+//! refuse; no accepted request comes near the bound (a full batch of 1000
+//! messages holds about 20 000 values).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// Largest request accepted: a full batch of maximal bodies would be far
+/// more, so batches are bounded by this instead.
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+/// Most JSON values (objects, arrays, strings, numbers, literals) a body
+/// may hold.
+pub const MAX_JSON_VALUES: usize = 100_000;
+
+/// A JSON request body, parsed once it passed the bounds.
+pub struct JsonBody(pub Value);
+
+impl std::ops::Deref for JsonBody {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.0
+    }
+}
+
+/// Counts the values of a JSON text without building them: every value
+/// but the first follows a `,` or `:` or opens a container's first
+/// element, so separators and openers outside strings bound the count.
+pub fn json_values(bytes: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b':' | b'[' | b'{' => count += 1,
+            _ => {}
+        }
+    }
+    count
+}
+
+fn is_json(req: &HttpRequest) -> bool {
+    let mime = req.mime_type().ok().flatten();
+    mime.is_some_and(|m| {
+        m.type_().as_str() == "application"
+            && (m.subtype().as_str() == "json" || m.suffix().is_some_and(|s| s.as_str() == "json"))
+    })
+}
+
+impl FromRequest for JsonBody {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let json = is_json(req);
+        let bytes = web::Bytes::from_request(req, payload);
+        Box::pin(async move {
+            if !json {
+                return Err(ApiError::invalid(
+                    "invalid_content_type",
+                    "send the message as JSON with Content-Type: application/json",
+                ));
+            }
+            let bytes = bytes.await.map_err(|e| {
+                if e.as_response_error().status_code() == StatusCode::PAYLOAD_TOO_LARGE {
+                    too_large()
+                } else {
+                    ApiError::invalid(
+                        "invalid_json",
+                        format!("request body could not be read: {e}"),
+                    )
+                }
+            })?;
+            if bytes.len() > MAX_REQUEST_BYTES {
+                return Err(too_large());
+            }
+            let values = json_values(&bytes);
+            if values > MAX_JSON_VALUES {
+                return Err(ApiError::TooLarge {
+                    code: "payload_too_large",
+                    message: format!(
+                        "request body holds more than {MAX_JSON_VALUES} JSON values ({values}); a batch holds at most 1000 messages"
+                    ),
+                });
+            }
+            serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+                ApiError::invalid(
+                    "invalid_json",
+                    format!("request body is not valid JSON: {e}"),
+                )
+            })
+        })
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::TooLarge {
+        code: "payload_too_large",
+        message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_values_outside_strings() {
+        assert_eq!(json_values(b"1"), 1);
+        assert_eq!(json_values(b"[0,0,0]"), 4);
+        assert_eq!(json_values(br#"{"a":[1,2],"b":"x,y:[{"}"#), 7);
+        assert_eq!(json_values(br#"["a\",b", 1]"#), 3);
+        for v in [
+            serde_json::json!({"messages": [{"topic": "t", "body": "x", "retry": {"delay": 5}}]}),
+            serde_json::json!([[], {}, "", 0, null, true]),
+        ] {
+            let text = v.to_string();
+            assert!(json_values(text.as_bytes()) >= count(&v), "{text}");
+        }
+    }
+
+    fn count(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(a) => a.iter().map(count).sum(),
+            Value::Object(o) => o.values().map(count).sum(),
+            _ => 0,
+        }
+    }
+}
