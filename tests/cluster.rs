@@ -615,6 +615,36 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
         p99(lateness.clone()) < 500,
         "not woken across nodes: {lateness:?}"
     );
+
+    // A recurring message pushed to and acked on the non-owner: each ack
+    // there moves it on, and the owner is woken for the next occurrence.
+    let t = format!("{topic}r");
+    let id = c
+        .push(
+            other,
+            json!({"topic": t, "body": "r", "delay": 300, "repeat": {"every": 600, "times": 3}}),
+        )
+        .await;
+    let mut numbers = Vec::new();
+    let mut late = Vec::new();
+    for _ in 0..3 {
+        let got = c.poll(other, &t, 5, 1).await;
+        assert_eq!(got.len(), 1, "an occurrence did not arrive on {t}");
+        assert_eq!(got[0].msg["id"], id.as_str());
+        numbers.push(got[0].msg["occurrence"]["number"].as_i64().unwrap());
+        late.push(got[0].at - got[0].msg["occurrence"]["dueTime"].as_i64().unwrap());
+        assert!(ack(&c.http, c.port(other), &id).await);
+    }
+    assert_eq!(numbers, vec![1, 2, 3]);
+    assert!(late.iter().all(|l| *l >= 0), "early: {late:?}");
+    assert!(
+        late.iter().all(|l| *l < 500),
+        "not woken across nodes: {late:?}"
+    );
+    assert!(
+        c.poll(other, &t, 1, 1).await.is_empty(),
+        "a fourth occurrence"
+    );
     let _ = owner;
 }
 
