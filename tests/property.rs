@@ -304,7 +304,7 @@ fn redis_place(env: &Env, id: &str) -> Option<char> {
         .unwrap();
     let stopped = record
         .as_deref()
-        .is_some_and(|r| r.splitn(6, '|').nth(4).is_some_and(|h| h.ends_with(",x")));
+        .is_some_and(|r| r.split('|').nth(4).is_some_and(|h| h.ends_with(",x")));
     match (record, delay, flight) {
         (None, _, _) => None,
         (Some(_), Some(_), _) => Some('D'),
