@@ -190,6 +190,22 @@ impl From<ShardError> for ApiError {
     }
 }
 
+impl From<crate::queue::QueueError> for ApiError {
+    fn from(e: crate::queue::QueueError) -> Self {
+        use crate::queue::QueueError as Q;
+        match e {
+            Q::Redis(e) => e.into(),
+            Q::Journal(e) => e.into(),
+            Q::NoWorkerId(e) => e.into(),
+            Q::NotScheduled(m) => ApiError::RedisUnavailable(m),
+            Q::NotFound(id) => ApiError::NotFound {
+                code: "not_found",
+                message: format!("no message {id}"),
+            },
+        }
+    }
+}
+
 impl From<crate::ids::NoWorkerId> for ApiError {
     fn from(e: crate::ids::NoWorkerId) -> Self {
         ApiError::NodeUnavailable(e.to_string())

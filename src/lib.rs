@@ -40,6 +40,7 @@ pub mod journal;
 pub mod message;
 pub mod node;
 pub mod notify;
+pub mod queue;
 pub mod redis;
 pub mod repeat;
 pub mod restore;

@@ -310,6 +310,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
 
     let state = web::Data::new(AppState {
+        queue: crate::queue::Queue {
+            journal: journal.clone(),
+            router: router.clone(),
+            redis: redis.clone(),
+            waiters: waiters.clone(),
+            ids: ids.clone(),
+        },
         journal: journal.clone(),
         router,
         redis: redis.clone(),

@@ -294,6 +294,8 @@ async fn bad_nacks_change_nothing(b: Backend) {
     let env = Env::start(b).await;
     let id = env.push(json!({"topic": "bad", "body": "x"})).await;
     assert_eq!(env.receive_one("bad").await.id(), id);
+    // The delivery's row is written with the other queued status changes.
+    env.wait_status(&id, status::CONSUMING).await;
     for q in ["?delay=-1", "?delay=abc", "?delay=86400001", "?wait=5"] {
         let r = nack(&env, &id, q).await;
         assert_eq!(r.status, 400, "{q}: {}", r.text);

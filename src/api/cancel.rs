@@ -1,135 +1,18 @@
-//! Cancelling: one message (`GET /delete?id=`) or many (`POST /cancel` by
-//! ids, by bizKey, or by bizKey prefix). Every id gets a definite outcome.
+//! Cancelling's routes: one message (`GET /delete?id=`) or many (`POST
+//! /cancel` by ids, by bizKey, or by bizKey prefix). The rules are in
+//! [`crate::queue::cancel`].
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
 
 use super::body::JsonBody;
 use super::{parse_id, AppState, Query};
-use crate::actors::journal::LiveByBizKey;
 use crate::error::ApiError;
-use crate::journal::StatusChange;
-use crate::message::{now_ms, MessageId, Status, MAX_BIZ_KEY_LEN};
-use crate::redis::schedule::CancelResult;
+use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
+use crate::queue::cancel::{self, CancelOutcome};
 
 /// Most ids in one `POST /cancel`.
 pub const MAX_CANCEL_IDS: usize = 1_000;
-/// Journal rows read per page when cancelling by bizKey prefix.
-const PREFIX_PAGE: i64 = 500;
-/// Cancels in flight at once within one request.
-const CONCURRENCY: usize = 32;
-
-/// What cancelling one message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// Cancelled now, or before. A recurring message handed out when its
-    /// series is cancelled counts too: that delivery is its last.
-    Deleted,
-    /// Handed to a consumer: left alone (it ends with the consumer's ack,
-    /// or comes back after its ttl and can be cancelled then).
-    InFlight,
-    AlreadyConsumed,
-    Dead,
-    NotFound,
-}
-
-impl CancelOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelOutcome::Deleted => "deleted",
-            CancelOutcome::InFlight => "in_flight",
-            CancelOutcome::AlreadyConsumed => "already_consumed",
-            CancelOutcome::Dead => "dead",
-            CancelOutcome::NotFound => "not_found",
-        }
-    }
-}
-
-/// Cancels one message in Redis and, where Redis does not hold it, asks
-/// the journal how its life went. Returns the outcome and, when it was
-/// cancelled now, its delivery count for the journal.
-async fn cancel_in_redis(
-    state: &AppState,
-    id: MessageId,
-) -> Result<(CancelOutcome, Option<i32>), ApiError> {
-    let redis = &state.redis;
-    Ok(match redis.cancel(id, false).await? {
-        CancelResult::InFlight => (CancelOutcome::InFlight, None),
-        // A recurring message in flight: that delivery is its last.
-        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
-            (CancelOutcome::Deleted, Some(attempts))
-        }
-        // Redis does not hold it: the journal knows how its life ended.
-        CancelResult::Absent => match state.journal.find(id).await? {
-            None => (CancelOutcome::NotFound, None),
-            Some((row, _)) => match row.status() {
-                Status::Consumed => (CancelOutcome::AlreadyConsumed, None),
-                Status::Deleted => (CancelOutcome::Deleted, None),
-                Status::Dead => (CancelOutcome::Dead, None),
-                Status::Consuming => (CancelOutcome::InFlight, None),
-                // Live, yet not in Redis: its push has not reached Redis yet
-                // (or met an outage), or Redis lost it. Cancel again with a
-                // tombstone, so neither that push nor a restore brings it back.
-                Status::WaitPut | Status::Delaying | Status::Ready => {
-                    match redis.cancel(id, true).await? {
-                        CancelResult::InFlight => (CancelOutcome::InFlight, None),
-                        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
-                            (CancelOutcome::Deleted, Some(attempts))
-                        }
-                        CancelResult::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
-                    }
-                }
-            },
-        },
-    })
-}
-
-/// Cancels messages, a few at a time, and answers once the journal
-/// committed every one cancelled now (one commit for all of them).
-pub async fn cancel_many(
-    state: &AppState,
-    ids: &[MessageId],
-) -> Result<Vec<CancelOutcome>, ApiError> {
-    let results: Vec<Result<(CancelOutcome, Option<i32>), ApiError>> = stream::iter(ids)
-        .map(|&id| cancel_in_redis(state, id))
-        .buffered(CONCURRENCY)
-        .collect()
-        .await;
-    let keys = state.redis.keys();
-    let now = now_ms();
-    let mut outcomes = Vec::with_capacity(ids.len());
-    let mut changes = Vec::new();
-    let mut first_error = None;
-    for (&id, r) in ids.iter().zip(results) {
-        match r {
-            Ok((outcome, attempts)) => {
-                if let Some(attempts) = attempts {
-                    changes.push(StatusChange {
-                        id,
-                        status: Status::Deleted,
-                        attempts: Some(attempts),
-                        at: now,
-                        due: None,
-                        shard: keys.delay(keys.shard_of(id)).into(),
-                        occurrence: None,
-                    });
-                }
-                outcomes.push(outcome);
-            }
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    // What was cancelled in Redis reaches the journal even when another id
-    // met an outage; cancelling again finds each one finished.
-    state.journal.record_durable(changes).await?;
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(outcomes),
-    }
-}
 
 /// `GET /delete?id=ID`: cancel one message.
 pub async fn delete(
@@ -142,7 +25,7 @@ pub async fn delete(
         .get("id")
         .ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
     let id = parse_id(raw)?;
-    match cancel_many(&state, &[id]).await?[0] {
+    match cancel::cancel_many(&state.queue, &[id]).await?[0] {
         // An unknown id is a client error (404), still with a definite result.
         CancelOutcome::NotFound => Ok(HttpResponse::NotFound().json(json!({
             "error": "not_found",
@@ -215,7 +98,7 @@ pub async fn cancel(
             return Err(ApiError::invalid("invalid_cancel", usage));
         }
         let ids = super::batch_ids("ids", body.get("ids"), 1..=MAX_CANCEL_IDS)?;
-        let outcomes = cancel_many(&state, &ids).await?;
+        let outcomes = cancel::cancel_many(&state.queue, &ids).await?;
         return Ok(HttpResponse::Ok().json(report(&ids, &outcomes)));
     }
     let Some(topic) = topic else {
@@ -235,43 +118,17 @@ pub async fn cancel(
     match (key, prefix) {
         (Some(key), None) => {
             check_key(key, "bizKey")?;
-            let (rows, _) = state
-                .journal
-                .live_by_biz_key(LiveByBizKey::Exact {
-                    topic: topic.to_string(),
-                    key: key.to_string(),
-                })
-                .await?;
-            let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
-            let outcomes = cancel_many(&state, &ids).await?;
+            let (ids, outcomes): (Vec<MessageId>, Vec<CancelOutcome>) =
+                cancel::cancel_biz_key(&state.queue, topic, key)
+                    .await?
+                    .into_iter()
+                    .unzip();
             Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
         (None, Some(prefix)) => {
             check_key(prefix, "bizKeyPrefix")?;
-            let mut counts = serde_json::Map::new();
-            let mut matched = 0;
-            let mut after = 0;
-            loop {
-                let (rows, next) = state
-                    .journal
-                    .live_by_biz_key(LiveByBizKey::Prefix {
-                        topic: topic.to_string(),
-                        prefix: prefix.to_string(),
-                        after,
-                        limit: PREFIX_PAGE,
-                    })
-                    .await?;
-                let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
-                matched += ids.len();
-                for o in cancel_many(&state, &ids).await? {
-                    let n = counts.entry(o.as_str()).or_insert(json!(0));
-                    *n = json!(n.as_u64().unwrap_or(0) + 1);
-                }
-                match next {
-                    Some(n) => after = n,
-                    None => break,
-                }
-            }
+            let (matched, counts) =
+                cancel::cancel_biz_key_prefix(&state.queue, topic, prefix).await?;
             Ok(HttpResponse::Ok().json(json!({ "matched": matched, "results": counts })))
         }
         _ => Err(ApiError::invalid("invalid_cancel", usage)),

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use super::{check_topic, int_param, AppState, Query};
 use crate::error::ApiError;
 use crate::journal::RequeueOutcome;
-use crate::message::{now_ms, valid_topic, MessageId};
+use crate::message::{valid_topic, MessageId};
+use crate::queue::dead;
 
 /// Most dead messages listed, or brought back, by one request.
 const MAX_LIST: u64 = 1_000;
@@ -53,16 +54,10 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(json!({ "messages": messages, "next": next })))
 }
 
-/// What bringing one message back did, as `(result, http status, extra)`.
+/// Requeues one message; its result as the routes answer it.
 async fn requeue_one(state: &AppState, id: MessageId) -> Result<Value, ApiError> {
-    Ok(match state.journal.requeue_dead(id, now_ms()).await? {
+    Ok(match dead::requeue(&state.queue, id).await? {
         RequeueOutcome::Requeued(row) => {
-            let msg = row.message();
-            state.redis.schedule_requeued(&[msg]).await.map_err(|e| {
-                ApiError::RedisUnavailable(format!(
-                    "{e}; message {id} is live again in the journal (Delaying) and is scheduled by the next restore"
-                ))
-            })?;
             json!({ "id": id, "result": "requeued", "status": row.status() })
         }
         RequeueOutcome::NotDead(status) => {

@@ -25,11 +25,15 @@ use crate::cluster::ClusterHandle;
 use crate::error::ApiError;
 use crate::message::{IdGenerator, MessageId};
 use crate::notify::Topics;
+use crate::queue::Queue;
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::Restorer;
 
 /// Everything a request handler needs, shared by all HTTP workers.
 pub struct AppState {
+    /// The queue's rules; the handles below are the same ones, for the
+    /// routes that only read (inspection, admin).
+    pub queue: Queue,
     pub journal: Journal,
     pub router: Addr<RouterActor>,
     pub redis: RedisSchedule,

@@ -1,0 +1,348 @@
+//! Consumers: long polls hand ready messages out; acks end a delivery (or
+//! move a recurring message on to its next occurrence); nacks fail it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{Queue, QueueError};
+use crate::actors::router::Touch;
+use crate::actors::router::Touch as WakeShard;
+use crate::error::ShardError;
+use crate::journal::StatusChange;
+use crate::message::{now_ms, MessageId, MessageView, Status};
+use crate::redis::record;
+use crate::redis::schedule::{AckResult, Advanced, AfterFailure, Claimed, NackResult};
+use crate::repeat::Occurrence;
+
+/// A waiting long poll looks at the ready queues at least this often, so a
+/// lost notification (another node's, over pub/sub) costs at most this.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Waits up to `timeout_s` for ready messages of `topic` and hands out up
+/// to `count` of them; an empty list when none came.
+pub async fn poll(
+    state: &Queue,
+    topic: &str,
+    count: usize,
+    timeout_s: u64,
+) -> Result<Vec<MessageView>, QueueError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+    let notify = state.waiters.topic(topic);
+    loop {
+        // Listen before looking, so a message made ready in between wakes us.
+        let woken = notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let claimed = claim(state, topic, count).await?;
+        if !claimed.is_empty() {
+            return Ok(deliver(state, claimed));
+        }
+        let recheck = (tokio::time::Instant::now() + RECHECK).min(deadline);
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+        }
+    }
+}
+
+async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
+    // The first `count` ready messages across shards decide how many to take
+    // from each shard's queue head. Other consumers may empty a queue in
+    // between: look again while the queues are not empty.
+    for _ in 0..8 {
+        let picks = state.redis.peek_ready(topic, count).await?;
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
+        for (_, shard, _) in &picks {
+            *per_shard.entry(*shard).or_default() += 1;
+        }
+        let claimed = state.redis.claim(topic, &per_shard, now_ms()).await?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
+    let now = now_ms();
+    let keys = state.redis.keys();
+    let mut changes = Vec::with_capacity(claimed.len());
+    let mut views = Vec::with_capacity(claimed.len());
+    // Each shard's actor must wake for the earliest ack deadline handed out.
+    let mut deadlines: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut inflight_names: BTreeMap<u32, std::sync::Arc<str>> = BTreeMap::new();
+    for c in claimed {
+        let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
+        *deadline = (*deadline).min(now + c.message.ttl);
+        changes.push(StatusChange {
+            id: c.message.id,
+            status: Status::Consuming,
+            attempts: Some(c.attempts),
+            at: c.at,
+            due: None,
+            shard: inflight_names
+                .entry(c.shard)
+                .or_insert_with(|| keys.inflight(c.shard).into())
+                .clone(),
+            occurrence: None,
+        });
+        views.push(MessageView {
+            message: c.message,
+            status: Status::Consuming,
+            attempts: c.attempts,
+        });
+    }
+    for (shard, at_ms) in deadlines {
+        state.router.do_send(Touch { shard, at_ms });
+    }
+    state.journal.record(changes);
+    views
+}
+
+/// What acking one id did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Consumed now, or before (acking twice is harmless).
+    Consumed,
+    /// A recurring message's occurrence is consumed: the message waits for
+    /// its next occurrence (or it was acked before and waits already).
+    Next(Occurrence),
+    /// Not handed out: scheduled, ready for its first delivery, or ended
+    /// some other way (the status says which).
+    NotInFlight(Option<Status>),
+    NotFound,
+}
+
+impl AckOutcome {
+    pub fn is_consumed(self) -> bool {
+        matches!(self, AckOutcome::Consumed | AckOutcome::Next(_))
+    }
+}
+
+/// When an ack is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckJournal {
+    /// Once the journal committed it.
+    Committed,
+    /// Once Redis let go of the message; the journal row follows within
+    /// milliseconds, with the other status changes.
+    Queued,
+}
+
+/// Acks messages: one script call per shard and one journal commit for the
+/// whole call. With [`AckJournal::Committed`] it answers once every consumed
+/// message is durable; on an error nothing is lost: Redis may have let go of
+/// some of them, and acking them again finds them Consuming in the journal
+/// and completes the ack.
+pub async fn ack(
+    state: &Queue,
+    ids: &[MessageId],
+    journal: AckJournal,
+) -> Result<Vec<AckOutcome>, QueueError> {
+    let keys = state.redis.keys();
+    let now = now_ms();
+    let consumed = |id: MessageId, attempts: i32, at: i64| StatusChange {
+        id,
+        status: Status::Consumed,
+        attempts: Some(attempts),
+        at,
+        due: None,
+        shard: keys.inflight(keys.shard_of(id)).into(),
+        occurrence: None,
+    };
+    // A recurring message moved on to an occurrence: Delaying, no attempts.
+    let moved_on = |id: MessageId, next: Occurrence, due: i64, at: i64| StatusChange {
+        id,
+        status: Status::Delaying,
+        attempts: Some(0),
+        at,
+        due: Some(due),
+        shard: keys.inflight(keys.shard_of(id)).into(),
+        occurrence: Some(next),
+    };
+    let mut outcomes = vec![AckOutcome::NotInFlight(None); ids.len()];
+    let mut changes = Vec::new();
+    let mut pending: Vec<usize> = (0..ids.len()).collect();
+    // A recurring message is read, then moved on only if its record is
+    // still the one read; one changed in between (its deadline passed, its
+    // series was cancelled) is acked again. Rounds after the first are rare.
+    for _ in 0..ADVANCE_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        let round: Vec<MessageId> = pending.iter().map(|&i| ids[i]).collect();
+        let results = state.redis.ack_many(&round).await?;
+        // (index, attempts, (id, record read, next occurrence))
+        let mut advancing = Vec::new();
+        for (&i, result) in pending.iter().zip(results) {
+            let id = ids[i];
+            outcomes[i] = match result {
+                AckResult::Acked { attempts } => {
+                    changes.push(consumed(id, attempts, now));
+                    AckOutcome::Consumed
+                }
+                AckResult::Recurring { attempts, record } => {
+                    let (_, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                    advancing.push((i, attempts, (id, record, msg.next_occurrence())));
+                    continue;
+                }
+                AckResult::NotInFlight {
+                    recurring: Some(record),
+                } => {
+                    let (attempts, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                    match msg.occurrence {
+                        // Waiting for a later occurrence, not handed out yet:
+                        // this acks an earlier one again (its answer was
+                        // lost). The journal catches up with the occurrence.
+                        Some(occ) if attempts == 0 && occ.number > 1 => {
+                            changes.push(moved_on(id, occ, msg.due_time, now));
+                            AckOutcome::Next(occ)
+                        }
+                        _ => AckOutcome::NotInFlight(None),
+                    }
+                }
+                AckResult::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
+                // Redis does not hold it: the journal knows how its life went.
+                AckResult::Absent | AckResult::Finished => match state.journal.find(id).await? {
+                    None => AckOutcome::NotFound,
+                    Some((row, _)) => match row.status() {
+                        Status::Consumed => AckOutcome::Consumed,
+                        // Handed out, and Redis no longer holds it: an earlier
+                        // ack got as far as Redis but was answered 503 before the
+                        // journal committed (or Redis lost its data). The
+                        // consumer is done with it.
+                        Status::Consuming => {
+                            changes.push(consumed(id, row.attempts, now));
+                            AckOutcome::Consumed
+                        }
+                        // Redis let go of it lately (its tombstone) and the
+                        // journal never heard why: an earlier ack reached Redis
+                        // and the node stopped before the journal recorded the
+                        // delivery and the ack. Only a consumer that was handed
+                        // the message knows its id to ack it; the journal ends
+                        // Consumed, so no restore delivers it again.
+                        Status::WaitPut | Status::Delaying | Status::Ready
+                            if result == AckResult::Finished =>
+                        {
+                            changes.push(consumed(id, row.attempts.max(1), now));
+                            AckOutcome::Consumed
+                        }
+                        other => AckOutcome::NotInFlight(Some(other)),
+                    },
+                },
+            };
+        }
+        pending.clear();
+        if advancing.is_empty() {
+            break;
+        }
+        let items: Vec<_> = advancing.iter().map(|(_, _, item)| item.clone()).collect();
+        let advanced = state.redis.advance_many(&items).await?;
+        for ((i, attempts, (id, _, next)), done) in advancing.into_iter().zip(advanced) {
+            match (done, next) {
+                (Advanced::Next { at }, Some(next)) => {
+                    let occ = next.occurrence.expect("a next occurrence has its number");
+                    changes.push(moved_on(id, occ, next.due_time, at));
+                    state.router.do_send(WakeShard {
+                        shard: keys.shard_of(id),
+                        at_ms: next.due_time,
+                    });
+                    outcomes[i] = AckOutcome::Next(occ);
+                }
+                (Advanced::Next { at } | Advanced::Ended { at }, _) => {
+                    changes.push(consumed(id, attempts, at));
+                    outcomes[i] = AckOutcome::Consumed;
+                }
+                (Advanced::Changed, _) => pending.push(i),
+            }
+        }
+    }
+    match journal {
+        AckJournal::Committed => state.journal.record_durable(changes).await?,
+        AckJournal::Queued => state.journal.record(changes),
+    }
+    Ok(outcomes)
+}
+
+/// Rounds of reading and moving on a recurring message an ack makes before
+/// it answers `not_in_flight` (its record kept changing under it).
+const ADVANCE_ROUNDS: usize = 4;
+
+/// What nacking one id did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackOutcome {
+    /// The delivery failed: the message is ready again, scheduled again,
+    /// or dead after its last attempt.
+    Failed {
+        attempts: i32,
+        then: AfterFailure,
+    },
+    /// Not handed out, or ended (the status says how, when known).
+    NotInFlight(Option<Status>),
+    NotFound,
+}
+
+/// Gives back delivered messages, each with its own wait (`None`: its retry
+/// policy), and answers once the journal committed what became of them.
+pub async fn nack(
+    state: &Queue,
+    nacks: &[(MessageId, Option<i64>)],
+) -> Result<Vec<NackOutcome>, QueueError> {
+    let results = state.redis.nack_many(nacks).await?;
+    let keys = state.redis.keys();
+    let mut outcomes = Vec::with_capacity(nacks.len());
+    let mut changes = Vec::new();
+    let mut ready_topics: Vec<String> = Vec::new();
+    for (&(id, _), result) in nacks.iter().zip(results) {
+        outcomes.push(match result {
+            NackResult::Failed {
+                attempts,
+                then,
+                at,
+                topic,
+            } => {
+                let shard = keys.shard_of(id);
+                match then {
+                    AfterFailure::Ready => ready_topics.push(topic),
+                    AfterFailure::Delaying { due } => state.router.do_send(WakeShard {
+                        shard,
+                        at_ms: due,
+                    }),
+                    AfterFailure::Dead => {
+                        tracing::info!(id = %id, topic = %topic, attempts, "nacked on its last attempt; the message is dead")
+                    }
+                    AfterFailure::Stopped => {}
+                }
+                changes.push(StatusChange {
+                    id,
+                    status: then.status(),
+                    attempts: Some(attempts),
+                    at,
+                    due: Some(match then {
+                        AfterFailure::Delaying { due } => due,
+                        _ => at,
+                    }),
+                    shard: keys.inflight(shard).into(),
+                    occurrence: None,
+                });
+                NackOutcome::Failed { attempts, then }
+            }
+            NackResult::NotInFlight => NackOutcome::NotInFlight(None),
+            NackResult::Absent => match state.journal.find(id).await? {
+                None => NackOutcome::NotFound,
+                Some((row, _)) => NackOutcome::NotInFlight(Some(row.status())),
+            },
+        });
+    }
+    ready_topics.sort_unstable();
+    ready_topics.dedup();
+    for topic in &ready_topics {
+        state.waiters.notify(topic);
+    }
+    state.journal.record_durable(changes).await?;
+    Ok(outcomes)
+}

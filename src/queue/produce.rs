@@ -1,0 +1,78 @@
+//! Accepting messages: durable in the journal first, then scheduled.
+
+use std::collections::HashSet;
+
+use super::{Queue, QueueError};
+use crate::actors::router::Schedule;
+use crate::error::ShardError;
+use crate::journal::InsertOutcome;
+use crate::message::{Message, MessageId, Status};
+
+/// What accepting a message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// Its id, or, for a repeated live `(topic, bizKey)`, the live one's.
+    pub id: MessageId,
+    /// False when the bizKey belonged to a live message already.
+    pub fresh: bool,
+}
+
+impl Queue {
+    /// Makes messages durable (one group commit, all or none), then
+    /// schedules them. A message whose `(topic, bizKey)` is live already
+    /// answers with that message.
+    pub async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
+        let outcomes = self.journal.insert(messages.clone()).await?;
+        let mut accepted = Vec::with_capacity(messages.len());
+        let mut to_schedule = Vec::new();
+        let mut seen = HashSet::new();
+        for (m, outcome) in messages.into_iter().zip(outcomes) {
+            match outcome {
+                InsertOutcome::Inserted => {
+                    accepted.push(Accepted {
+                        id: m.id,
+                        fresh: true,
+                    });
+                    seen.insert(m.id);
+                    to_schedule.push((m, 0));
+                }
+                InsertOutcome::Duplicate(row) => {
+                    accepted.push(Accepted {
+                        id: MessageId(row.id),
+                        fresh: false,
+                    });
+                    // A live message still WaitPut may never have reached
+                    // Redis (its push met an outage): schedule it again.
+                    // Scheduling is idempotent (Redis keeps a message it
+                    // holds as it is), and a message acked or cancelled is
+                    // no longer live, so this never brings a finished
+                    // message back.
+                    if row.status() == Status::WaitPut && seen.insert(MessageId(row.id)) {
+                        to_schedule.push((row.message(), row.attempts));
+                    }
+                }
+            }
+        }
+        if to_schedule.is_empty() {
+            return Ok(accepted);
+        }
+        let scheduled = self
+            .router
+            .send(Schedule(to_schedule.clone()))
+            .await
+            .map_err(ShardError::from);
+        // The router records the scheduled messages Delaying.
+        match scheduled.and_then(|r| r) {
+            Ok(_) => Ok(accepted),
+            Err(e) => {
+                tracing::warn!(error = %e, count = to_schedule.len(), "messages journaled but not scheduled");
+                let list: Vec<String> = to_schedule.iter().map(|(m, _)| m.id.to_string()).collect();
+                Err(QueueError::NotScheduled(format!(
+                    "{e}; message(s) {} are durable in the journal (WaitPut) and are scheduled by the next restore, \
+                     or by pushing again with the same bizKey",
+                    list.join(",")
+                )))
+            }
+        }
+    }
+}
