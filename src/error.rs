@@ -69,17 +69,96 @@ pub enum ShardError {
     Mailbox(#[from] actix::MailboxError),
 }
 
+/// Declares [`ErrorCode`]: each code's variant and the name clients see.
+macro_rules! error_codes {
+    ($($variant:ident = $name:literal,)*) => {
+        /// The stable `error` codes of the API: what a client branches on.
+        /// One enum, so a code is never spelled two ways.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    BizKeyTaken = "biz_key_taken",
+    BodyTooLarge = "body_too_large",
+    Internal = "internal",
+    InvalidBatch = "invalid_batch",
+    InvalidBizKey = "invalid_biz_key",
+    InvalidBody = "invalid_body",
+    InvalidCancel = "invalid_cancel",
+    InvalidContentType = "invalid_content_type",
+    InvalidDelay = "invalid_delay",
+    InvalidField = "invalid_field",
+    InvalidId = "invalid_id",
+    InvalidIds = "invalid_ids",
+    InvalidJson = "invalid_json",
+    InvalidMaxAttempts = "invalid_max_attempts",
+    InvalidMessage = "invalid_message",
+    InvalidParameter = "invalid_parameter",
+    InvalidPath = "invalid_path",
+    InvalidPriority = "invalid_priority",
+    InvalidRepeat = "invalid_repeat",
+    InvalidRetry = "invalid_retry",
+    InvalidShard = "invalid_shard",
+    InvalidTopic = "invalid_topic",
+    InvalidTtl = "invalid_ttl",
+    JournalRefused = "journal_refused",
+    JournalUnavailable = "journal_unavailable",
+    MissingBody = "missing_body",
+    MissingId = "missing_id",
+    MissingTo = "missing_to",
+    MissingTopic = "missing_topic",
+    NoSuchNode = "no_such_node",
+    NoSuchRoute = "no_such_route",
+    NoSuchShard = "no_such_shard",
+    NodeUnavailable = "node_unavailable",
+    NotDead = "not_dead",
+    NotFound = "not_found",
+    NotInFlight = "not_in_flight",
+    NotPossible = "not_possible",
+    PayloadTooLarge = "payload_too_large",
+    RedisUnavailable = "redis_unavailable",
+    Unauthorized = "unauthorized",
+    UnknownField = "unknown_field",
+    UnknownParameter = "unknown_parameter",
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The request is malformed or breaks a rule of the contract.
     #[error("{message}")]
-    Invalid { code: &'static str, message: String },
+    Invalid { code: ErrorCode, message: String },
     #[error("{message}")]
-    TooLarge { code: &'static str, message: String },
+    TooLarge { code: ErrorCode, message: String },
     #[error("{message}")]
-    NotFound { code: &'static str, message: String },
+    NotFound { code: ErrorCode, message: String },
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     #[error("this route needs an 'Authorization: Bearer TOKEN' header with the admin token")]
     Unauthorized,
     #[error("{0}")]
@@ -97,32 +176,32 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError::Invalid {
             code,
             message: message.into(),
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             ApiError::Invalid { code, .. }
             | ApiError::TooLarge { code, .. }
             | ApiError::NotFound { code, .. }
-            | ApiError::Conflict { code, .. } => code,
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::RedisUnavailable(_) => "redis_unavailable",
-            ApiError::JournalUnavailable(_) => "journal_unavailable",
-            ApiError::NodeUnavailable(_) => "node_unavailable",
-            ApiError::JournalRefused(_) => "journal_refused",
-            ApiError::Internal(_) => "internal",
+            | ApiError::Conflict { code, .. } => *code,
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
+            ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
+            ApiError::NodeUnavailable(_) => ErrorCode::NodeUnavailable,
+            ApiError::JournalRefused(_) => ErrorCode::JournalRefused,
+            ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
 
 #[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
+struct ErrorBody {
+    error: ErrorCode,
     message: String,
 }
 
@@ -153,7 +232,7 @@ impl ResponseError for ApiError {
 
 impl From<crate::message::Invalid> for ApiError {
     fn from(e: crate::message::Invalid) -> Self {
-        if e.code == "body_too_large" {
+        if e.code == ErrorCode::BodyTooLarge {
             ApiError::TooLarge {
                 code: e.code,
                 message: e.message,
@@ -199,7 +278,7 @@ impl From<crate::queue::QueueError> for ApiError {
             Q::NoWorkerId(e) => e.into(),
             Q::NotScheduled(m) => ApiError::RedisUnavailable(m),
             Q::NotFound(id) => ApiError::NotFound {
-                code: "not_found",
+                code: ErrorCode::NotFound,
                 message: format!("no message {id}"),
             },
         }
@@ -223,18 +302,38 @@ impl From<crate::cluster::ClusterError> for ApiError {
         use crate::cluster::ClusterError as C;
         match e {
             C::NotPossible(m) => ApiError::Conflict {
-                code: "not_possible",
+                code: ErrorCode::NotPossible,
                 message: m,
             },
             C::NoSuchNode(n) => ApiError::NotFound {
-                code: "no_such_node",
+                code: ErrorCode::NoSuchNode,
                 message: format!("no live node '{n}'"),
             },
             C::NoSuchShard(s) => ApiError::NotFound {
-                code: "no_such_shard",
+                code: ErrorCode::NoSuchShard,
                 message: format!("no shard {s}"),
             },
             other => ApiError::NodeUnavailable(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_are_distinct_snake_case_names() {
+        let names: std::collections::HashSet<&str> =
+            ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), ErrorCode::ALL.len());
+        for n in names {
+            assert!(
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{n}"
+            );
+        }
+        let body = ApiError::invalid(ErrorCode::InvalidTopic, "x").error_response();
+        assert_eq!(body.status(), StatusCode::BAD_REQUEST);
     }
 }

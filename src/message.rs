@@ -111,6 +111,7 @@ impl<'de> Deserialize<'de> for MessageId {
     }
 }
 
+pub use crate::error::ErrorCode;
 pub use crate::ids::{IdGenerator, NoWorkerId};
 use crate::repeat::{parse_repeat, Occurrence, Repeat};
 use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
@@ -232,11 +233,11 @@ impl Draft {
 /// Why a producer's message was refused: a stable code and a sentence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invalid {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
-fn invalid(code: &'static str, message: impl Into<String>) -> Invalid {
+fn invalid(code: ErrorCode, message: impl Into<String>) -> Invalid {
     Invalid {
         code,
         message: message.into(),
@@ -269,12 +270,12 @@ fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invali
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
             invalid(
-                "invalid_field",
+                ErrorCode::InvalidField,
                 format!("{name} must be a whole number of milliseconds, got {n}"),
             )
         }),
         Some(other) => Err(invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             format!("{name} must be a number, got {}", json_type(other)),
         )),
     }
@@ -296,13 +297,13 @@ fn json_type(v: &Value) -> &'static str {
 pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, Invalid> {
     let obj = value.as_object().ok_or_else(|| {
         invalid(
-            "invalid_message",
+            ErrorCode::InvalidMessage,
             format!("a message must be a JSON object, got {}", json_type(value)),
         )
     })?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(invalid(
-            "unknown_field",
+            ErrorCode::UnknownField,
             format!(
                 "unknown field '{unknown}'; a message has {}",
                 FIELDS.join(", ")
@@ -312,17 +313,19 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
 
     let topic = match obj.get("topic") {
         Some(Value::String(t)) => t.clone(),
-        None | Some(Value::Null) => return Err(invalid("missing_topic", "topic is required")),
+        None | Some(Value::Null) => {
+            return Err(invalid(ErrorCode::MissingTopic, "topic is required"))
+        }
         Some(other) => {
             return Err(invalid(
-                "invalid_topic",
+                ErrorCode::InvalidTopic,
                 format!("topic must be a string, got {}", json_type(other)),
             ))
         }
     };
     if !valid_topic(&topic) {
         return Err(invalid(
-            "invalid_topic",
+            ErrorCode::InvalidTopic,
             format!("topic must be 1 to {MAX_TOPIC_LEN} characters of A-Z a-z 0-9 . _ : -"),
         ));
     }
@@ -334,13 +337,13 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         }
         Some(Value::String(_)) => {
             return Err(invalid(
-                "invalid_biz_key",
+                ErrorCode::InvalidBizKey,
                 format!("bizKey must be 1 to {MAX_BIZ_KEY_LEN} characters"),
             ))
         }
         Some(other) => {
             return Err(invalid(
-                "invalid_biz_key",
+                ErrorCode::InvalidBizKey,
                 format!("bizKey must be a string, got {}", json_type(other)),
             ))
         }
@@ -349,21 +352,21 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
     let when = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
         (Some(_), Some(_)) => {
             return Err(invalid(
-                "invalid_delay",
+                ErrorCode::InvalidDelay,
                 "give either delay or deliverAt, not both",
             ))
         }
         (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
         (Some(d), None) => {
             return Err(invalid(
-                "invalid_delay",
+                ErrorCode::InvalidDelay,
                 format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
             ))
         }
         (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
         (None, Some(at)) => {
             return Err(invalid(
-                "invalid_delay",
+                ErrorCode::InvalidDelay,
                 format!(
                     "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
                 ),
@@ -377,7 +380,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         Some(p) if (0..=255).contains(&p) => p as u8,
         Some(p) => {
             return Err(invalid(
-                "invalid_priority",
+                ErrorCode::InvalidPriority,
                 format!("priority must be 0 to 255, got {p}"),
             ))
         }
@@ -388,7 +391,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         Some(t) if (MIN_TTL_MS..=MAX_TTL_MS).contains(&t) => t,
         Some(t) => {
             return Err(invalid(
-                "invalid_ttl",
+                ErrorCode::InvalidTtl,
                 format!("ttl must be {MIN_TTL_MS} to {MAX_TTL_MS} ms, got {t}"),
             ))
         }
@@ -398,13 +401,13 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         Some(Value::String(b)) => b.clone(),
         None | Some(Value::Null) => {
             return Err(invalid(
-                "missing_body",
+                ErrorCode::MissingBody,
                 "body is required (a string; JSON text is fine)",
             ))
         }
         Some(other) => {
             return Err(invalid(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 format!(
                     "body must be a string (send JSON as text), got {}",
                     json_type(other)
@@ -414,7 +417,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
     };
     if body.len() > max_body {
         return Err(invalid(
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             format!("body is {} bytes; the limit is {max_body}", body.len()),
         ));
     }
@@ -438,7 +441,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         };
         if r.first(earliest).is_none() {
             return Err(invalid(
-                "invalid_repeat",
+                ErrorCode::InvalidRepeat,
                 "the series has no occurrence: its cron never matches, or until is before the first one",
             ));
         }
@@ -564,7 +567,11 @@ mod tests {
             ),
         ];
         for (input, code) in cases {
-            assert_eq!(parse(input.clone()).unwrap_err().code, code, "{input}");
+            assert_eq!(
+                parse(input.clone()).unwrap_err().code.as_str(),
+                code,
+                "{input}"
+            );
         }
     }
 }

@@ -27,6 +27,7 @@ use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::error::ErrorCode;
 use crate::message::{Invalid, MAX_DELAY_MS, MIN_TTL_MS};
 
 /// Shortest `every`.
@@ -63,7 +64,7 @@ pub struct Occurrence {
 
 fn invalid(message: impl Into<String>) -> Invalid {
     Invalid {
-        code: "invalid_repeat",
+        code: ErrorCode::InvalidRepeat,
         message: message.into(),
     }
 }
@@ -309,7 +310,7 @@ mod tests {
             json!({"every": 1000, "count": 3}),
         ] {
             let e = parse_repeat(&bad, NOW).unwrap_err();
-            assert_eq!(e.code, "invalid_repeat", "{bad}");
+            assert_eq!(e.code, ErrorCode::InvalidRepeat, "{bad}");
         }
         assert_eq!(parse_repeat(&Value::Null, NOW).unwrap(), None);
     }

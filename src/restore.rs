@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::journal::models::MessageRow;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
@@ -84,7 +85,7 @@ impl Restorer {
             Some((row, _)) => row,
             None => {
                 return Err(ApiError::NotFound {
-                    code: "not_found",
+                    code: ErrorCode::NotFound,
                     message: format!("no message {id} in the journal"),
                 })
             }

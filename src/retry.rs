@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::ErrorCode;
 use crate::message::Invalid;
 
 /// Deliveries before a message is `Dead`, unless the push says otherwise.
@@ -71,7 +72,7 @@ impl RetryPolicy {
 
 fn invalid(message: String) -> Invalid {
     Invalid {
-        code: "invalid_retry",
+        code: ErrorCode::InvalidRetry,
         message,
     }
 }
@@ -142,7 +143,7 @@ pub fn parse_max_attempts(value: Option<&Value>) -> Result<i32, Invalid> {
         Some(v) => match v.as_i64() {
             Some(n) if (1..=MAX_MAX_ATTEMPTS as i64).contains(&n) => Ok(n as i32),
             _ => Err(Invalid {
-                code: "invalid_max_attempts",
+                code: ErrorCode::InvalidMaxAttempts,
                 message: format!("maxAttempts must be 1 to {MAX_MAX_ATTEMPTS}, got {v}"),
             }),
         },
@@ -201,7 +202,7 @@ mod tests {
         ] {
             assert_eq!(
                 parse_policy(&bad).unwrap_err().code,
-                "invalid_retry",
+                ErrorCode::InvalidRetry,
                 "{bad}"
             );
         }

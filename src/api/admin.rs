@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::{AppState, Query};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// `GET /admin/journal`: status changes waiting to be written, whether
 /// promotion is held back for them, and the changes the database refused.
@@ -77,14 +78,17 @@ pub async fn move_shard(
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let shard: u32 = shard.parse().map_err(|_| {
-        ApiError::invalid("invalid_shard", format!("'{shard}' is not a shard number"))
+        ApiError::invalid(
+            ErrorCode::InvalidShard,
+            format!("'{shard}' is not a shard number"),
+        )
     })?;
     if shard >= state.redis.keys().shards() {
         return Err(crate::cluster::ClusterError::NoSuchShard(shard).into());
     }
     let to = q.get("to").filter(|t| !t.is_empty()).ok_or_else(|| {
         ApiError::invalid(
-            "missing_to",
+            ErrorCode::MissingTo,
             "name the node: /admin/shards/{shard}/move?to=NODE",
         )
     })?;

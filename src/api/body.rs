@@ -16,6 +16,7 @@ use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// Largest request accepted: a full batch of maximal bodies would be far
 /// more, so batches are bounded by this instead.
@@ -77,7 +78,7 @@ impl FromRequest for JsonBody {
         Box::pin(async move {
             if !json {
                 return Err(ApiError::invalid(
-                    "invalid_content_type",
+                    ErrorCode::InvalidContentType,
                     "send the message as JSON with Content-Type: application/json",
                 ));
             }
@@ -86,7 +87,7 @@ impl FromRequest for JsonBody {
                     too_large()
                 } else {
                     ApiError::invalid(
-                        "invalid_json",
+                        ErrorCode::InvalidJson,
                         format!("request body could not be read: {e}"),
                     )
                 }
@@ -97,7 +98,7 @@ impl FromRequest for JsonBody {
             let values = json_values(&bytes);
             if values > MAX_JSON_VALUES {
                 return Err(ApiError::TooLarge {
-                    code: "payload_too_large",
+                    code: ErrorCode::PayloadTooLarge,
                     message: format!(
                         "request body holds more than {MAX_JSON_VALUES} JSON values ({values}); a batch holds at most 1000 messages"
                     ),
@@ -105,7 +106,7 @@ impl FromRequest for JsonBody {
             }
             serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
                 ApiError::invalid(
-                    "invalid_json",
+                    ErrorCode::InvalidJson,
                     format!("request body is not valid JSON: {e}"),
                 )
             })
@@ -115,7 +116,7 @@ impl FromRequest for JsonBody {
 
 fn too_large() -> ApiError {
     ApiError::TooLarge {
-        code: "payload_too_large",
+        code: ErrorCode::PayloadTooLarge,
         message: format!("request body is over {MAX_REQUEST_BYTES} bytes"),
     }
 }

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::body::JsonBody;
 use super::{parse_id, AppState, Query};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
 use crate::queue::cancel::{self, CancelOutcome};
 
@@ -21,9 +22,9 @@ pub async fn delete(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    let raw = q
-        .get("id")
-        .ok_or_else(|| ApiError::invalid("missing_id", "give the message id: /delete?id=ID"))?;
+    let raw = q.get("id").ok_or_else(|| {
+        ApiError::invalid(ErrorCode::MissingId, "give the message id: /delete?id=ID")
+    })?;
     let id = parse_id(raw)?;
     match cancel::cancel_many(&state.queue, &[id]).await?[0] {
         // An unknown id is a client error (404), still with a definite result.
@@ -45,7 +46,7 @@ fn string_field<'a>(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             format!("{field} must be a string, got {other}"),
         )),
     }
@@ -76,14 +77,14 @@ pub async fn cancel(
     state.require_admin(&req)?;
     let Some(body) = body.as_object() else {
         return Err(ApiError::invalid(
-            "invalid_body",
+            ErrorCode::InvalidBody,
             "the request body must be a JSON object",
         ));
     };
     let fields = ["ids", "topic", "bizKey", "bizKeyPrefix"];
     if let Some(unknown) = body.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(ApiError::invalid(
-            "unknown_field",
+            ErrorCode::UnknownField,
             format!(
                 "unknown field {unknown:?}; expected ids, or topic with bizKey or bizKeyPrefix"
             ),
@@ -95,20 +96,20 @@ pub async fn cancel(
     let usage = "give {\"ids\": [...]}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
     if body.contains_key("ids") {
         if topic.is_some() || key.is_some() || prefix.is_some() {
-            return Err(ApiError::invalid("invalid_cancel", usage));
+            return Err(ApiError::invalid(ErrorCode::InvalidCancel, usage));
         }
         let ids = super::batch_ids("ids", body.get("ids"), 1..=MAX_CANCEL_IDS)?;
         let outcomes = cancel::cancel_many(&state.queue, &ids).await?;
         return Ok(HttpResponse::Ok().json(report(&ids, &outcomes)));
     }
     let Some(topic) = topic else {
-        return Err(ApiError::invalid("invalid_cancel", usage));
+        return Err(ApiError::invalid(ErrorCode::InvalidCancel, usage));
     };
     super::check_topic(topic)?;
     let check_key = |k: &str, field: &str| {
         if k.is_empty() || k.chars().count() > MAX_BIZ_KEY_LEN {
             Err(ApiError::invalid(
-                "invalid_biz_key",
+                ErrorCode::InvalidBizKey,
                 format!("{field} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
             ))
         } else {
@@ -131,6 +132,6 @@ pub async fn cancel(
                 cancel::cancel_biz_key_prefix(&state.queue, topic, prefix).await?;
             Ok(HttpResponse::Ok().json(json!({ "matched": matched, "results": counts })))
         }
-        _ => Err(ApiError::invalid("invalid_cancel", usage)),
+        _ => Err(ApiError::invalid(ErrorCode::InvalidCancel, usage)),
     }
 }

@@ -7,6 +7,7 @@ use serde_json::json;
 use super::body::JsonBody;
 use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::message::{MessageId, Status};
 use crate::queue::consume::{self, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;
@@ -46,17 +47,17 @@ pub async fn ack(
             "nextOccurrence": next,
         }))),
         AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
-            code: "not_in_flight",
+            code: ErrorCode::NotInFlight,
             message: format!(
                 "message {id} has not been delivered yet; only a delivered message can be acked"
             ),
         }),
         AckOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
-            code: "not_in_flight",
+            code: ErrorCode::NotInFlight,
             message: format!("message {id} is {status} and cannot be acked"),
         }),
         AckOutcome::NotFound => Err(ApiError::NotFound {
-            code: "not_found",
+            code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
     }
@@ -122,13 +123,13 @@ fn object<'a>(
 ) -> Result<&'a serde_json::Map<String, serde_json::Value>, ApiError> {
     let Some(map) = body.as_object() else {
         return Err(ApiError::invalid(
-            "invalid_body",
+            ErrorCode::InvalidBody,
             "the request body must be a JSON object",
         ));
     };
     if let Some(unknown) = map.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(ApiError::invalid(
-            "unknown_field",
+            ErrorCode::UnknownField,
             format!("unknown field {unknown:?}; expected {}", fields.join(", ")),
         ));
     }
@@ -146,7 +147,7 @@ fn body_int(
         Some(v) => match v.as_u64().filter(|n| range.contains(n)) {
             Some(n) => Ok(n),
             None => Err(ApiError::invalid(
-                "invalid_parameter",
+                ErrorCode::InvalidParameter,
                 format!(
                     "{field} must be a whole number from {} to {}, got {v}",
                     range.start(),
@@ -163,7 +164,7 @@ fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> 
         Some(v) => match v.as_i64() {
             Some(ms) if (0..=MAX_RETRY_MS).contains(&ms) => Ok(Some(ms)),
             _ => Err(ApiError::invalid(
-                "invalid_delay",
+                ErrorCode::InvalidDelay,
                 format!("delay must be 0 to {MAX_RETRY_MS} ms (one day), got {v}"),
             )),
         },
@@ -181,7 +182,7 @@ pub async fn nack(
     let id = parse_id(&id)?;
     if let Some(unknown) = q.keys().find(|k| k.as_str() != "delay") {
         return Err(ApiError::invalid(
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             format!("unknown parameter {unknown:?}; POST /nack/{{id}} takes delay"),
         ));
     }
@@ -192,7 +193,7 @@ pub async fn nack(
                 .map(serde_json::Value::from)
                 .map_err(|_| {
                     ApiError::invalid(
-                        "invalid_delay",
+                        ErrorCode::InvalidDelay,
                         format!("delay must be 0 to {MAX_RETRY_MS} ms (one day), got '{raw}'"),
                     )
                 })?,
@@ -201,17 +202,17 @@ pub async fn nack(
     match consume::nack(&state.queue, &[(id, delay)]).await?[0] {
         outcome @ NackOutcome::Failed { .. } => Ok(HttpResponse::Ok().json(nack_json(outcome, id))),
         NackOutcome::NotInFlight(None) => Err(ApiError::Conflict {
-            code: "not_in_flight",
+            code: ErrorCode::NotInFlight,
             message: format!(
                 "message {id} is not handed out to a consumer (not delivered yet, or its ack deadline passed); only a delivered message can be nacked"
             ),
         }),
         NackOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
-            code: "not_in_flight",
+            code: ErrorCode::NotInFlight,
             message: format!("message {id} is {status} and cannot be nacked"),
         }),
         NackOutcome::NotFound => Err(ApiError::NotFound {
-            code: "not_found",
+            code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
     }

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::{check_topic, int_param, AppState, Query};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::journal::RequeueOutcome;
 use crate::message::{valid_topic, MessageId};
 use crate::queue::dead;
@@ -20,7 +21,7 @@ fn after_param(q: &Query) -> Result<i64, ApiError> {
         None => Ok(0),
         Some(raw) => raw.parse::<MessageId>().map(|id| id.0).map_err(|e| {
             ApiError::invalid(
-                "invalid_parameter",
+                ErrorCode::InvalidParameter,
                 format!("after must be a message id: {e}"),
             )
         }),
@@ -91,7 +92,7 @@ pub async fn requeue(
             Some("requeued") => return Ok(HttpResponse::Ok().json(r)),
             Some("not_dead") => {
                 return Err(ApiError::Conflict {
-                    code: "not_dead",
+                    code: ErrorCode::NotDead,
                     message: format!(
                         "message {id} is {} and not dead",
                         r["status"].as_str().unwrap_or("live")
@@ -100,7 +101,7 @@ pub async fn requeue(
             }
             Some("biz_key_taken") => {
                 return Err(ApiError::Conflict {
-                    code: "biz_key_taken",
+                    code: ErrorCode::BizKeyTaken,
                     message: format!(
                         "message {id}'s bizKey belongs to live message {} now",
                         r["holder"].as_str().unwrap_or("?")
@@ -110,7 +111,7 @@ pub async fn requeue(
             // No such message: the target may be a topic of digits.
             _ if !valid_topic(&target) => {
                 return Err(ApiError::NotFound {
-                    code: "not_found",
+                    code: ErrorCode::NotFound,
                     message: format!("no message {id}"),
                 })
             }

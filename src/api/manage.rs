@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::{bool_param, parse_id, AppState, Query};
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// `GET /reStore?expire=true|false`: rebuild Redis from the journal.
 pub async fn restore_all(
@@ -45,7 +46,7 @@ pub async fn message(
     let id = parse_id(&id)?;
     match state.journal.find(id).await? {
         None => Err(ApiError::NotFound {
-            code: "not_found",
+            code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
         Some((row, history)) => Ok(HttpResponse::Ok().json(json!({

@@ -23,6 +23,7 @@ use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
 use crate::cluster::ClusterHandle;
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::message::{IdGenerator, MessageId};
 use crate::notify::Topics;
 use crate::queue::Queue;
@@ -89,7 +90,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     // they are parsed (see body.rs).
     let payload = web::PayloadConfig::new(MAX_REQUEST_BYTES);
     let path = web::PathConfig::default()
-        .error_handler(|err, _| ApiError::invalid("invalid_path", err.to_string()).into());
+        .error_handler(|err, _| ApiError::invalid(ErrorCode::InvalidPath, err.to_string()).into());
     cfg.app_data(payload)
         .app_data(path)
         .route("/push", web::post().to(produce::push))
@@ -121,7 +122,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound {
-        code: "no_such_route",
+        code: ErrorCode::NoSuchRoute,
         message: format!("no route {} {}", req.method(), req.path()),
     })
 }
@@ -130,7 +131,7 @@ type Query = web::Query<HashMap<String, String>>;
 
 fn parse_id(raw: &str) -> Result<MessageId, ApiError> {
     raw.parse()
-        .map_err(|e: String| ApiError::invalid("invalid_id", e))
+        .map_err(|e: String| ApiError::invalid(ErrorCode::InvalidId, e))
 }
 
 /// The ids of a batch request: a list of message ids (strings or numbers),
@@ -146,20 +147,20 @@ fn batch_ids(
             Ok(Vec::new())
         } else {
             Err(ApiError::invalid(
-                "invalid_ids",
+                ErrorCode::InvalidIds,
                 format!("{field} is required: a list of {min} to {max} message ids"),
             ))
         };
     };
     let Some(list) = value.as_array() else {
         return Err(ApiError::invalid(
-            "invalid_ids",
+            ErrorCode::InvalidIds,
             format!("{field} must be a list of message ids"),
         ));
     };
     if !count.contains(&list.len()) {
         return Err(ApiError::invalid(
-            "invalid_ids",
+            ErrorCode::InvalidIds,
             format!(
                 "{field} must hold {min} to {max} message ids, not {}",
                 list.len()
@@ -174,7 +175,7 @@ fn batch_ids(
             serde_json::Value::Number(n) => n.to_string(),
             other => {
                 return Err(ApiError::invalid(
-                    "invalid_ids",
+                    ErrorCode::InvalidIds,
                     format!("{field} holds {other}, which is not a message id"),
                 ))
             }
@@ -182,7 +183,7 @@ fn batch_ids(
         let id = parse_id(&text)?;
         if !seen.insert(id) {
             return Err(ApiError::invalid(
-                "invalid_ids",
+                ErrorCode::InvalidIds,
                 format!("{field} names message {id} twice"),
             ));
         }
@@ -196,7 +197,7 @@ fn check_topic(topic: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(
-            "invalid_topic",
+            ErrorCode::InvalidTopic,
             format!(
                 "topic must be 1 to {} characters of A-Z a-z 0-9 . _ : -",
                 crate::message::MAX_TOPIC_LEN
@@ -211,7 +212,7 @@ fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<
         Some("true") | Some("1") => Ok(true),
         Some("false") | Some("0") => Ok(false),
         Some(other) => Err(ApiError::invalid(
-            "invalid_parameter",
+            ErrorCode::InvalidParameter,
             format!("{name} must be true or false, got '{other}'"),
         )),
     }
@@ -228,7 +229,7 @@ fn int_param(
         Some(raw) => match raw.parse::<u64>() {
             Ok(v) if range.contains(&v) => Ok(v),
             _ => Err(ApiError::invalid(
-                "invalid_parameter",
+                ErrorCode::InvalidParameter,
                 format!(
                     "{name} must be a whole number from {} to {}, got '{raw}'",
                     range.start(),

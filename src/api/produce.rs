@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use super::body::JsonBody;
 use super::AppState;
 use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::message::{now_ms, parse_draft};
 
 pub const MAX_BATCH: usize = 1_000;
@@ -32,11 +33,14 @@ pub async fn push_batch(
         .get("messages")
         .and_then(Value::as_array)
         .ok_or_else(|| {
-            ApiError::invalid("invalid_batch", "a batch is {\"messages\": [message, ...]}")
+            ApiError::invalid(
+                ErrorCode::InvalidBatch,
+                "a batch is {\"messages\": [message, ...]}",
+            )
         })?;
     if list.is_empty() || list.len() > MAX_BATCH {
         return Err(ApiError::invalid(
-            "invalid_batch",
+            ErrorCode::InvalidBatch,
             format!(
                 "a batch holds 1 to {MAX_BATCH} messages, got {}",
                 list.len()
