@@ -25,6 +25,8 @@
 //!   unacked message returns to the ready queue when its deadline passes.
 //! - Every status change is written to the journal's flow table in batches.
 //! - [`restore`]: rebuilds Redis from the journal.
+//! - [`reconcile`]: compares the journal with Redis message by message and
+//!   puts differences right, run by the leader on a timer (self-repair).
 //! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
 //!   twins; [`error`]: the error policy.
 
@@ -38,6 +40,7 @@ pub mod journal;
 pub mod message;
 pub mod node;
 pub mod notify;
+pub mod reconcile;
 pub mod redis;
 pub mod restore;
 pub mod retry;

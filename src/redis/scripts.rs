@@ -16,6 +16,8 @@ pub struct Scripts {
     pub cancel: Script,
     pub lease: Script,
     pub reserve: Script,
+    pub purge: Script,
+    pub replace: Script,
 }
 
 impl Default for Scripts {
@@ -35,6 +37,8 @@ impl Default for Scripts {
             cancel: Script::new(include_str!("lua/cancel.lua")),
             lease: Script::new(include_str!("lua/lease.lua")),
             reserve: Script::new(include_str!("lua/reserve.lua")),
+            purge: Script::new(include_str!("lua/purge.lua")),
+            replace: Script::new(include_str!("lua/replace.lua")),
         }
     }
 }
@@ -57,7 +61,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 10] {
         [
             &self.schedule,
             &self.tick,
@@ -67,6 +71,8 @@ impl Scripts {
             &self.cancel,
             &self.lease,
             &self.reserve,
+            &self.purge,
+            &self.replace,
         ]
     }
 
