@@ -91,6 +91,9 @@ impl RedisSchedule {
     /// Where Redis holds each message: `(id, topic)` pairs, the topic
     /// naming the ready queue to look in. One pipeline for all.
     pub async fn locate(&self, items: &[(MessageId, &str)]) -> Result<Vec<Held>, ShardError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for (id, topic) in items {
@@ -163,6 +166,9 @@ impl RedisSchedule {
 
     /// The record headers of these messages (None where Redis holds none).
     pub async fn headers(&self, ids: &[MessageId]) -> Result<Vec<Option<Header>>, ShardError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut pipe = redis::pipe();
         for id in ids {
             pipe.hget(self.keys.messages(self.keys.shard_of(*id)), id.to_string());
