@@ -27,6 +27,7 @@ backend_tests!(
     report_and_repair_each_kind,
     lost_keys_are_delivered_without_an_operator,
     restore_progress_and_resume,
+    a_killed_restore_resumes,
     cli_reconcile
 );
 
@@ -421,6 +422,76 @@ async fn restore_progress_and_resume(b: Backend) {
     }
     let back: Vec<bool> = pipe.query(&mut env.redis.con()).unwrap();
     assert!(back.iter().all(|&b| b), "not every message is back");
+}
+
+/// A `delayq restore` killed (SIGKILL) after its first page leaves its
+/// cursor in Redis; the next restore starts after it, and every message is
+/// back.
+async fn a_killed_restore_resumes(b: Backend) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    const N: usize = 30_000;
+    let env = reconciling_env(b).start().await;
+    let mut ids = Vec::with_capacity(N);
+    for chunk in 0..N / 1000 {
+        let batch: Vec<Value> = (0..1000)
+            .map(|i| json!({"topic": "kill", "body": format!("{chunk}-{i}"), "delay": 600_000}))
+            .collect();
+        ids.extend(env.push_batch(batch).await);
+    }
+    env.wait_scheduled(ids.last().unwrap()).await;
+    env.redis.wipe_schedule(&env.keys);
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args(["restore", "--expire"])
+        .args(["--redis-url", &env.config.redis_url])
+        .args(["--database-url", &env.config.database_url])
+        .args(["--key-prefix", &env.config.key_prefix])
+        .args(["--shards", &SHARDS.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run delayq restore");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("delayq restore ended before its first page")
+            .unwrap();
+        if line.starts_with("restore: scanned") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let cursor: Option<String> = redis_cmd(&env, &["HGET", &env.keys.restore_cursor(), "after"]);
+    let cursor: i64 = cursor
+        .expect("the killed restore left no cursor")
+        .parse()
+        .unwrap();
+    let mut sorted: Vec<i64> = ids.iter().map(|i| parse_id(i).0).collect();
+    sorted.sort();
+    let done = sorted.iter().filter(|&&id| id <= cursor).count();
+    assert!(done >= 2000 && done < N, "cursor after {done} of {N} rows");
+
+    let (report, _) = run_cli(&env, "restore", &["--expire"]);
+    assert_eq!(report["resumedAfter"], cursor, "{report}");
+    assert_eq!(
+        report["scanned"].as_u64(),
+        Some((N - done) as u64),
+        "{report}"
+    );
+    let mut pipe = redis::pipe();
+    for id in &ids {
+        pipe.hexists(env.keys.messages(shard(&env, id)), id);
+    }
+    let back: Vec<bool> = pipe.query(&mut env.redis.con()).unwrap();
+    assert_eq!(
+        back.iter().filter(|&&b| b).count(),
+        N,
+        "not every message is back"
+    );
 }
 
 async fn cli_reconcile(b: Backend) {
