@@ -473,7 +473,7 @@ async fn a_killed_restore_resumes(b: Backend) {
     let mut sorted: Vec<i64> = ids.iter().map(|i| parse_id(i).0).collect();
     sorted.sort();
     let done = sorted.iter().filter(|&&id| id <= cursor).count();
-    assert!(done >= 2000 && done < N, "cursor after {done} of {N} rows");
+    assert!((2000..N).contains(&done), "cursor after {done} of {N} rows");
 
     let (report, _) = run_cli(&env, "restore", &["--expire"]);
     assert_eq!(report["resumedAfter"], cursor, "{report}");
