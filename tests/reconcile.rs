@@ -533,6 +533,65 @@ async fn cli_reconcile(b: Backend) {
     assert_eq!(counts(&report), [0; 5], "{report}");
 }
 
+/// In a cluster the leader reconciles, the standby does not, and what Redis
+/// lost is delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_leader_reconciles() {
+    use common::cluster::Cluster;
+
+    let c = Cluster::builder()
+        .arg("--reconcile-interval")
+        .arg("1s")
+        .arg("--reconcile-grace")
+        .arg("1s")
+        .start()
+        .await;
+    let owners = c
+        .wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
+        .await;
+    let leader = Cluster::index_of(&owners[0]);
+    let standby = 1 - leader;
+    let messages: Vec<Value> = (0..24)
+        .map(|i| json!({"topic": "lead", "body": format!("{i}"), "delay": 3000 + i * 50}))
+        .collect();
+    let ids = c.push_batch(standby, messages).await;
+    let deadline = now_ms() + 10_000;
+    while ids
+        .iter()
+        .any(|id| c.journal.row(id).unwrap().status == status::WAIT_PUT)
+    {
+        assert!(now_ms() < deadline, "not scheduled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let k = &c.keys;
+    let _: () = redis::cmd("DEL")
+        .arg(k.delay(0))
+        .arg(k.messages(0))
+        .arg(k.delay(1))
+        .query(&mut c.redis.con())
+        .unwrap();
+
+    let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let mut got: Vec<String> = Vec::new();
+    let deadline = now_ms() + 20_000;
+    while got.len() < ids.len() && now_ms() < deadline {
+        for r in c.poll(standby, "lead", 1, 100).await {
+            assert!(r.at >= r.msg["dueTime"].as_i64().unwrap(), "early: {r:?}");
+            got.push(r.id().to_string());
+        }
+    }
+    let delivered: HashSet<&str> = got.iter().map(String::as_str).collect();
+    assert_eq!(delivered.len(), got.len(), "delivered twice: {got:?}");
+    assert_eq!(delivered, want);
+    let said = |i: usize| {
+        c.node(i)
+            .log_tail(1000)
+            .contains("the journal and Redis differed")
+    };
+    assert!(said(leader), "the leader did not reconcile");
+    assert!(!said(standby), "the standby reconciled");
+}
+
 /// `/ready` names a Redis that may evict keys, and stays 200; the start-up
 /// log warns too.
 #[tokio::test(flavor = "multi_thread")]
