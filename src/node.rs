@@ -57,9 +57,12 @@ async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSche
     }
 }
 
-/// Pause between a reconciliation's pages on a serving node, so the shard
-/// scans keep their lateness.
+/// Pause after each of a reconciliation's pages on a serving node: at least
+/// this long, and four times as long as the page took, so a reconciliation
+/// takes at most about a fifth of the machine while shard scans and
+/// consumers need it.
 const RECONCILE_PAUSE: Duration = Duration::from_millis(2);
+const RECONCILE_IDLE: u32 = 4;
 
 /// Warns when Redis may evict keys: a dropped key loses messages while the
 /// data set marker survives, so only the reconciler would bring them back.
@@ -91,6 +94,7 @@ async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, 
         if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
             continue;
         }
+        tracing::debug!("reconciling the journal with Redis");
         match reconciler.run(Repair::Delivery, |_| {}).await {
             Ok(r) if r.is_clean() => tracing::debug!(
                 journal_scanned = r.journal_scanned,
@@ -211,6 +215,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         reconcile::Options {
             grace: args.reconcile.reconcile_grace,
             pause: RECONCILE_PAUSE,
+            idle: RECONCILE_IDLE,
         },
     );
     check_eviction(&redis).await;
@@ -433,6 +438,7 @@ pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport
         reconcile::Options {
             grace: args.reconcile.reconcile_grace,
             pause: Duration::ZERO,
+            idle: 0,
         },
     );
     let repair = if args.repair {

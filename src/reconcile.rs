@@ -5,8 +5,9 @@
 //! before it caught up, an evicted key), and a message answered 200 must
 //! still be delivered.
 //!
-//! Two passes, each in small pages with a pause between them, so the scans
-//! that deliver messages keep their lateness:
+//! Two passes, each in small pages with a pause after each page (on a
+//! serving node at least 2 ms and four times as long as the page took, see
+//! [`Options`]), so the scans that deliver messages keep their lateness:
 //! - the journal's live rows (not Consumed, Deleted or Dead), in keyset
 //!   pages by id, each page looked up in Redis with one pipeline: is the
 //!   record in its shard's hash, is there a tombstone, and where does it sit
@@ -91,8 +92,12 @@ impl Repair {
 pub struct Options {
     /// Rows changed (and Redis states reached) more recently are left out.
     pub grace: Duration,
-    /// Pause between pages, for the scans' sake.
+    /// The least pause after each page, for the scans' sake.
     pub pause: Duration,
+    /// After each page, also pause this many times as long as the page
+    /// took: a reconciliation then takes at most about 1 / (1 + idle) of
+    /// the machine's time while it runs, however fast the machine is.
+    pub idle: u32,
 }
 
 /// One kind of difference: how many, how many were repaired, and the first
@@ -290,6 +295,7 @@ impl Reconciler {
         // Journal → Redis.
         let mut after = 0;
         loop {
+            let page_start = Instant::now();
             let cutoff = now_ms() - grace_ms;
             let (page, next) = self.journal.live_states(after, PAGE).await?;
             let (rows, recent): (Vec<RowState>, Vec<RowState>) =
@@ -313,6 +319,8 @@ impl Reconciler {
                     }
                 }
             }
+            // The page's own work: a re-check waits, and is not paced.
+            let worked = page_start.elapsed();
             if pending.len() >= RECHECK_BATCH {
                 self.settle(std::mem::take(&mut pending), repair, &mut report)
                     .await?;
@@ -321,13 +329,14 @@ impl Reconciler {
             progress(&report);
             let Some(n) = next else { break };
             after = n;
-            self.pace().await;
+            self.pace(worked).await;
         }
 
         // Redis → journal.
         for shard in 0..self.redis.keys().shards() {
             let mut cursor = 0;
             loop {
+                let page_start = Instant::now();
                 let (next, records) = self
                     .redis
                     .scan_records(shard, cursor, PAGE as usize)
@@ -368,6 +377,7 @@ impl Reconciler {
                         });
                     }
                 }
+                let worked = page_start.elapsed();
                 if pending.len() >= RECHECK_BATCH {
                     self.settle(std::mem::take(&mut pending), repair, &mut report)
                         .await?;
@@ -378,7 +388,7 @@ impl Reconciler {
                     break;
                 }
                 cursor = next;
-                self.pace().await;
+                self.pace(worked).await;
             }
         }
         self.settle(pending, repair, &mut report).await?;
@@ -386,9 +396,11 @@ impl Reconciler {
         Ok(report)
     }
 
-    async fn pace(&self) {
-        if !self.options.pause.is_zero() {
-            tokio::time::sleep(self.options.pause).await;
+    /// The pause after a page whose work took `worked`.
+    async fn pace(&self, worked: Duration) {
+        let pause = self.options.pause.max(worked * self.options.idle);
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
         }
     }
 

@@ -90,6 +90,9 @@ impl RestoreStatus {
     }
 }
 
+/// How long a restore waits for the journal to write its status rows.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(300);
+
 /// How often a restore logs its progress.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -231,10 +234,29 @@ impl Restorer {
             }
         }
         if !report.dry_run {
-            self.journal.flush().await?;
+            self.flush_patiently().await?;
             self.redis.clear_restore_cursor().await?;
         }
         Ok(())
+    }
+
+    /// Waits until the journal wrote the Delaying rows of what was
+    /// restored. A large restore queues a row per message, written in
+    /// batches well after Redis took the messages, and one wait for the
+    /// journal gives up after two seconds: wait again while the journal
+    /// keeps writing, up to [`FLUSH_PATIENCE`].
+    async fn flush_patiently(&self) -> Result<(), ApiError> {
+        let start = Instant::now();
+        loop {
+            match self.journal.flush().await {
+                Ok(()) => return Ok(()),
+                Err(e) if start.elapsed() < FLUSH_PATIENCE => {
+                    tracing::info!(error = %e, "restore: waiting for the journal to write the restored messages' status rows");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Restores one message, when it is live.
