@@ -57,12 +57,15 @@ async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSche
     }
 }
 
-/// Pause after each of a reconciliation's pages on a serving node: at least
-/// this long, and four times as long as the page took, so a reconciliation
-/// takes at most about a fifth of the machine while shard scans and
-/// consumers need it.
+/// A reconciliation on a serving node reads small pages, each a short burst
+/// of work, and pauses after each at least `RECONCILE_PAUSE` and
+/// `RECONCILE_IDLE` times as long as the page took: it takes at most about
+/// a fifth of the machine while shard scans and consumers need it.
+const RECONCILE_PAGE: usize = 100;
 const RECONCILE_PAUSE: Duration = Duration::from_millis(2);
 const RECONCILE_IDLE: u32 = 4;
+/// The command line's pages: nothing to share the machine with.
+const RECONCILE_TOOL_PAGE: usize = 1_000;
 
 /// Warns when Redis may evict keys: a dropped key loses messages while the
 /// data set marker survives, so only the reconciler would bring them back.
@@ -208,12 +211,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         redis: redis.clone(),
         status: restore_status.clone(),
     };
+    // Its own Redis connection: its pipelines do not hold up the scans'.
+    let reconcile_redis = redis.with_connection(
+        crate::redis::connect(&args.redis.redis_url)
+            .await
+            .context("a Redis connection for the reconciler")?,
+    );
     let reconciler = Reconciler::new(
         journal.clone(),
         router.clone(),
-        redis.clone(),
+        reconcile_redis,
         reconcile::Options {
             grace: args.reconcile.reconcile_grace,
+            page: RECONCILE_PAGE,
             pause: RECONCILE_PAUSE,
             idle: RECONCILE_IDLE,
         },
@@ -437,6 +447,7 @@ pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport
         redis.clone(),
         reconcile::Options {
             grace: args.reconcile.reconcile_grace,
+            page: RECONCILE_TOOL_PAGE,
             pause: Duration::ZERO,
             idle: 0,
         },

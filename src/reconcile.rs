@@ -53,8 +53,6 @@ use crate::message::{now_ms, MessageId, Status};
 use crate::redis::inspect::{Held, Place};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
-/// Journal rows per page (and records per HSCAN step).
-const PAGE: i64 = 500;
 /// Differences looked at again together.
 const RECHECK_BATCH: usize = 1_000;
 /// How long a difference must last before it counts: the journal's flow
@@ -92,6 +90,8 @@ impl Repair {
 pub struct Options {
     /// Rows changed (and Redis states reached) more recently are left out.
     pub grace: Duration,
+    /// Journal rows per page (and records per HSCAN step).
+    pub page: usize,
     /// The least pause after each page, for the scans' sake.
     pub pause: Duration,
     /// After each page, also pause this many times as long as the page
@@ -297,7 +297,10 @@ impl Reconciler {
         loop {
             let page_start = Instant::now();
             let cutoff = now_ms() - grace_ms;
-            let (page, next) = self.journal.live_states(after, PAGE).await?;
+            let (page, next) = self
+                .journal
+                .live_states(after, self.options.page as i64)
+                .await?;
             let (rows, recent): (Vec<RowState>, Vec<RowState>) =
                 page.into_iter().partition(|r| r.updated_time < cutoff);
             report.journal_recent += recent.len() as u64;
@@ -339,7 +342,7 @@ impl Reconciler {
                 let page_start = Instant::now();
                 let (next, records) = self
                     .redis
-                    .scan_records(shard, cursor, PAGE as usize)
+                    .scan_records(shard, cursor, self.options.page)
                     .await?;
                 report.redis_scanned += records.len() as u64;
                 let ids: Vec<i64> = records.iter().map(|(id, _)| id.0).collect();

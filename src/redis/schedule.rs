@@ -204,6 +204,16 @@ impl RedisSchedule {
         })
     }
 
+    /// The same schedule over another connection: work that sends large
+    /// pipelines (the reconciler) takes its own, so the replies the shard
+    /// scans wait for do not queue behind its replies on one socket.
+    pub fn with_connection(&self, con: ConnectionManager) -> RedisSchedule {
+        RedisSchedule {
+            con,
+            ..self.clone()
+        }
+    }
+
     /// The shared, self-reconnecting connection (for leases and one-off commands).
     pub fn connection(&self) -> ConnectionManager {
         self.con.clone()
