@@ -18,6 +18,8 @@
 //! | `--workers` | `DELAYQ_WORKERS` | number of cores (HTTP worker threads) |
 //! | `--journal-backlog` | `DELAYQ_JOURNAL_BACKLOG` | `200000` status changes |
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
+//! | `--reconcile-interval` | `DELAYQ_RECONCILE_INTERVAL` | `60s` (`0`: off) |
+//! | `--reconcile-grace` | `DELAYQ_RECONCILE_GRACE` | `30s` |
 //!
 //! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
 //! not configured: each process leases one (see [`crate::cluster::worker`]).
@@ -47,6 +49,8 @@ pub enum Command {
     Migrate(JournalArgs),
     /// Rebuild Redis from the journal for every live message, then exit.
     Restore(RestoreArgs),
+    /// Compare the journal with Redis message by message (and repair), then exit.
+    Reconcile(ReconcileCmdArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -109,6 +113,14 @@ pub struct ClusterArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    /// A reconciliation leaves out journal rows changed, and Redis states
+    /// reached, within this time (e.g. 30s, 2500ms): the journal lags Redis.
+    #[arg(long, env = "DELAYQ_RECONCILE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub reconcile_grace: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// HTTP address to listen on.
     #[arg(long, env = "DELAYQ_BIND", default_value = "127.0.0.1:7070")]
@@ -126,6 +138,12 @@ pub struct ServeArgs {
     /// promoted (until the journal catches up); bounds memory in an outage.
     #[arg(long, env = "DELAYQ_JOURNAL_BACKLOG", default_value_t = crate::actors::journal::DEFAULT_BACKLOG, value_parser = clap::value_parser!(usize))]
     pub journal_backlog: usize,
+    /// How often the leader compares the journal with Redis and schedules
+    /// again what Redis lost (e.g. 60s, 5m; 0 turns it off).
+    #[arg(long, env = "DELAYQ_RECONCILE_INTERVAL", default_value = "60s", value_parser = parse_interval)]
+    pub reconcile_interval: Duration,
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]
@@ -144,6 +162,21 @@ pub struct RestoreArgs {
     /// Count what would be restored; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub journal: JournalArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileCmdArgs {
+    /// Repair what differs (every kind but `unknown`); without it, report only.
+    #[arg(long)]
+    pub repair: bool,
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]
@@ -188,6 +221,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A duration as [`parse_duration`] reads it, or `0` for none.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    if matches!(s, "0" | "0ms" | "0s" | "0m") {
+        Ok(Duration::ZERO)
+    } else {
+        parse_duration(s)
+    }
+}
+
 impl NodeArgs {
     /// The node id, defaulting to host name + port.
     pub fn node_id(&self, port: Option<u16>) -> String {
@@ -226,5 +268,10 @@ mod tests {
         for bad in ["", "s", "0s", "6h", "-1s", "1.5s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_interval("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_interval("90s"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("0h").is_err());
+        assert!(parse_interval("x").is_err());
     }
 }

@@ -27,6 +27,8 @@
 //!   recurring message's next occurrence is due once the current one is acked.
 //! - Every status change is written to the journal's flow table in batches.
 //! - [`restore`]: rebuilds Redis from the journal.
+//! - [`reconcile`]: compares the journal with Redis message by message and
+//!   puts differences right, run by the leader on a timer (self-repair).
 //! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
 //!   twins; [`error`]: the error policy.
 
@@ -41,6 +43,7 @@ pub mod message;
 pub mod node;
 pub mod notify;
 pub mod queue;
+pub mod reconcile;
 pub mod redis;
 pub mod repeat;
 pub mod restore;

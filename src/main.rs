@@ -31,5 +31,10 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        Command::Reconcile(args) => {
+            let report = actix_web::rt::System::new().block_on(delayq::node::reconcile(args))?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
     }
 }

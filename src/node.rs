@@ -12,14 +12,16 @@ use crate::actors::router::RouterActor;
 use crate::api::{self, AppState};
 use crate::cluster::worker::{self, RedisWorkerLease};
 use crate::cluster::{self, standalone, ClusterHandle, Member, View};
-use crate::config::{host_name, RedisArgs, RestoreArgs, ServeArgs};
+use crate::config::{host_name, ReconcileCmdArgs, RedisArgs, RestoreArgs, ServeArgs};
 use crate::journal::connection::{redact, JournalUrl};
 use crate::journal::{self, NodeInfo};
 use crate::message::{now_ms, IdGenerator};
 use crate::notify::{Notifier, Topics};
+use crate::reconcile::{self, ReconcileReport, Reconciler, Repair};
+use crate::redis::inspect::evicts;
 use crate::redis::keys::Keys;
 use crate::redis::schedule::RedisSchedule;
-use crate::restore::{RestoreReport, Restorer};
+use crate::restore::{RestoreReport, RestoreStatus, Restorer};
 
 /// How long start-up waits for Redis and the database to answer.
 const STARTUP_WAIT: Duration = Duration::from_secs(30);
@@ -55,13 +57,69 @@ async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSche
     }
 }
 
-fn log_progress(r: &RestoreReport) {
-    tracing::info!(
-        scanned = r.scanned,
-        restored = r.restored,
-        already_present = r.already_present,
-        "restoring"
-    );
+/// A reconciliation on a serving node reads small pages, each a short burst
+/// of work, and pauses after each at least `RECONCILE_PAUSE` and
+/// `RECONCILE_IDLE` times as long as the page took: it takes at most about
+/// a fifth of the machine while shard scans and consumers need it.
+const RECONCILE_PAGE: usize = 100;
+const RECONCILE_PAUSE: Duration = Duration::from_millis(2);
+const RECONCILE_IDLE: u32 = 4;
+/// The command line's pages: nothing to share the machine with.
+const RECONCILE_TOOL_PAGE: usize = 1_000;
+
+/// Warns when Redis may evict keys: a dropped key loses messages while the
+/// data set marker survives, so only the reconciler would bring them back.
+async fn check_eviction(redis: &RedisSchedule) {
+    match redis.maxmemory_policy().await {
+        Some(p) if evicts(&p) => tracing::warn!(
+            maxmemory_policy = %p,
+            "Redis may evict keys under memory pressure (maxmemory-policy is not noeviction): \
+             an evicted key loses scheduled messages until the reconciler schedules them again; \
+             set maxmemory-policy noeviction"
+        ),
+        Some(_) => {}
+        None => tracing::info!(
+            "cannot read Redis's maxmemory-policy (CONFIG is disabled); make sure it is noeviction"
+        ),
+    }
+}
+
+/// Every `every`, the leader compares the journal with Redis and schedules
+/// again what Redis lost with its data set marker intact (see
+/// [`crate::reconcile`]). While the marker is missing the data set watch
+/// restores everything instead.
+async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if !cluster.is_leader() {
+            continue;
+        }
+        if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
+            continue;
+        }
+        tracing::debug!("reconciling the journal with Redis");
+        match reconciler.run(Repair::Delivery, |_| {}).await {
+            Ok(r) if r.is_clean() => tracing::debug!(
+                journal_scanned = r.journal_scanned,
+                redis_scanned = r.redis_scanned,
+                elapsed_ms = r.elapsed_ms,
+                "reconciled: the journal and Redis agree"
+            ),
+            Ok(r) => tracing::warn!(
+                missing = r.missing.count,
+                rescheduled = r.missing.repaired,
+                unscheduled = r.unscheduled.count,
+                put_back = r.unscheduled.repaired,
+                finished_in_journal = r.finished_in_journal.count,
+                status_mismatch = r.status_mismatch.count,
+                unknown = r.unknown.count,
+                elapsed_ms = r.elapsed_ms,
+                "reconciled: the journal and Redis differed; messages Redis lost are scheduled again \
+                 (GET /admin/reconcile?repair=true puts the rest right)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
+        }
+    }
 }
 
 /// How often a node checks that Redis still holds its data set.
@@ -74,7 +132,7 @@ async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow::Result<()
         return Ok(());
     }
     let report = restorer
-        .all(true, false, log_progress)
+        .all(true, false, |_| {})
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if report.restored > 0 {
@@ -229,11 +287,31 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_id.clone(),
     );
 
+    let restore_status = RestoreStatus::default();
     let restorer = Restorer {
         journal: journal.clone(),
         router: router.clone(),
         redis: redis.clone(),
+        status: restore_status.clone(),
     };
+    // Its own Redis connection: its pipelines do not hold up the scans'.
+    let reconcile_redis = redis.with_connection(
+        crate::redis::connect(&args.redis.redis_url)
+            .await
+            .context("a Redis connection for the reconciler")?,
+    );
+    let reconciler = Reconciler::new(
+        journal.clone(),
+        router.clone(),
+        reconcile_redis,
+        reconcile::Options {
+            grace: args.reconcile.reconcile_grace,
+            page: RECONCILE_PAGE,
+            pause: RECONCILE_PAUSE,
+            idle: RECONCILE_IDLE,
+        },
+    );
+    check_eviction(&redis).await;
     let advertise = args
         .cluster
         .advertise
@@ -308,6 +386,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
+    if !args.reconcile_interval.is_zero() {
+        actix::spawn(reconcile_periodically(
+            reconciler.clone(),
+            cluster.clone(),
+            args.reconcile_interval,
+        ));
+    }
 
     let state = web::Data::new(AppState {
         queue: crate::queue::Queue {
@@ -325,6 +410,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         max_body: args.max_body_bytes,
         admin_token: args.admin_token.clone(),
+        restore_status,
+        reconciler,
     });
     let mut server =
         HttpServer::new(move || App::new().app_data(state.clone()).configure(api::configure))
@@ -400,6 +487,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         journal: journal.clone(),
         router,
         redis: redis.clone(),
+        status: RestoreStatus::default(),
     };
     let report = restorer
         .all(args.expire, args.dry_run, |r| {
@@ -411,6 +499,84 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"));
     // The Delaying rows of what was restored, before the lease goes.
+    let flushed = journal.flush().await;
+    if let Some((worker_id, keeping)) = leased {
+        keeping.abort();
+        RedisWorkerLease::release(&redis, &holder, worker_id).await;
+    }
+    flushed?;
+    report
+}
+
+/// `delayq reconcile`: the report of `GET /admin/reconcile`, with progress
+/// on stderr and the report as one JSON line on stdout.
+pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport> {
+    let node_id = args.node.node_id(None);
+    let db_url = open_journal(&args.journal.database_url).await?;
+    let redis = open_redis(&args.redis, &node_id).await?;
+    let node = NodeInfo {
+        node_id: node_id.clone(),
+        host: host_name(),
+    };
+    // Repairs write flow rows: a worker id of the tools' range, as restore.
+    let ids = Arc::new(IdGenerator::leased());
+    let holder = worker::holder_name(&node_id);
+    let mut leased = None;
+    if args.repair {
+        let mut lease = RedisWorkerLease::new(
+            redis.clone(),
+            ids.clone(),
+            holder.clone(),
+            worker::TOOL_WORKERS,
+        );
+        let worker_id = lease.acquire().await?;
+        leased = Some((worker_id, actix::spawn(lease.keep())));
+    }
+    let journal = Journal::start(
+        &db_url,
+        redis.keys().clone(),
+        node,
+        ids,
+        crate::actors::journal::DEFAULT_BACKLOG,
+    );
+    let (stale, _) = tokio::sync::mpsc::unbounded_channel();
+    let (r, j) = (redis.clone(), journal.clone());
+    let router = RouterActor::create(move |_| {
+        RouterActor::new(r, j, Topics::default(), stale, cluster::Permit::forever())
+    });
+    let reconciler = Reconciler::new(
+        journal.clone(),
+        router,
+        redis.clone(),
+        reconcile::Options {
+            grace: args.reconcile.reconcile_grace,
+            page: RECONCILE_TOOL_PAGE,
+            pause: Duration::ZERO,
+            idle: 0,
+        },
+    );
+    let repair = if args.repair {
+        Repair::All
+    } else {
+        Repair::None
+    };
+    let report = reconciler
+        .run(repair, |r| {
+            eprintln!(
+                "reconcile: journal rows {} (recent {}) redis records {} missing {} unscheduled {} \
+                 finishedInJournal {} statusMismatch {} unknown {}",
+                r.journal_scanned,
+                r.journal_recent,
+                r.redis_scanned,
+                r.missing.count,
+                r.unscheduled.count,
+                r.finished_in_journal.count,
+                r.status_mismatch.count,
+                r.unknown.count
+            )
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"));
     let flushed = journal.flush().await;
     if let Some((worker_id, keeping)) = leased {
         keeping.abort();

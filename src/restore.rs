@@ -3,18 +3,33 @@
 //! schedules each one idempotently: a message Redis still holds is counted
 //! as already present and left as it is, so restore can run twice, or while
 //! the node serves, without duplicates.
+//!
+//! Progress: each page moves a keyset cursor (the last id done), kept in
+//! Redis (`{P}:restore`, see [`crate::redis::keys`]) while the restore runs
+//! and deleted when it ends. A restore that was interrupted (its process
+//! killed, Redis or the journal gone away) leaves the cursor behind, and
+//! the next restore with the same `expire` resumes after it, within ten
+//! minutes of the last page ([`RESTORE_CURSOR_MS`]); later ones start from
+//! the first row. The cursor lives in the Redis being restored, so a Redis
+//! that lost its data lost the cursor with it and is restored from the
+//! first row. Should keys below a cursor be lost between the interruption
+//! and the resume, the reconciler ([`crate::reconcile`]) schedules those
+//! messages again. A dry run neither reads nor moves the cursor.
+//! [`RestoreStatus`] holds this process's current or last restore for
+//! `GET /admin/restore`; progress is logged at most once a second.
 
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 use serde::Serialize;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
-use crate::error::ApiError;
-use crate::error::ErrorCode;
 use crate::journal::models::MessageRow;
 use crate::message::{now_ms, MessageId, Status};
+use crate::queue::QueueError;
+use crate::redis::inspect::{RestoreCursor, RESTORE_CURSOR_MS};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 const PAGE: i64 = 2_000;
@@ -33,13 +48,79 @@ pub struct RestoreReport {
     /// Acked or cancelled in Redis moments ago; the journal is catching up.
     pub skipped_finished: u64,
     pub dry_run: bool,
+    /// Started after this id: an interrupted restore's cursor.
+    pub resumed_after: Option<i64>,
     pub elapsed_ms: u64,
 }
+
+/// A restore as `GET /admin/restore` shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreProgress {
+    pub running: bool,
+    pub expire: bool,
+    pub dry_run: bool,
+    pub scanned: u64,
+    pub restored: u64,
+    pub already_present: u64,
+    pub skipped_expired: u64,
+    pub skipped_finished: u64,
+    /// Journal rows read per second, so far.
+    pub rate_per_second: f64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    /// The last id done: the restore resumes after it.
+    pub cursor: i64,
+    pub resumed_after: Option<i64>,
+    /// Why it stopped, when it failed.
+    pub error: Option<String>,
+}
+
+/// This process's current or last restore.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreStatus(Arc<Mutex<Option<RestoreProgress>>>);
+
+impl RestoreStatus {
+    pub fn get(&self) -> Option<RestoreProgress> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, p: RestoreProgress) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(p);
+    }
+}
+
+/// How long a restore waits for the journal to write its status rows.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(300);
+
+/// How often a restore logs its progress.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Restorer {
     pub journal: Journal,
     pub router: Addr<RouterActor>,
     pub redis: RedisSchedule,
+    pub status: RestoreStatus,
+}
+
+fn progress_of(r: &RestoreReport, expire: bool, started_at: i64, cursor: i64) -> RestoreProgress {
+    let secs = (r.elapsed_ms as f64 / 1000.0).max(0.001);
+    RestoreProgress {
+        running: true,
+        expire,
+        dry_run: r.dry_run,
+        scanned: r.scanned,
+        restored: r.restored,
+        already_present: r.already_present,
+        skipped_expired: r.skipped_expired,
+        skipped_finished: r.skipped_finished,
+        rate_per_second: (r.scanned as f64 / secs * 10.0).round() / 10.0,
+        started_at,
+        finished_at: None,
+        cursor,
+        resumed_after: r.resumed_after,
+        error: None,
+    }
 }
 
 impl Restorer {
@@ -49,29 +130,133 @@ impl Restorer {
         expire: bool,
         dry_run: bool,
         progress: impl Fn(&RestoreReport),
-    ) -> Result<RestoreReport, ApiError> {
+    ) -> Result<RestoreReport, QueueError> {
         let start = Instant::now();
+        let started_at = now_ms();
         let mut report = RestoreReport {
             dry_run,
             ..Default::default()
         };
         let mut after = 0;
+        if !dry_run {
+            if let Some(c) = self.redis.restore_cursor().await? {
+                if c.expire == expire && started_at - c.updated_at < RESTORE_CURSOR_MS {
+                    tracing::info!(
+                        after = c.after,
+                        interrupted_at = c.updated_at,
+                        "resuming an interrupted restore after its cursor"
+                    );
+                    after = c.after;
+                    report.resumed_after = Some(c.after);
+                }
+            }
+        }
+        self.status
+            .set(progress_of(&report, expire, started_at, after));
+        let result = self
+            .pages(
+                &mut report,
+                &mut after,
+                expire,
+                started_at,
+                start,
+                &progress,
+            )
+            .await;
+        report.elapsed_ms = start.elapsed().as_millis() as u64;
+        let mut done = progress_of(&report, expire, started_at, after);
+        done.running = false;
+        done.finished_at = Some(now_ms());
+        done.error = result.as_ref().err().map(|e| e.to_string());
+        self.status.set(done.clone());
+        match &result {
+            Ok(()) => tracing::info!(
+                scanned = done.scanned,
+                restored = done.restored,
+                already_present = done.already_present,
+                skipped_expired = done.skipped_expired,
+                rate_per_second = done.rate_per_second,
+                dry_run,
+                "restore finished"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                cursor = after,
+                "restore stopped; running it again resumes after its cursor"
+            ),
+        }
+        result.map(|()| report)
+    }
+
+    async fn pages(
+        &self,
+        report: &mut RestoreReport,
+        after: &mut i64,
+        expire: bool,
+        started_at: i64,
+        start: Instant,
+        progress: &impl Fn(&RestoreReport),
+    ) -> Result<(), QueueError> {
+        let mut logged = Instant::now();
         loop {
-            let page = self.journal.live_page(after, PAGE).await?;
+            let page = self.journal.live_page(*after, PAGE).await?;
             let Some(last) = page.last() else { break };
-            after = last.id;
-            self.page(&page, expire, dry_run, &mut report).await?;
+            let last = last.id;
+            self.page(&page, expire, report.dry_run, report).await?;
+            *after = last;
             report.elapsed_ms = start.elapsed().as_millis() as u64;
-            progress(&report);
+            let p = progress_of(report, expire, started_at, *after);
+            if !report.dry_run {
+                self.redis
+                    .save_restore_cursor(&RestoreCursor {
+                        after: *after,
+                        expire,
+                        started_at,
+                        updated_at: now_ms(),
+                    })
+                    .await?;
+            }
+            if logged.elapsed() >= LOG_EVERY {
+                logged = Instant::now();
+                tracing::info!(
+                    scanned = p.scanned,
+                    restored = p.restored,
+                    already_present = p.already_present,
+                    rate_per_second = p.rate_per_second,
+                    cursor = p.cursor,
+                    "restoring"
+                );
+            }
+            self.status.set(p);
+            progress(report);
             if (page.len() as i64) < PAGE {
                 break;
             }
         }
-        if !dry_run {
-            self.journal.flush().await?;
+        if !report.dry_run {
+            self.flush_patiently().await?;
+            self.redis.clear_restore_cursor().await?;
         }
-        report.elapsed_ms = start.elapsed().as_millis() as u64;
-        Ok(report)
+        Ok(())
+    }
+
+    /// Waits until the journal wrote the Delaying rows of what was
+    /// restored. A large restore queues a row per message, written in
+    /// batches well after Redis took the messages, and one wait for the
+    /// journal gives up after two seconds: wait again while the journal
+    /// keeps writing, up to [`FLUSH_PATIENCE`].
+    async fn flush_patiently(&self) -> Result<(), QueueError> {
+        let start = Instant::now();
+        loop {
+            match self.journal.flush().await {
+                Ok(()) => return Ok(()),
+                Err(e) if start.elapsed() < FLUSH_PATIENCE => {
+                    tracing::info!(error = %e, "restore: waiting for the journal to write the restored messages' status rows");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Restores one message, when it is live.
@@ -79,16 +264,11 @@ impl Restorer {
         &self,
         id: MessageId,
         expire: bool,
-    ) -> Result<(RestoreReport, Status), ApiError> {
+    ) -> Result<(RestoreReport, Status), QueueError> {
         let start = Instant::now();
         let row = match self.journal.find(id).await? {
             Some((row, _)) => row,
-            None => {
-                return Err(ApiError::NotFound {
-                    code: ErrorCode::NotFound,
-                    message: format!("no message {id} in the journal"),
-                })
-            }
+            None => return Err(QueueError::NotFound(id)),
         };
         let mut report = RestoreReport::default();
         let status = row.status();
@@ -107,7 +287,7 @@ impl Restorer {
         expire: bool,
         dry_run: bool,
         report: &mut RestoreReport,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), QueueError> {
         let now = now_ms();
         report.scanned += rows.len() as u64;
         let (wanted, expired): (Vec<&MessageRow>, Vec<&MessageRow>) =

@@ -1,5 +1,6 @@
-//! The admin token: with `--admin-token`, `/delete` and `/reStore*` need
-//! `Authorization: Bearer TOKEN`; producers and consumers need nothing.
+//! The admin token: with `--admin-token`, `/delete`, `/reStore*`,
+//! `/admin/reconcile` and `/admin/restore` need `Authorization: Bearer
+//! TOKEN`; producers and consumers need nothing.
 
 mod common;
 
@@ -32,6 +33,8 @@ async fn admin_routes_need_the_token() {
         format!("/delete?id={id}"),
         "/reStore?expire=true".to_string(),
         format!("/reStore/{id}"),
+        "/admin/reconcile?repair=true".to_string(),
+        "/admin/restore".to_string(),
     ];
     for route in &routes {
         for auth in [
@@ -74,6 +77,10 @@ async fn admin_routes_need_the_token() {
     let r = authed("/reStore?expire=true".to_string()).await;
     assert_eq!(r.assert_ok()["alreadyPresent"], 1, "{}", r.text);
     let r = authed(format!("/reStore/{id}")).await;
+    assert_eq!(r.assert_ok()["alreadyPresent"], 1, "{}", r.text);
+    let r = authed("/admin/reconcile?repair=true".to_string()).await;
+    assert_eq!(r.assert_ok()["missing"]["count"], 0, "{}", r.text);
+    let r = authed("/admin/restore".to_string()).await;
     assert_eq!(r.assert_ok()["alreadyPresent"], 1, "{}", r.text);
     let r = authed(format!("/delete?id={id}")).await;
     assert_eq!(r.assert_ok(), &json!({"id": id, "result": "deleted"}));

@@ -37,7 +37,9 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use crate::error::JournalError;
 use crate::journal::connection::{self, JournalUrl, Pool};
 use crate::journal::models::{FlowRow, MessageRow};
-use crate::journal::store::{self, InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
+use crate::journal::store::{
+    self, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
+};
 use crate::message::{now_ms, IdGenerator, Message, MessageId};
 use crate::redis::keys::Keys;
 
@@ -63,6 +65,25 @@ pub struct LivePage {
     pub after: i64,
     pub limit: i64,
 }
+
+/// One keyset page of live rows, without bodies, for the reconciler (see
+/// [`store::live_states`]).
+#[derive(Message)]
+#[rtype(result = "Result<(Vec<RowState>, Option<i64>), JournalError>")]
+pub struct LiveStates {
+    pub after: i64,
+    pub limit: i64,
+}
+
+/// What the reconciler reads of the rows of these ids.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<RowState>, JournalError>")]
+pub struct StatesOf(pub Vec<i64>);
+
+/// The whole rows of these ids.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<MessageRow>, JournalError>")]
+pub struct RowsOf(pub Vec<i64>);
 
 /// Dead messages of a topic, with their histories.
 #[derive(Message)]
@@ -179,6 +200,33 @@ impl Handler<LivePage> for JournalActor {
     fn handle(&mut self, msg: LivePage, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
         store::live_page(&mut conn, msg.after, msg.limit)
+    }
+}
+
+impl Handler<LiveStates> for JournalActor {
+    type Result = Result<(Vec<RowState>, Option<i64>), JournalError>;
+
+    fn handle(&mut self, msg: LiveStates, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::live_states(&mut conn, msg.after, msg.limit)
+    }
+}
+
+impl Handler<StatesOf> for JournalActor {
+    type Result = Result<Vec<RowState>, JournalError>;
+
+    fn handle(&mut self, msg: StatesOf, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::states_of(&mut conn, &msg.0)
+    }
+}
+
+impl Handler<RowsOf> for JournalActor {
+    type Result = Result<Vec<MessageRow>, JournalError>;
+
+    fn handle(&mut self, msg: RowsOf, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::rows_of(&mut conn, &msg.0)
     }
 }
 
@@ -472,6 +520,22 @@ impl Journal {
 
     pub async fn live_page(&self, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
         self.actor.send(LivePage { after, limit }).await?
+    }
+
+    pub async fn live_states(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
+        self.actor.send(LiveStates { after, limit }).await?
+    }
+
+    pub async fn states_of(&self, ids: Vec<i64>) -> Result<Vec<RowState>, JournalError> {
+        self.actor.send(StatesOf(ids)).await?
+    }
+
+    pub async fn rows_of(&self, ids: Vec<i64>) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor.send(RowsOf(ids)).await?
     }
 
     pub async fn ping(&self) -> Result<(), JournalError> {

@@ -1,10 +1,11 @@
-//! The cluster's admin routes (behind the admin token when one is set):
-//! what the cluster looks like, and shard moves.
+//! The admin routes (behind the admin token when one is set): what the
+//! cluster looks like, shard moves, the journal compared with Redis, and
+//! restore progress.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
-use super::{AppState, Query};
+use super::{bool_param, AppState, Query};
 use crate::error::ApiError;
 use crate::error::ErrorCode;
 
@@ -17,6 +18,7 @@ pub async fn journal(
     state.require_admin(&req)?;
     Ok(HttpResponse::Ok().json(state.journal.backlog()))
 }
+use crate::reconcile::Repair;
 
 /// `GET /admin/cluster`: mode, leader, live nodes, and per shard its owner
 /// (in the assignment and in fact), epoch and counts.
@@ -94,4 +96,48 @@ pub async fn move_shard(
     })?;
     let assignment = state.cluster.move_shard(shard, to.clone()).await?;
     Ok(HttpResponse::Ok().json(json!({ "assignment": assignment })))
+}
+
+/// `GET /admin/reconcile?repair=false|true`: the journal compared with
+/// Redis message by message ([`crate::reconcile`]); with `repair=true`
+/// every difference but `unknown` is put right.
+pub async fn reconcile(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    q: Query,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let repair = if bool_param(&q, "repair", false)? {
+        Repair::All
+    } else {
+        Repair::None
+    };
+    let report = state.reconciler.run(repair, |_| {}).await?;
+    tracing::info!(
+        differences = report.differences(),
+        ?repair,
+        elapsed_ms = report.elapsed_ms,
+        "reconciliation on request finished"
+    );
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// `GET /admin/restore`: this node's current or last restore (null fields
+/// when it ran none), and the cursor of an interrupted restore a new one
+/// would resume after (`resumable`, from Redis, whichever node left it).
+pub async fn restore(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let mut body = match state.restore_status.get() {
+        Some(p) => serde_json::to_value(p).map_err(|e| ApiError::Internal(e.to_string()))?,
+        None => json!({
+            "running": false,
+            "startedAt": null,
+            "finishedAt": null,
+        }),
+    };
+    body["resumable"] = json!(state.redis.restore_cursor().await?);
+    Ok(HttpResponse::Ok().json(body))
 }

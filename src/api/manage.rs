@@ -6,6 +6,7 @@ use serde_json::json;
 use super::{bool_param, parse_id, AppState, Query};
 use crate::error::ApiError;
 use crate::error::ErrorCode;
+use crate::redis::inspect::evicts;
 
 /// `GET /reStore?expire=true|false`: rebuild Redis from the journal.
 pub async fn restore_all(
@@ -63,8 +64,25 @@ pub async fn health() -> HttpResponse {
 
 /// Ready when Redis and the journal answer and the node is a cluster
 /// member in good standing (a live session and a worker id).
+///
+/// A Redis that may evict keys (`maxmemory-policy` other than
+/// `noeviction`) is a warning, not a reason for 503: the node works, the
+/// reconciler schedules again what an eviction drops, and a node behind a
+/// load balancer should not drop out over a setting. `redisMaxmemoryPolicy`
+/// shows the policy (null when Redis's CONFIG is disabled) and `warnings`
+/// says what to change.
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    let (redis, journal) = futures::join!(state.redis.ping(), state.journal.ping());
+    let (redis, journal, policy) = futures::join!(
+        state.redis.ping(),
+        state.journal.ping(),
+        state.redis.maxmemory_policy()
+    );
+    let mut warnings = Vec::new();
+    if let Some(p) = policy.as_deref().filter(|p| evicts(p)) {
+        warnings.push(format!(
+            "Redis's maxmemory-policy is {p}: it may evict keys, losing scheduled messages until the reconciler schedules them again; set it to noeviction"
+        ));
+    }
     let show = |r: Result<(), String>| r.map_or_else(|e| e, |_| "ok".to_string());
     let view = state.cluster.view();
     // A member whose worker-id lease lapsed (not confirmed in time) takes
@@ -80,6 +98,8 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         "mode": view.mode,
         "leader": view.leader,
         "scanning": view.owned.len(),
+        "redisMaxmemoryPolicy": policy,
+        "warnings": warnings,
     });
     if ok {
         HttpResponse::Ok().json(body)

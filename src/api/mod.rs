@@ -1,8 +1,9 @@
 //! The HTTP API (actix-web). The original routes keep their exact shape:
 //! `POST /push`, `GET /delete?id=`, `GET /reStore?expire=`, `GET /reStore/{id}`,
 //! `GET /get/{topic}`; beside them `POST /push/batch`, `POST /ack/{id}`,
-//! `GET /messages/{id}`, `/health`, `/ready`, and the cluster's
-//! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`. Errors are JSON
+//! `GET /messages/{id}`, `/health`, `/ready`, the cluster's
+//! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`,
+//! and `GET /admin/reconcile`, `GET /admin/restore`. Errors are JSON
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
 
 mod admin;
@@ -27,8 +28,9 @@ use crate::error::ErrorCode;
 use crate::message::{IdGenerator, MessageId};
 use crate::notify::Topics;
 use crate::queue::Queue;
+use crate::reconcile::Reconciler;
 use crate::redis::schedule::RedisSchedule;
-use crate::restore::Restorer;
+use crate::restore::{RestoreStatus, Restorer};
 
 /// Everything a request handler needs, shared by all HTTP workers.
 pub struct AppState {
@@ -43,6 +45,9 @@ pub struct AppState {
     pub cluster: ClusterHandle,
     pub max_body: usize,
     pub admin_token: Option<String>,
+    /// This node's current or last restore.
+    pub restore_status: RestoreStatus,
+    pub reconciler: Reconciler,
 }
 
 impl AppState {
@@ -51,6 +56,7 @@ impl AppState {
             journal: self.journal.clone(),
             router: self.router.clone(),
             redis: self.redis.clone(),
+            status: self.restore_status.clone(),
         }
     }
 
@@ -111,6 +117,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/cluster", web::get().to(admin::cluster))
         .route("/admin/journal", web::get().to(admin::journal))
         .route("/admin/rebalance", web::post().to(admin::rebalance))
+        .route("/admin/reconcile", web::get().to(admin::reconcile))
+        .route("/admin/restore", web::get().to(admin::restore))
         .route(
             "/admin/shards/{shard}/move",
             web::post().to(admin::move_shard),

@@ -445,6 +445,87 @@ pub fn live_page(
         .load(c))?)
 }
 
+/// What the reconciler reads of a message row: enough to tell where Redis
+/// should hold it, without its body.
+#[derive(Debug, Clone, Queryable)]
+pub struct RowState {
+    pub id: i64,
+    pub topic: String,
+    pub status: i16,
+    pub updated_time: i64,
+    pub due_time: i64,
+    pub ttl: i64,
+}
+
+impl RowState {
+    pub fn status(&self) -> Status {
+        Status::from_code(self.status).unwrap_or(Status::WaitPut)
+    }
+}
+
+type RowStateColumns = (
+    message::id,
+    message::topic,
+    message::status,
+    message::updated_time,
+    message::due_time,
+    message::ttl,
+);
+
+const ROW_STATE: RowStateColumns = (
+    message::id,
+    message::topic,
+    message::status,
+    message::updated_time,
+    message::due_time,
+    message::ttl,
+);
+
+/// Live messages with ids above `after`, in id order, without their bodies:
+/// one keyset page of a reconciliation; with the id to go on after (None
+/// at the end).
+pub fn live_states(
+    conn: &mut JournalConn,
+    after: i64,
+    limit: i64,
+) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
+    let rows: Vec<RowState> = with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(ROW_STATE)
+        .load(c))?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
+    Ok((rows, next))
+}
+
+/// The rows of these ids the journal holds, whatever their status.
+pub fn states_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<RowState>, JournalError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let rows: Vec<RowState> = with_conn!(conn, c => message::table
+            .filter(message::id.eq_any(chunk))
+            .select(ROW_STATE)
+            .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// The whole rows of these ids the journal holds.
+pub fn rows_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<MessageRow>, JournalError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
+            .filter(message::id.eq_any(chunk))
+            .select(MessageRow::as_select())
+            .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
 /// Dead messages of a topic with ids above `after`, in id order, each with
 /// its history.
 pub fn dead_page(

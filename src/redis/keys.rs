@@ -12,6 +12,7 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
+//! | `{P}:restore` | hash | keyset cursor of the restore under way (or interrupted), so a restore run again resumes; gone with the data set |
 //! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
@@ -89,6 +90,13 @@ impl Keys {
         format!("{{{}}}:dataset", self.prefix)
     }
 
+    /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
+    /// It lives in the Redis it restores into: a Redis that lost its data
+    /// lost the cursor too, and is restored from the first row.
+    pub fn restore_cursor(&self) -> String {
+        format!("{{{}}}:restore", self.prefix)
+    }
+
     pub fn standalone_lease(&self) -> String {
         format!("{{{}}}:standalone", self.prefix)
     }
@@ -160,6 +168,7 @@ mod tests {
         assert_eq!(k.epoch(7), "{dq:7}:epoch");
         assert_eq!(k.finished(2), "{dq:2}:finished");
         assert_eq!(k.dataset_marker(), "{dq}:dataset");
+        assert_eq!(k.restore_cursor(), "{dq}:restore");
         assert_eq!(k.wake_channel(5), "{dq:5}:wake");
         assert_eq!(k.worker_lease(9), "{dq}:worker:9");
     }

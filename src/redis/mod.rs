@@ -1,6 +1,8 @@
 //! Redis: the schedule. Key names ([`keys`]), the stored record ([`record`]),
-//! the atomic steps as Lua ([`scripts`]), and the connection.
+//! the atomic steps as Lua ([`scripts`]), the connection, and the checks
+//! and repairs of the reconciler and the restore cursor ([`inspect`]).
 
+pub mod inspect;
 pub mod keys;
 pub mod record;
 pub mod schedule;

@@ -16,9 +16,9 @@ use crate::redis::scripts::{evalsha, Scripts};
 
 #[derive(Clone)]
 pub struct RedisSchedule {
-    con: ConnectionManager,
-    keys: Keys,
-    scripts: Arc<Scripts>,
+    pub(in crate::redis) con: ConnectionManager,
+    pub(in crate::redis) keys: Keys,
+    pub(in crate::redis) scripts: Arc<Scripts>,
     /// This node's id, named on the ready notifications it publishes.
     node: Arc<str>,
 }
@@ -206,11 +206,11 @@ fn ids_and_topics(v: &Value) -> Vec<Value> {
     }
 }
 
-fn text(v: &Value) -> Result<String, ShardError> {
+pub(in crate::redis) fn text(v: &Value) -> Result<String, ShardError> {
     redis::from_redis_value_ref::<String>(v).map_err(|e| ShardError::BadRecord(e.to_string()))
 }
 
-fn opt_score(v: &Value) -> Option<f64> {
+pub(in crate::redis) fn opt_score(v: &Value) -> Option<f64> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         Value::SimpleString(s) => s.parse().ok(),
@@ -235,6 +235,16 @@ impl RedisSchedule {
             scripts,
             node: node.into(),
         })
+    }
+
+    /// The same schedule over another connection: work that sends large
+    /// pipelines (the reconciler) takes its own, so the replies the shard
+    /// scans wait for do not queue behind its replies on one socket.
+    pub fn with_connection(&self, con: ConnectionManager) -> RedisSchedule {
+        RedisSchedule {
+            con,
+            ..self.clone()
+        }
     }
 
     /// The shared, self-reconnecting connection (for leases and one-off commands).

@@ -17,6 +17,8 @@ pub struct Scripts {
     pub cancel: Script,
     pub lease: Script,
     pub reserve: Script,
+    pub purge: Script,
+    pub replace: Script,
 }
 
 impl Default for Scripts {
@@ -37,6 +39,8 @@ impl Default for Scripts {
             cancel: Script::new(include_str!("lua/cancel.lua")),
             lease: Script::new(include_str!("lua/lease.lua")),
             reserve: Script::new(include_str!("lua/reserve.lua")),
+            purge: Script::new(include_str!("lua/purge.lua")),
+            replace: Script::new(include_str!("lua/replace.lua")),
         }
     }
 }
@@ -59,7 +63,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 9] {
+    fn all(&self) -> [&Script; 11] {
         [
             &self.schedule,
             &self.tick,
@@ -70,6 +74,8 @@ impl Scripts {
             &self.cancel,
             &self.lease,
             &self.reserve,
+            &self.purge,
+            &self.replace,
         ]
     }
 

@@ -167,9 +167,16 @@ pub struct ClusterBuilder {
     shards: u32,
     session_ms: u64,
     zk_servers: usize,
+    extra_args: Vec<String>,
 }
 
 impl ClusterBuilder {
+    /// One more argument for every node's `delayq serve`.
+    pub fn arg(mut self, a: &str) -> Self {
+        self.extra_args.push(a.to_string());
+        self
+    }
+
     pub fn mode(mut self, mode: &'static str) -> Self {
         self.mode = mode;
         self
@@ -236,7 +243,10 @@ impl ClusterBuilder {
                     self.shards.to_string(),
                     "--node-id".into(),
                     Cluster::node_name(i),
-                ],
+                ]
+                .into_iter()
+                .chain(self.extra_args.iter().cloned())
+                .collect(),
                 log_dir: c.dir.path().to_path_buf(),
             };
             c.configs.push(cfg);
@@ -282,6 +292,7 @@ impl Cluster {
             shards: 4,
             session_ms: 3_000,
             zk_servers: 3,
+            extra_args: Vec::new(),
         }
     }
 
