@@ -6,8 +6,10 @@
 //! still be delivered.
 //!
 //! Two passes, each in small pages with a pause after each page (on a
-//! serving node at least 2 ms and four times as long as the page took, see
-//! [`Options`]), so the scans that deliver messages keep their lateness:
+//! serving node pages of 100, over a Redis connection of its own, and a
+//! pause of at least 2 ms and four times as long as the page took, see
+//! [`Options`] and [`crate::node`]), so the scans that deliver messages
+//! keep their lateness:
 //! - the journal's live rows (not Consumed, Deleted or Dead), in keyset
 //!   pages by id, each page looked up in Redis with one pipeline: is the
 //!   record in its shard's hash, is there a tombstone, and where does it sit
