@@ -40,6 +40,27 @@ pub enum JournalError {
 }
 
 impl JournalError {
+    /// The database answered and refused the statement itself (a
+    /// constraint, a trigger, a value it will not take): trying the same
+    /// rows again will not help. Not a refusal: connection trouble, a
+    /// deadlock or a busy database, a missing worker id, an unreachable
+    /// actor.
+    pub fn is_refusal(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            JournalError::Refused(_) => true,
+            JournalError::Database(Error::DatabaseError(kind, info)) => {
+                let transient = ["gone away", "Lost connection", "locked", "busy", "timeout"];
+                !matches!(
+                    kind,
+                    DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::SerializationFailure
+                ) && !self.is_deadlock()
+                    && !transient.iter().any(|t| info.message().contains(t))
+            }
+            _ => false,
+        }
+    }
+
     /// The database rolled this transaction back to break a deadlock (or a
     /// serialization conflict): running it again is the cure.
     pub fn is_deadlock(&self) -> bool {

@@ -6,7 +6,9 @@
 //!
 //! - [`api`]: actix-web routes. `POST /push` checks the message
 //!   ([`message::parse_draft`]) and gives it a Snowflake id ([`ids`]), from
-//!   a worker id this process leases ([`cluster::worker`]).
+//!   a worker id this process leases ([`cluster::worker`]). Handlers parse
+//!   and render; the queue's rules (accept, hand out, ack, nack, cancel,
+//!   requeue) are in [`queue`], which the command line calls too.
 //! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
 //!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
 //!   then is the push answered.
@@ -20,7 +22,7 @@
 //!   earliest due time, then moves due ids to their topic's ready queue
 //!   (fenced by the shard's epoch) and notifies waiting consumers
 //!   ([`notify`]; on other nodes through the ready channel).
-//! - [`api`] again: `GET /get/{topic}` hands ready messages out (Consuming,
+//! - [`queue::consume`] (behind `GET /get/{topic}`) hands ready messages out (Consuming,
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.
 //!   [`retry`] decides what a failed delivery leads to; [`repeat`] when a
@@ -30,7 +32,8 @@
 //! - [`reconcile`]: compares the journal with Redis message by message and
 //!   puts differences right, run by the leader on a timer (self-repair).
 //! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
-//!   twins; [`error`]: the error policy.
+//!   twins; [`error`]: the error policy and the API's error codes
+//!   ([`error::ErrorCode`]).
 
 pub mod actors;
 pub mod api;

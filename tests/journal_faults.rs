@@ -15,7 +15,10 @@ use delayq::with_conn;
 use diesel::connection::SimpleConnection;
 use serde_json::{json, Value};
 
-backend_tests!(refused_rows_are_set_aside_and_the_rest_is_written);
+backend_tests!(
+    refused_rows_are_set_aside_and_the_rest_is_written,
+    an_outage_of_ids_sets_nothing_aside
+);
 
 /// Runs SQL on the test's journal database.
 fn sql(env: &Env, text: &str) {
@@ -221,4 +224,31 @@ async fn a_full_backlog_holds_promotion_and_a_stop_keeps_changes_in_redis() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     drop(env);
+}
+
+/// Redis flushed under a running node takes its worker-id lease with it:
+/// until the node leases one again its status changes cannot be written
+/// (no ids for their flow rows). They wait; none is taken for a refusal.
+async fn an_outage_of_ids_sets_nothing_aside(b: Backend) {
+    let env = Env::start(b).await;
+    let ids = env
+        .push_batch(
+            (0..200)
+                // Due throughout the seconds the node has no worker id.
+                .map(|i| json!({"topic": "fl", "body": format!("{i}"), "delay": 500 + i * 30}))
+                .collect(),
+        )
+        .await;
+    env.redis.flushall();
+    let got = consume(&env, "fl", ids.len(), Duration::from_secs(30)).await;
+    let got: HashSet<&String> = got.iter().collect();
+    assert!(
+        ids.iter().all(|id| got.contains(id)),
+        "not every message came"
+    );
+    for id in &ids {
+        env.wait_status(id, status::CONSUMED).await;
+    }
+    let j = admin_journal(&env).await;
+    assert_eq!(j["refused"], 0, "{j}");
 }

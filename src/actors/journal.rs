@@ -622,11 +622,11 @@ async fn run_inserts(
                 // The database answers, yet refused the group: each push
                 // (all or none of its messages) is tried alone, so only the
                 // refused one gets the error.
-                Err(e) if database_answers(&actor).await => {
+                Err(e) if e.is_refusal() && database_answers(&actor).await => {
                     tracing::warn!(error = %e, pushes = batch.len(), "journal refused a group commit; committing its pushes one by one");
                     for req in batch {
                         let alone = match actor.send(InsertMessages(req.messages)).await {
-                            Ok(Err(e)) if database_answers(&actor).await => {
+                            Ok(Err(e)) if e.is_refusal() && database_answers(&actor).await => {
                                 Err(JournalError::Refused(e.to_string()))
                             }
                             Ok(r) => r,
@@ -724,12 +724,15 @@ async fn write_flows(
         let part = Arc::new(part);
         let mut refusals = 0;
         loop {
-            let err = match actor.send(RecordFlow(part.clone())).await {
+            let (err, refusal) = match actor.send(RecordFlow(part.clone())).await {
                 Ok(Ok(())) => break,
-                Ok(Err(e)) => e.to_string(),
-                Err(e) => e.to_string(),
+                Ok(Err(e)) => (e.to_string(), e.is_refusal()),
+                Err(e) => (e.to_string(), false),
             };
-            let answers = database_answers(actor).await;
+            // Only a statement the database refuses while it answers counts
+            // against the batch; anything else (an outage, no worker id for
+            // the flow rows' ids) is waited out.
+            let answers = refusal && database_answers(actor).await;
             if answers {
                 refusals += 1;
                 // Refused again and again by a database that answers: not
