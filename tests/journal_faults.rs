@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 
 backend_tests!(
     refused_rows_are_set_aside_and_the_rest_is_written,
-    an_outage_of_ids_sets_nothing_aside
+    an_outage_of_ids_sets_nothing_aside,
+    a_database_refusing_every_write_is_an_outage
 );
 
 /// Runs SQL on the test's journal database.
@@ -251,4 +252,52 @@ async fn an_outage_of_ids_sets_nothing_aside(b: Backend) {
     }
     let j = admin_journal(&env).await;
     assert_eq!(j["refused"], 0, "{j}");
+}
+
+/// A database that answers but takes no write at all (as when it is out of
+/// space or read-only): an outage like any other. Pushes get 503, status
+/// changes wait, nothing is set aside, and all is written once it takes
+/// writes again.
+async fn a_database_refusing_every_write_is_an_outage(b: Backend) {
+    let env = Env::start(b).await;
+    let ids = env
+        .push_batch(
+            (0..50)
+                .map(|i| json!({"topic": "ro", "body": format!("{i}"), "delay": 800}))
+                .collect(),
+        )
+        .await;
+    for id in &ids {
+        env.wait_scheduled(id).await;
+    }
+    match b {
+        Backend::Sqlite => sql(
+            &env,
+            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow \
+             BEGIN SELECT RAISE(ABORT, 'no writes'); END;",
+        ),
+        Backend::Mariadb => sql(
+            &env,
+            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow FOR EACH ROW \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no writes'",
+        ),
+    }
+    let r = env
+        .post_json("/push", &json!({"topic": "ro", "body": "x"}))
+        .await;
+    r.assert_error(503, "journal_unavailable");
+    // Delivered meanwhile; their Ready and Consuming rows wait.
+    let got = env.collect("ro", ids.len(), Duration::from_secs(10)).await;
+    assert_eq!(got.len(), ids.len());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let j = admin_journal(&env).await;
+    assert_eq!(j["refused"], 0, "{j}");
+    assert!(j["pending"].as_u64().unwrap() > 0, "{j}");
+    sql(&env, "DROP TRIGGER no_writes");
+    let r = env.post_json("/ack", &json!({ "ids": ids })).await;
+    assert_eq!(r.assert_ok()["acked"], ids.len());
+    for id in &ids {
+        env.wait_status(id, status::CONSUMED).await;
+    }
+    assert_eq!(admin_journal(&env).await["refused"], 0);
 }

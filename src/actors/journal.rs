@@ -124,6 +124,11 @@ pub enum LiveByBizKey {
 #[rtype(result = "Result<(), JournalError>")]
 pub struct Ping;
 
+/// Does the database take a write (see [`store::probe_write`])?
+#[derive(Message)]
+#[rtype(result = "Result<(), JournalError>")]
+pub struct ProbeWrite;
+
 pub struct JournalActor {
     pub pool: Pool,
     /// SQLite has one writer at a time, and its busy handler sleeps in
@@ -272,6 +277,16 @@ impl Handler<LiveByBizKey> for JournalActor {
     }
 }
 
+impl Handler<ProbeWrite> for JournalActor {
+    type Result = Result<(), JournalError>;
+
+    fn handle(&mut self, _: ProbeWrite, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        store::probe_write(&mut conn)
+    }
+}
+
 impl Handler<Ping> for JournalActor {
     type Result = Result<(), JournalError>;
 
@@ -296,7 +311,8 @@ struct InsertRequest {
 
 struct FlowRequest {
     changes: Vec<StatusChange>,
-    done: Option<oneshot::Sender<()>>,
+    /// Told when the changes are written, or why they were not.
+    done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
 /// Default of `--journal-backlog`: status changes queued before promotion
@@ -331,6 +347,8 @@ struct Backlog {
     unwritten: Mutex<Vec<StatusChange>>,
     refused: Mutex<VecDeque<Refused>>,
     refused_total: AtomicU64,
+    /// When a flow write last went through (epoch ms).
+    last_write_ok: std::sync::atomic::AtomicI64,
 }
 
 impl Backlog {
@@ -503,7 +521,8 @@ impl Journal {
             JournalError::Unavailable("journal is shutting down".into())
         })?;
         match tokio::time::timeout(DURABLE_WAIT, rx).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(refused))) => Err(JournalError::Refused(refused)),
             Ok(Err(_)) => Err(JournalError::Unavailable("journal is shutting down".into())),
             Err(_) => Err(JournalError::Unavailable(
                 "the journal database did not commit in time; the change is queued and will be written when it answers".into(),
@@ -626,7 +645,12 @@ async fn run_inserts(
                     tracing::warn!(error = %e, pushes = batch.len(), "journal refused a group commit; committing its pushes one by one");
                     for req in batch {
                         let alone = match actor.send(InsertMessages(req.messages)).await {
-                            Ok(Err(e)) if e.is_refusal() && database_answers(&actor).await => {
+                            // Refused alone, by a database that takes other
+                            // writes: this push is the trouble.
+                            Ok(Err(e))
+                                if e.is_refusal()
+                                    && matches!(actor.send(ProbeWrite).await, Ok(Ok(()))) =>
+                            {
                                 Err(JournalError::Refused(e.to_string()))
                             }
                             Ok(r) => r,
@@ -697,38 +721,67 @@ async fn run_flows(
         let n = changes.len();
         let written = write_flows(&actor, changes, &backlog).await;
         backlog.pending.fetch_sub(n, Ordering::AcqRel);
-        if written {
-            for w in waiters {
-                let _ = w.send(());
+        match written {
+            Written::All => {
+                for w in waiters {
+                    let _ = w.send(Ok(()));
+                }
             }
+            // The callers cannot tell whose change it was: each is told;
+            // one retrying finds its own change written, or refused again.
+            Written::SetAside(error) => {
+                for w in waiters {
+                    let _ = w.send(Err(error.clone()));
+                }
+            }
+            Written::GaveBack => {}
         }
     }
 }
 
+/// What became of a batch of status changes.
+enum Written {
+    All,
+    /// Written but for changes the database refuses (set aside).
+    SetAside(String),
+    /// Shutting down: changes given back instead of written.
+    GaveBack,
+}
+
 /// Writes one batch of status changes. Retries while the database is
 /// unreachable; when it answers yet keeps refusing the batch, splits it in
-/// halves until the refused changes are alone, and sets those aside. Returns
-/// false when, shutting down, it gave changes back instead.
+/// halves until the refused changes are alone, and sets those aside. A
+/// change is set aside only once the database is seen taking other writes
+/// (another write went through meanwhile, or a probe write does): a
+/// database that takes no write at all (read-only, out of space) is an
+/// outage, waited out like any other.
 async fn write_flows(
     actor: &Addr<JournalActor>,
     changes: Vec<StatusChange>,
     backlog: &Backlog,
-) -> bool {
+) -> Written {
     let mut parts = vec![changes];
     let mut backoff = Duration::from_millis(50);
-    let mut all_written = true;
+    let mut outcome = Written::All;
     while let Some(part) = parts.pop() {
         if part.is_empty() {
             continue;
         }
         let part = Arc::new(part);
         let mut refusals = 0;
+        let mut first_refused = 0;
         loop {
             let (err, refusal) = match actor.send(RecordFlow(part.clone())).await {
-                Ok(Ok(())) => break,
+                Ok(Ok(())) => {
+                    backlog.last_write_ok.store(now_ms(), Ordering::Release);
+                    break;
+                }
                 Ok(Err(e)) => (e.to_string(), e.is_refusal()),
                 Err(e) => (e.to_string(), false),
             };
+            if refusal && first_refused == 0 {
+                first_refused = now_ms();
+            }
             // Only a statement the database refuses while it answers counts
             // against the batch; anything else (an outage, no worker id for
             // the flow rows' ids) is waited out.
@@ -738,10 +791,16 @@ async fn write_flows(
                 // Refused again and again by a database that answers: not
                 // an outage (a single change gets more tries: a deadlock
                 // victim is refused once or twice, then written).
-                if refusals >= 2 && (part.len() > 1 || refusals >= 4) {
+                let alone = part.len() == 1;
+                let takes_writes = || async {
+                    backlog.last_write_ok.load(Ordering::Acquire) > first_refused
+                        || matches!(actor.send(ProbeWrite).await, Ok(Ok(())))
+                };
+                if refusals >= 2 && (!alone || (refusals >= 4 && takes_writes().await)) {
                     let part = Arc::try_unwrap(part).unwrap_or_else(|p| (*p).clone());
-                    if part.len() == 1 {
+                    if alone {
                         set_aside(backlog, &part[0], &err);
+                        outcome = Written::SetAside(err);
                     } else {
                         tracing::warn!(error = %err, changes = part.len(), "journal refused a batch of status changes; splitting it");
                         let mut part = part;
@@ -765,12 +824,13 @@ async fn write_flows(
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .extend(part);
-                all_written = false;
+                outcome = Written::GaveBack;
                 break;
             }
             // A refusal is tried again at once (no outage to wait out);
-            // an unreachable database with growing pauses.
-            let pause = if answers {
+            // an unreachable database, or one that takes no write at all,
+            // with growing pauses.
+            let pause = if answers && refusals < 4 {
                 Duration::from_millis(10)
             } else if backlog.closing.load(Ordering::Acquire) {
                 backoff.min(Duration::from_millis(200))
@@ -778,12 +838,12 @@ async fn write_flows(
                 backoff
             };
             tokio::time::sleep(pause).await;
-            if !answers {
+            if !answers || refusals >= 4 {
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
-    all_written
+    outcome
 }
 
 fn set_aside(backlog: &Backlog, ch: &StatusChange, error: &str) {

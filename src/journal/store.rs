@@ -305,6 +305,19 @@ pub fn apply_changes(
     // order the changes happened (`happened_order`), and with its highest
     // delivery count; updates are grouped by outcome so a batch costs a few
     // statements, not one per message.
+    // A recurring message moved on to a later occurrence in this batch: the
+    // highest such move per message, applied first and on its own (below),
+    // so a later change of the new occurrence in the same batch (its Ready,
+    // its delivery) cannot hide it.
+    let mut moves: HashMap<MessageId, &StatusChange> = HashMap::new();
+    for ch in changes {
+        if let Some(occ) = ch.occurrence {
+            let e = moves.entry(ch.id).or_insert(ch);
+            if e.occurrence.is_some_and(|o| occ.number > o.number) {
+                *e = ch;
+            }
+        }
+    }
     let mut latest: HashMap<MessageId, &StatusChange> = HashMap::new();
     let mut attempts: HashMap<MessageId, i32> = HashMap::new();
     for ch in changes {
@@ -312,24 +325,27 @@ pub fn apply_changes(
         if happened_order(ch) >= happened_order(e) {
             *e = ch;
         }
-        if let Some(a) = ch.attempts {
+        // Deliveries of an earlier occurrence do not count against the
+        // one the message moved on to.
+        let before_move = moves
+            .get(&ch.id)
+            .is_some_and(|m| happened_order(ch) < happened_order(m));
+        if let (Some(a), false) = (ch.attempts, before_move) {
             let m = attempts.entry(ch.id).or_insert(a);
             *m = (*m).max(a);
         }
     }
-    // (status, highest attempts, at, due again, occurrence) → ids
-    type Outcome = (Status, Option<i32>, i64, Option<i64>, Option<Occurrence>);
+    // (status, highest attempts, at, due again) → ids
+    type Outcome = (Status, Option<i32>, i64, Option<i64>);
     let mut groups: HashMap<Outcome, Vec<i64>> = HashMap::new();
     for (id, ch) in latest {
-        // A recurring message moved on starts its next occurrence with no
-        // attempts: the earlier occurrence's count is not carried over.
-        let attempts = match ch.occurrence {
-            Some(_) => None,
-            None => attempts.get(&id).copied(),
-        };
-        let key = (ch.status, attempts, ch.at, ch.due, ch.occurrence);
+        let key = (ch.status, attempts.get(&id).copied(), ch.at, ch.due);
         groups.entry(key).or_default().push(id.0);
     }
+    let move_rows: Vec<(Occurrence, i64, i64)> = moves
+        .values()
+        .filter_map(|ch| ch.occurrence.map(|o| (o, ch.id.0, ch.at)))
+        .collect();
     let mut flows = Vec::with_capacity(changes.len());
     for ch in changes {
         flows.push(new_flow(ids.next_id()?, node, ch));
@@ -339,7 +355,25 @@ pub fn apply_changes(
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
         }
-        for ((status, attempts, at, due, occurrence), ids) in &groups {
+        // Occurrence moves first: whatever the order the changes arrive in,
+        // the row never goes back to an earlier occurrence, and a move is
+        // never lost behind a later change.
+        for (occ, id, _) in &move_rows {
+            diesel::update(
+                message::table
+                    .filter(message::id.eq(id))
+                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+                    .filter(message::occurrence.lt(occ.number)),
+            )
+            .set((
+                message::occurrence.eq(occ.number),
+                message::occurrence_time.eq(occ.due_time),
+                message::attempts.eq(0),
+                message::due_time.eq(occ.due_time),
+            ))
+            .execute(c)?;
+        }
+        for ((status, attempts, at, due), ids) in &groups {
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -352,21 +386,6 @@ pub fn apply_changes(
                             message::live_biz_key.eq(None::<String>),
                         ))
                         .execute(c)?;
-                } else if let Some(occ) = occurrence {
-                    diesel::update(
-                        target
-                            .filter(message::updated_time.le(at))
-                            .filter(message::occurrence.lt(occ.number)),
-                    )
-                    .set((
-                        message::status.eq(status.code()),
-                        message::updated_time.eq(at),
-                        message::due_time.eq(due.unwrap_or(occ.due_time)),
-                        message::attempts.eq(0),
-                        message::occurrence.eq(occ.number),
-                        message::occurrence_time.eq(occ.due_time),
-                    ))
-                    .execute(c)?;
                 } else if let Some(due) = due {
                     diesel::update(target.filter(message::updated_time.le(at)))
                         .set((
@@ -701,6 +720,30 @@ pub fn live_by_biz_key(
         .select(MessageRow::as_select())
         .first(c)
         .optional())?)
+}
+
+/// Does the database take a write? Inserts a flow row and rolls it back:
+/// a database that refuses every write (read-only, out of space) fails
+/// here, one that refuses only some rows (a constraint, a trigger) does not.
+pub fn probe_write(conn: &mut JournalConn) -> Result<(), JournalError> {
+    let probe = NewFlow {
+        id: -1,
+        message_id: -1,
+        status: Status::WaitPut.code(),
+        attempts: 0,
+        flow_time: 0,
+        shard: "probe",
+        node_id: "probe",
+        host: "probe",
+    };
+    let tried: Result<(), diesel::result::Error> = with_conn!(conn, c => c.transaction(|c| {
+        diesel::insert_into(message_flow::table).values(&probe).execute(c)?;
+        Err(diesel::result::Error::RollbackTransaction)
+    }));
+    match tried {
+        Err(diesel::result::Error::RollbackTransaction) | Ok(()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub fn ping(conn: &mut JournalConn) -> Result<(), JournalError> {
