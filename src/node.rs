@@ -20,7 +20,7 @@ use crate::notify::{Notifier, Topics};
 use crate::reconcile::{self, ReconcileReport, Reconciler, Repair};
 use crate::redis::inspect::evicts;
 use crate::redis::keys::Keys;
-use crate::redis::schedule::RedisSchedule;
+use crate::redis::schedule::{LeaseOp, RedisSchedule};
 use crate::restore::{RestoreReport, RestoreStatus, Restorer};
 
 /// How long start-up waits for Redis and the database to answer.
@@ -88,6 +88,55 @@ async fn check_eviction(redis: &RedisSchedule) {
 /// again what Redis lost with its data set marker intact (see
 /// [`crate::reconcile`]). While the marker is missing the data set watch
 /// restores everything instead.
+/// How long a node's word that its journal is behind counts.
+const BEHIND_FRESH_MS: i64 = 5_000;
+
+/// Every node says in Redis, each second, whether its journal is behind
+/// (see [`Journal::behind`]): acks and cancels it applied in Redis may not
+/// be in the journal yet, so the journal's live rows cannot be trusted to
+/// be live.
+async fn publish_journal_behind(redis: RedisSchedule, journal: Journal, node_id: String) {
+    let key = redis.keys().journal_behind();
+    let mut con = redis.connection();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let said: redis::RedisResult<()> = if journal.behind() {
+            redis::cmd("ZADD")
+                .arg(&key)
+                .arg(now_ms())
+                .arg(&node_id)
+                .query_async(&mut con)
+                .await
+        } else {
+            redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&node_id)
+                .query_async(&mut con)
+                .await
+        };
+        // Words of nodes that stopped meanwhile go.
+        let trimmed: redis::RedisResult<()> = redis::cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms() - BEHIND_FRESH_MS)
+            .query_async(&mut con)
+            .await;
+        if let Err(e) = said.and(trimmed) {
+            tracing::debug!(error = %e, "cannot publish whether the journal is behind");
+        }
+    }
+}
+
+/// Nodes whose journal is behind, by their recent word.
+async fn journals_behind(redis: &RedisSchedule) -> redis::RedisResult<Vec<String>> {
+    redis::cmd("ZRANGEBYSCORE")
+        .arg(redis.keys().journal_behind())
+        .arg(now_ms() - BEHIND_FRESH_MS)
+        .arg("+inf")
+        .query_async(&mut redis.connection())
+        .await
+}
+
 async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
@@ -96,6 +145,17 @@ async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, 
         }
         if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
             continue;
+        }
+        // A message a node acked or cancelled in Redis while its journal was
+        // down still looks live in the journal, and once its tombstone is
+        // gone, missing from Redis: repairing it would deliver it again.
+        match journals_behind(&reconciler.redis).await {
+            Ok(nodes) if nodes.is_empty() => {}
+            Ok(nodes) => {
+                tracing::info!(?nodes, "a node's journal is behind; reconciling later");
+                continue;
+            }
+            Err(_) => continue,
         }
         tracing::debug!("reconciling the journal with Redis");
         match reconciler.run(Repair::Delivery, |_| {}).await {
@@ -159,7 +219,7 @@ async fn watch_dataset(restorer: Restorer, node_id: String, cluster: ClusterHand
         if let Err(e) = ensure_dataset(&restorer, &node_id).await {
             tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
         }
-        replay_spill(&restorer.redis, &restorer.journal).await;
+        replay_spill(&restorer.redis, &restorer.journal, &node_id).await;
     }
 }
 
@@ -198,12 +258,44 @@ async fn spill(redis: &RedisSchedule, changes: &[crate::journal::StatusChange]) 
 
 /// Writes status changes a stopped node kept in Redis to the journal, a
 /// page at a time, removing each page once committed.
-async fn replay_spill(redis: &RedisSchedule, journal: &Journal) {
+async fn replay_spill(redis: &RedisSchedule, journal: &Journal, node_id: &str) {
     let key = redis.keys().journal_spill();
+    let mut con = redis.connection();
+    let empty = redis::cmd("LLEN")
+        .arg(&key)
+        .query_async::<i64>(&mut con)
+        .await
+        .map_or(true, |n| n == 0);
+    if empty {
+        return;
+    }
+    // One node at a time: two reading the same page and each trimming it
+    // would trim a page nobody wrote.
+    let lock = format!("{key}:lock");
+    match redis
+        .lease(
+            LeaseOp::Acquire,
+            &lock,
+            node_id,
+            SPILL_LOCK.as_millis() as u64,
+        )
+        .await
+    {
+        Ok((true, _)) => {}
+        _ => return,
+    }
+    replay_spill_pages(redis, journal, &key).await;
+    let _ = redis.lease(LeaseOp::Release, &lock, node_id, 0).await;
+}
+
+/// How long one node may hold the right to write spilled changes.
+const SPILL_LOCK: Duration = Duration::from_secs(60);
+
+async fn replay_spill_pages(redis: &RedisSchedule, journal: &Journal, key: &str) {
     let mut con = redis.connection();
     loop {
         let page: Vec<String> = match redis::cmd("LRANGE")
-            .arg(&key)
+            .arg(key)
             .arg(0)
             .arg(SPILL_PAGE - 1)
             .query_async(&mut con)
@@ -217,14 +309,20 @@ async fn replay_spill(redis: &RedisSchedule, journal: &Journal) {
         }
         let changes: Vec<_> = page
             .iter()
-            .filter_map(|l| crate::journal::StatusChange::from_json(l))
+            .filter_map(|l| {
+                let change = crate::journal::StatusChange::from_json(l);
+                if change.is_none() {
+                    tracing::error!(line = %l, "a status change kept in Redis cannot be read; dropped");
+                }
+                change
+            })
             .collect();
         if let Err(e) = journal.record_durable(changes).await {
             tracing::warn!(error = %e, "cannot write status changes kept in Redis yet; retrying later");
             return;
         }
         let trimmed: redis::RedisResult<()> = redis::cmd("LTRIM")
-            .arg(&key)
+            .arg(key)
             .arg(page.len())
             .arg(-1)
             .query_async(&mut con)
@@ -385,6 +483,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             handle
         }
     };
+    actix::spawn(publish_journal_behind(
+        redis.clone(),
+        journal.clone(),
+        node_id.clone(),
+    ));
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
     if !args.reconcile_interval.is_zero() {
         actix::spawn(reconcile_periodically(

@@ -185,6 +185,15 @@ async fn a_full_backlog_holds_promotion_and_a_stop_keeps_changes_in_redis() {
     let j = admin_journal(&env).await;
     assert_eq!(j["lagging"], true, "{j}");
     assert!(j["pending"].as_u64().unwrap() >= 40, "{j}");
+    // The node tells the cluster its journal is behind (the leader's
+    // reconciler holds off its repairs meanwhile).
+    let behind: Vec<String> = redis::cmd("ZRANGE")
+        .arg(env.keys.journal_behind())
+        .arg(0)
+        .arg(-1)
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert_eq!(behind.len(), 1, "{behind:?}");
 
     // Stopped with the database still down: the queued changes go to Redis.
     env.stop_server();
@@ -215,12 +224,16 @@ async fn a_full_backlog_holds_promotion_and_a_stop_keeps_changes_in_redis() {
             .iter()
             .filter(|id| env.journal.row(id).map(|r| r.status) != Some(status::CONSUMED))
             .count();
-        if left == 0 && open == 0 {
+        let behind: i64 = redis::cmd("ZCARD")
+            .arg(env.keys.journal_behind())
+            .query(&mut env.redis.con())
+            .unwrap();
+        if left == 0 && open == 0 && behind == 0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{left} changes still in Redis, {open} messages not Consumed"
+            "{left} changes still in Redis, {open} messages not Consumed, {behind} nodes behind"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }

@@ -14,6 +14,7 @@ backend_tests!(
     until_and_cron_end_their_series,
     cancelling_stops_the_series,
     a_crash_or_a_rebuild_neither_skips_nor_doubles_an_occurrence,
+    a_retried_ack_of_an_earlier_occurrence_leaves_the_current_one,
     bad_series_are_refused
 );
 
@@ -257,4 +258,47 @@ async fn bad_series_are_refused(b: Backend) {
         r.assert_error(400, "invalid_repeat");
     }
     assert_eq!(env.journal.counts().0, 0, "a refused push wrote nothing");
+}
+
+/// A consumer retrying its ack of occurrence 1 (its answer was lost) after
+/// occurrence 2 was handed out to another consumer: with `?occurrence=1`
+/// the retry is answered without touching occurrence 2.
+async fn a_retried_ack_of_an_earlier_occurrence_leaves_the_current_one(b: Backend) {
+    let env = Env::start(b).await;
+    let id = env
+        .push(
+            json!({"topic": "ro", "body": "x", "delay": 100, "repeat": {"every": 500, "times": 3}}),
+        )
+        .await;
+    let first = env.receive_one("ro").await;
+    assert_eq!(number(&first), 1);
+    assert_eq!(
+        ack_occurrence(&env, &id, 1).await.assert_ok()["nextOccurrence"]["number"],
+        2
+    );
+    let second = env.receive_one("ro").await;
+    assert_eq!(number(&second), 2);
+    // The retried ack of occurrence 1: answered, occurrence 2 untouched.
+    let r = ack_occurrence(&env, &id, 1).await;
+    assert_eq!(r.assert_ok()["nextOccurrence"]["number"], 2);
+    let shard = env.keys.shard_of(common::parse_id(&id));
+    let in_flight: Option<f64> = redis::cmd("ZSCORE")
+        .arg(env.keys.inflight(shard))
+        .arg(&id)
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert!(in_flight.is_some(), "occurrence 2 is no longer handed out");
+    // Its own ack moves the series on.
+    assert_eq!(
+        ack_occurrence(&env, &id, 2).await.assert_ok()["nextOccurrence"]["number"],
+        3
+    );
+    env.send(env.http.post(env.url(&format!("/ack/{id}?occurrence=x"))))
+        .await
+        .assert_error(400, "invalid_parameter");
+}
+
+async fn ack_occurrence(env: &Env, id: &str, n: i64) -> common::Reply {
+    env.send(env.http.post(env.url(&format!("/ack/{id}?occurrence={n}"))))
+        .await
 }

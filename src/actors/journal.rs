@@ -349,6 +349,9 @@ struct Backlog {
     refused_total: AtomicU64,
     /// When a flow write last went through (epoch ms).
     last_write_ok: std::sync::atomic::AtomicI64,
+    /// Since when flow writes have been failing for want of the database
+    /// (epoch ms; 0: they are not).
+    failing_since: std::sync::atomic::AtomicI64,
 }
 
 impl Backlog {
@@ -426,6 +429,13 @@ impl Journal {
     /// shard actors hold off promoting due messages until it shrinks.
     pub fn lagging(&self) -> bool {
         self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit
+    }
+
+    /// Status changes are waiting because the journal is unreachable (or
+    /// takes no writes), or more wait than the backlog allows: Redis is
+    /// ahead of the journal by more than the usual milliseconds.
+    pub fn behind(&self) -> bool {
+        self.backlog.failing_since.load(Ordering::Acquire) != 0 || self.lagging()
     }
 
     pub fn backlog(&self) -> BacklogView {
@@ -774,6 +784,7 @@ async fn write_flows(
             let (err, refusal) = match actor.send(RecordFlow(part.clone())).await {
                 Ok(Ok(())) => {
                     backlog.last_write_ok.store(now_ms(), Ordering::Release);
+                    backlog.failing_since.store(0, Ordering::Release);
                     break;
                 }
                 Ok(Err(e)) => (e.to_string(), e.is_refusal()),
@@ -811,6 +822,12 @@ async fn write_flows(
                     break;
                 }
             } else {
+                let _ = backlog.failing_since.compare_exchange(
+                    0,
+                    now_ms(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
                 tracing::warn!(error = %err, pending = part.len(), "journal flow write failed; retrying");
             }
             if backlog.give_up() {

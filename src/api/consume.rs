@@ -31,13 +31,22 @@ pub async fn get(
     Ok(HttpResponse::Ok().json(json!({ "messages": messages })))
 }
 
-/// `POST /ack/{id}`: the message is consumed.
+/// `POST /ack/{id}[?occurrence=N]`: the message is consumed (a recurring
+/// message: occurrence N, or the one handed out, is).
 pub async fn ack(
     state: web::Data<AppState>,
     id: web::Path<String>,
+    q: Query,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    match consume::ack(&state.queue, &[id], AckJournal::Committed).await?[0] {
+    // A recurring message's consumer may say which occurrence it acks.
+    let occurrence = match q.get("occurrence") {
+        None => None,
+        Some(_) => Some(int_param(&q, "occurrence", 1, 1..=i32::MAX as u64)? as i32),
+    };
+    match consume::ack_occurrences(&state.queue, &[(id, occurrence)], AckJournal::Committed).await?
+        [0]
+    {
         AckOutcome::Consumed => {
             Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
         }

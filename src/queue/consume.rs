@@ -143,6 +143,20 @@ pub async fn ack(
     ids: &[MessageId],
     journal: AckJournal,
 ) -> Result<Vec<AckOutcome>, QueueError> {
+    let acks: Vec<(MessageId, Option<i32>)> = ids.iter().map(|&id| (id, None)).collect();
+    ack_occurrences(state, &acks, journal).await
+}
+
+/// Like [`ack`], each id with the occurrence the consumer was handed, when
+/// it says: an ack of an earlier occurrence (retried after its answer was
+/// lost) then never acks a later one that is handed out by now.
+pub async fn ack_occurrences(
+    state: &Queue,
+    acks: &[(MessageId, Option<i32>)],
+    journal: AckJournal,
+) -> Result<Vec<AckOutcome>, QueueError> {
+    let ids: Vec<MessageId> = acks.iter().map(|(id, _)| *id).collect();
+    let ids = &ids[..];
     let keys = state.redis.keys();
     let now = now_ms();
     let consumed = |id: MessageId, attempts: i32, at: i64| StatusChange {
@@ -187,8 +201,15 @@ pub async fn ack(
                 }
                 AckResult::Recurring { attempts, record } => {
                     let (_, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
-                    advancing.push((i, attempts, (id, record, msg.next_occurrence())));
-                    continue;
+                    match (acks[i].1, msg.occurrence) {
+                        // The consumer acks an earlier occurrence: that one
+                        // was acked already, this one is someone else's.
+                        (Some(said), Some(occ)) if said < occ.number => AckOutcome::Next(occ),
+                        _ => {
+                            advancing.push((i, attempts, (id, record, msg.next_occurrence())));
+                            continue;
+                        }
+                    }
                 }
                 AckResult::NotInFlight {
                     recurring: Some(record),
@@ -198,7 +219,11 @@ pub async fn ack(
                         // Waiting for a later occurrence, not handed out yet:
                         // this acks an earlier one again (its answer was
                         // lost). The journal catches up with the occurrence.
-                        Some(occ) if attempts == 0 && occ.number > 1 => {
+                        Some(occ)
+                            if acks[i].1.map_or(attempts == 0 && occ.number > 1, |said| {
+                                said < occ.number
+                            }) =>
+                        {
                             changes.push(moved_on(id, occ, msg.due_time, now));
                             AckOutcome::Next(occ)
                         }

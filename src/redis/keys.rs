@@ -17,6 +17,7 @@
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
 //! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
+//! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
 //!
 //! Pub/sub channels (not keys): `{P:s}:wake` carries the due time (ms) of a
 //! message scheduled ahead of everything shard `s` held, for the shard's
@@ -113,6 +114,12 @@ impl Keys {
     /// stopped (JSON, one per element); the next node to start writes them.
     pub fn journal_spill(&self) -> String {
         format!("{{{}}}:journal-spill", self.prefix)
+    }
+
+    /// Nodes whose journal is behind Redis right now (their status changes
+    /// wait for the database), scored by when they last said so (ms).
+    pub fn journal_behind(&self) -> String {
+        format!("{{{}}}:journal-behind", self.prefix)
     }
 
     /// Channel waking shard `s`'s owner (see schedule.lua).
