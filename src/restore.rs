@@ -199,6 +199,11 @@ impl Restorer {
     ) -> Result<(), QueueError> {
         let mut logged = Instant::now();
         loop {
+            // Its Delaying rows must not fill the journal's backlog: past
+            // it, the shards would hold off promoting due messages.
+            while self.journal.half_full() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
             let page = self.journal.live_page(*after, PAGE).await?;
             let Some(last) = page.last() else { break };
             let last = last.id;

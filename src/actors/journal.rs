@@ -431,6 +431,12 @@ impl Journal {
         self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit
     }
 
+    /// Half the backlog is taken: bulk work (a restore) waits before it
+    /// adds more, leaving the rest to the scans and consumers.
+    pub fn half_full(&self) -> bool {
+        self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit / 2
+    }
+
     /// Status changes are waiting because the journal is unreachable (or
     /// takes no writes), or more wait than the backlog allows: Redis is
     /// ahead of the journal by more than the usual milliseconds.
