@@ -476,6 +476,13 @@ impl Journal {
         while b.pending.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let stuck = b.pending.load(Ordering::Acquire);
+        if stuck > 0 {
+            tracing::error!(
+                changes = stuck,
+                "status changes still being written when the node stopped (a database statement hung); they may not be journaled"
+            );
+        }
         std::mem::take(&mut *b.unwritten.lock().unwrap_or_else(|p| p.into_inner()))
     }
 

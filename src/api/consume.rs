@@ -8,7 +8,7 @@ use super::body::JsonBody;
 use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::error::ApiError;
 use crate::error::ErrorCode;
-use crate::message::{MessageId, Status};
+use crate::message::{MessageId, MessageView, Status};
 use crate::queue::consume::{self, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;
 use crate::retry::MAX_RETRY_MS;
@@ -27,8 +27,10 @@ pub async fn get(
     check_topic(&topic)?;
     let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
-    let messages = json!(consume::poll(&state.queue, &topic, count, timeout).await?);
-    Ok(HttpResponse::Ok().json(json!({ "messages": messages })))
+    let messages = consume::poll(&state.queue, &topic, count, timeout).await?;
+    Ok(HttpResponse::Ok().json(Poll {
+        messages: &messages,
+    }))
 }
 
 /// `POST /ack/{id}[?occurrence=N]`: the message is consumed (a recurring
@@ -120,10 +122,26 @@ pub async fn ack_and_get(
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
     let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let outcomes = consume::ack(&state.queue, &ids, AckJournal::Queued).await?;
-    let messages = json!(consume::poll(&state.queue, &topic, count, timeout).await?);
-    let mut report = ack_report(&ids, &outcomes);
-    report["messages"] = messages;
-    Ok(HttpResponse::Ok().json(report))
+    let messages = consume::poll(&state.queue, &topic, count, timeout).await?;
+    let report = ack_report(&ids, &outcomes);
+    // Serialized straight from the messages, not through a JSON tree.
+    Ok(HttpResponse::Ok().json(AckAndPoll {
+        acked: &report["acked"],
+        results: &report["results"],
+        messages: &messages,
+    }))
+}
+
+#[derive(serde::Serialize)]
+struct AckAndPoll<'a> {
+    acked: &'a serde_json::Value,
+    results: &'a serde_json::Value,
+    messages: &'a [MessageView],
+}
+
+#[derive(serde::Serialize)]
+struct Poll<'a> {
+    messages: &'a [MessageView],
 }
 
 fn object<'a>(
