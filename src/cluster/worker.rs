@@ -143,6 +143,11 @@ impl RedisWorkerLease {
                     );
                     self.ids.revoke();
                     self.worker = None;
+                    // Without an id the node takes no pushes and writes no
+                    // status rows: take a new one now, not a renewal later.
+                    if let Err(e) = self.acquire().await {
+                        tracing::warn!(error = %e, "cannot lease a Snowflake worker id; retrying");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, worker, "cannot renew the worker id lease; retrying")
