@@ -549,47 +549,85 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the command-line tools (`delayq restore`, `delayq reconcile`) run
+/// on: the journal, Redis and a router, and, when the tool writes, a
+/// worker id of the tools' range leased in Redis: never one a running node
+/// uses (a tool that only reads needs none).
+struct Tool {
+    redis: RedisSchedule,
+    journal: Journal,
+    router: Addr<RouterActor>,
+    holder: String,
+    leased: Option<(u16, tokio::task::JoinHandle<()>)>,
+}
+
+impl Tool {
+    async fn open(
+        node: &crate::config::NodeArgs,
+        journal: &crate::config::JournalArgs,
+        redis: &RedisArgs,
+        writes: bool,
+    ) -> anyhow::Result<Tool> {
+        let node_id = node.node_id(None);
+        let db_url = open_journal(&journal.database_url).await?;
+        let redis = open_redis(redis, &node_id).await?;
+        let info = NodeInfo {
+            node_id: node_id.clone(),
+            host: host_name(),
+        };
+        let ids = Arc::new(IdGenerator::leased());
+        let holder = worker::holder_name(&node_id);
+        let mut leased = None;
+        if writes {
+            let mut lease = RedisWorkerLease::new(
+                redis.clone(),
+                ids.clone(),
+                holder.clone(),
+                worker::TOOL_WORKERS,
+            );
+            let worker_id = lease.acquire().await?;
+            leased = Some((worker_id, actix::spawn(lease.keep())));
+        }
+        let journal = Journal::start(
+            &db_url,
+            redis.keys().clone(),
+            info,
+            ids,
+            crate::actors::journal::DEFAULT_BACKLOG,
+        );
+        let (stale, _) = tokio::sync::mpsc::unbounded_channel();
+        let (r, j) = (redis.clone(), journal.clone());
+        let router = RouterActor::create(move |_| {
+            RouterActor::new(r, j, Topics::default(), stale, cluster::Permit::forever())
+        });
+        Ok(Tool {
+            redis,
+            journal,
+            router,
+            holder,
+            leased,
+        })
+    }
+
+    /// Writes the status rows of what the tool did, then frees the lease.
+    async fn close(self) -> anyhow::Result<()> {
+        let flushed = self.journal.flush().await;
+        if let Some((worker_id, keeping)) = self.leased {
+            keeping.abort();
+            RedisWorkerLease::release(&self.redis, &self.holder, worker_id).await;
+        }
+        Ok(flushed?)
+    }
+}
+
 /// `delayq restore`: the restore of `GET /reStore`, with progress on stderr
 /// and the report as one JSON line on stdout.
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
-    let node_id = args.node.node_id(None);
-    let db_url = open_journal(&args.journal.database_url).await?;
-    let redis = open_redis(&args.redis, &node_id).await?;
-    let node = NodeInfo {
-        node_id: node_id.clone(),
-        host: host_name(),
-    };
-    // A worker id of the tools' range, leased in Redis: never one a
-    // running node uses. A dry run writes nothing and needs none.
-    let ids = Arc::new(IdGenerator::leased());
-    let holder = worker::holder_name(&node_id);
-    let mut leased = None;
-    if !args.dry_run {
-        let mut lease = RedisWorkerLease::new(
-            redis.clone(),
-            ids.clone(),
-            holder.clone(),
-            worker::TOOL_WORKERS,
-        );
-        let worker_id = lease.acquire().await?;
-        leased = Some((worker_id, actix::spawn(lease.keep())));
-    }
-    let journal = Journal::start(
-        &db_url,
-        redis.keys().clone(),
-        node,
-        ids,
-        crate::actors::journal::DEFAULT_BACKLOG,
-    );
-    let (stale, _) = tokio::sync::mpsc::unbounded_channel();
-    let (r, j) = (redis.clone(), journal.clone());
-    let router = RouterActor::create(move |_| {
-        RouterActor::new(r, j, Topics::default(), stale, cluster::Permit::forever())
-    });
+    let tool = Tool::open(&args.node, &args.journal, &args.redis, !args.dry_run).await?;
     let restorer = Restorer {
-        journal: journal.clone(),
-        router,
-        redis: redis.clone(),
+        journal: tool.journal.clone(),
+        router: tool.router.clone(),
+        redis: tool.redis.clone(),
         status: RestoreStatus::default(),
     };
     let report = restorer
@@ -602,55 +640,19 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"));
     // The Delaying rows of what was restored, before the lease goes.
-    let flushed = journal.flush().await;
-    if let Some((worker_id, keeping)) = leased {
-        keeping.abort();
-        RedisWorkerLease::release(&redis, &holder, worker_id).await;
-    }
-    flushed?;
+    tool.close().await?;
     report
 }
 
 /// `delayq reconcile`: the report of `GET /admin/reconcile`, with progress
 /// on stderr and the report as one JSON line on stdout.
 pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport> {
-    let node_id = args.node.node_id(None);
-    let db_url = open_journal(&args.journal.database_url).await?;
-    let redis = open_redis(&args.redis, &node_id).await?;
-    let node = NodeInfo {
-        node_id: node_id.clone(),
-        host: host_name(),
-    };
-    // Repairs write flow rows: a worker id of the tools' range, as restore.
-    let ids = Arc::new(IdGenerator::leased());
-    let holder = worker::holder_name(&node_id);
-    let mut leased = None;
-    if args.repair {
-        let mut lease = RedisWorkerLease::new(
-            redis.clone(),
-            ids.clone(),
-            holder.clone(),
-            worker::TOOL_WORKERS,
-        );
-        let worker_id = lease.acquire().await?;
-        leased = Some((worker_id, actix::spawn(lease.keep())));
-    }
-    let journal = Journal::start(
-        &db_url,
-        redis.keys().clone(),
-        node,
-        ids,
-        crate::actors::journal::DEFAULT_BACKLOG,
-    );
-    let (stale, _) = tokio::sync::mpsc::unbounded_channel();
-    let (r, j) = (redis.clone(), journal.clone());
-    let router = RouterActor::create(move |_| {
-        RouterActor::new(r, j, Topics::default(), stale, cluster::Permit::forever())
-    });
+    // Repairs write flow rows.
+    let tool = Tool::open(&args.node, &args.journal, &args.redis, args.repair).await?;
     let reconciler = Reconciler::new(
-        journal.clone(),
-        router,
-        redis.clone(),
+        tool.journal.clone(),
+        tool.router.clone(),
+        tool.redis.clone(),
         reconcile::Options {
             grace: args.reconcile.reconcile_grace,
             page: RECONCILE_TOOL_PAGE,
@@ -680,11 +682,6 @@ pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"));
-    let flushed = journal.flush().await;
-    if let Some((worker_id, keeping)) = leased {
-        keeping.abort();
-        RedisWorkerLease::release(&redis, &holder, worker_id).await;
-    }
-    flushed?;
+    tool.close().await?;
     report
 }
