@@ -180,18 +180,10 @@ impl RedisSchedule {
             .collect())
     }
 
-    fn by_shard(&self, ids: &[MessageId]) -> BTreeMap<u32, Vec<usize>> {
-        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, id) in ids.iter().enumerate() {
-            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
-        }
-        by_shard
-    }
-
     /// Removes finished messages from Redis, leaving tombstones (purge.lua):
     /// whether each was held.
     pub async fn purge(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
-        let by_shard = self.by_shard(ids);
+        let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
         let now = now_ms().to_string();
         let mut pipe = redis::pipe();
@@ -215,7 +207,7 @@ impl RedisSchedule {
     /// Puts messages whose record sits nowhere back in their delay zsets
     /// (replace.lua): whether each was put back.
     pub async fn replace(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
-        let by_shard = self.by_shard(ids);
+        let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {

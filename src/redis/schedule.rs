@@ -220,6 +220,15 @@ pub(in crate::redis) fn opt_score(v: &Value) -> Option<f64> {
     }
 }
 
+/// The time a script ran (Redis's clock, ms), its reply's last element;
+/// `default` when it is not there.
+fn ran_at(reply: &mut Vec<Value>, default: i64) -> i64 {
+    reply
+        .pop()
+        .and_then(|v| opt_score(&v))
+        .map_or(default, |t| t as i64)
+}
+
 fn parse_id(v: &Value) -> Result<MessageId, ShardError> {
     text(v)?.parse().map_err(ShardError::BadRecord)
 }
@@ -256,6 +265,19 @@ impl RedisSchedule {
         &self.keys
     }
 
+    /// Indexes of `ids` grouped by their shard, for one script call per
+    /// shard.
+    pub(crate) fn by_shard(
+        &self,
+        ids: impl Iterator<Item = MessageId>,
+    ) -> BTreeMap<u32, Vec<usize>> {
+        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.enumerate() {
+            by_shard.entry(self.keys.shard_of(id)).or_default().push(i);
+        }
+        by_shard
+    }
+
     /// Adds messages (with their delivery counts) to their shards' delay
     /// zsets; a message Redis holds already, or that was finished lately, is
     /// left as it is. Returns what happened to each, in input order.
@@ -263,13 +285,7 @@ impl RedisSchedule {
         &self,
         messages: &[(Message, i32)],
     ) -> Result<Vec<Scheduled>, ShardError> {
-        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, (m, _)) in messages.iter().enumerate() {
-            by_shard
-                .entry(self.keys.shard_of(m.id))
-                .or_default()
-                .push(i);
-        }
+        let by_shard = self.by_shard(messages.iter().map(|(m, _)| m.id));
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
             let mut args: Vec<String> = Vec::with_capacity(idx.len() * 3 + 1);
@@ -511,10 +527,7 @@ impl RedisSchedule {
     /// Acks many messages: one script call per shard, all in one pipeline.
     /// Returns what happened to each, in input order.
     pub async fn ack_many(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, ShardError> {
-        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, id) in ids.iter().enumerate() {
-            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
-        }
+        let by_shard = self.by_shard(ids.iter().copied());
         let now = now_ms().to_string();
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
@@ -562,10 +575,7 @@ impl RedisSchedule {
         &self,
         items: &[(MessageId, String, Option<Message>)],
     ) -> Result<Vec<Advanced>, ShardError> {
-        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, (id, _, _)) in items.iter().enumerate() {
-            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
-        }
+        let by_shard = self.by_shard(items.iter().map(|(id, _, _)| *id));
         let now = now_ms();
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -603,10 +613,7 @@ impl RedisSchedule {
         let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = vec![Advanced::Changed; items.len()];
         for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
-            let at = reply
-                .pop()
-                .and_then(|v| opt_score(&v))
-                .map_or(now, |t| t as i64);
+            let at = ran_at(&mut reply, now);
             for (&i, outcome) in idx.iter().zip(reply) {
                 out[i] = match text(&outcome)?.as_str() {
                     "advanced" => Advanced::Next { at },
@@ -625,10 +632,7 @@ impl RedisSchedule {
         &self,
         nacks: &[(MessageId, Option<i64>)],
     ) -> Result<Vec<NackResult>, ShardError> {
-        let mut by_shard: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, (id, _)) in nacks.iter().enumerate() {
-            by_shard.entry(self.keys.shard_of(*id)).or_default().push(i);
-        }
+        let by_shard = self.by_shard(nacks.iter().map(|(id, _)| *id));
         let now = now_ms();
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -658,10 +662,7 @@ impl RedisSchedule {
         let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
         let mut out = vec![NackResult::Absent; nacks.len()];
         for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
-            let at = reply
-                .pop()
-                .and_then(|v| opt_score(&v))
-                .map_or(now, |t| t as i64);
+            let at = ran_at(&mut reply, now);
             for (&i, four) in idx.iter().zip(reply.chunks(4)) {
                 if four.len() < 4 {
                     return Err(ShardError::BadRecord(format!("nack returned {four:?}")));
