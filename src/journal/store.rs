@@ -466,7 +466,8 @@ pub fn live_page(
 
 /// What the reconciler reads of a message row: enough to tell where Redis
 /// should hold it, without its body.
-#[derive(Debug, Clone, Queryable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = message)]
 pub struct RowState {
     pub id: i64,
     pub topic: String,
@@ -482,24 +483,6 @@ impl RowState {
     }
 }
 
-type RowStateColumns = (
-    message::id,
-    message::topic,
-    message::status,
-    message::updated_time,
-    message::due_time,
-    message::ttl,
-);
-
-const ROW_STATE: RowStateColumns = (
-    message::id,
-    message::topic,
-    message::status,
-    message::updated_time,
-    message::due_time,
-    message::ttl,
-);
-
 /// Live messages with ids above `after`, in id order, without their bodies:
 /// one keyset page of a reconciliation; with the id to go on after (None
 /// at the end).
@@ -513,7 +496,7 @@ pub fn live_states(
         .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
         .order(message::id.asc())
         .limit(limit)
-        .select(ROW_STATE)
+        .select(RowState::as_select())
         .load(c))?;
     let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
     Ok((rows, next))
@@ -525,7 +508,7 @@ pub fn states_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<RowState>, J
     for chunk in ids.chunks(INSERT_CHUNK) {
         let rows: Vec<RowState> = with_conn!(conn, c => message::table
             .filter(message::id.eq_any(chunk))
-            .select(ROW_STATE)
+            .select(RowState::as_select())
             .load(c))?;
         out.extend(rows);
     }
