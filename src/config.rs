@@ -17,6 +17,7 @@
 //! | `--max-body-bytes` | `DELAYQ_MAX_BODY_BYTES` | `1048576` |
 //! | `--workers` | `DELAYQ_WORKERS` | number of cores (HTTP worker threads) |
 //! | `--journal-backlog` | `DELAYQ_JOURNAL_BACKLOG` | `200000` status changes |
+//! | `--journal-nice` | `DELAYQ_JOURNAL_NICE` | `10` (0-19) |
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
 //! | `--reconcile-interval` | `DELAYQ_RECONCILE_INTERVAL` | `60s` (`0`: off) |
 //! | `--reconcile-grace` | `DELAYQ_RECONCILE_GRACE` | `30s` |
@@ -138,6 +139,12 @@ pub struct ServeArgs {
     /// promoted (until the journal catches up); bounds memory in an outage.
     #[arg(long, env = "DELAYQ_JOURNAL_BACKLOG", default_value_t = crate::actors::journal::DEFAULT_BACKLOG, value_parser = clap::value_parser!(usize))]
     pub journal_backlog: usize,
+    /// The nice value (0-19) of the thread that journals the status changes
+    /// no caller waits for (promotions, hand-outs, acks answered before their
+    /// commit): on a busy machine, handing messages out comes first and the
+    /// journal catches up after. 0 keeps the process's priority.
+    #[arg(long, env = "DELAYQ_JOURNAL_NICE", default_value_t = crate::actors::journal::DEFAULT_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub journal_nice: i32,
     /// How often the leader compares the journal with Redis and schedules
     /// again what Redis lost (e.g. 60s, 5m; 0 turns it off).
     #[arg(long, env = "DELAYQ_RECONCILE_INTERVAL", default_value = "60s", value_parser = parse_interval)]

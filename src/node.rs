@@ -7,7 +7,7 @@ use actix::prelude::*;
 use actix_web::{web, App, HttpServer};
 use anyhow::{bail, Context as _};
 
-use crate::actors::journal::Journal;
+use crate::actors::journal::{Journal, JournalOptions};
 use crate::actors::router::RouterActor;
 use crate::api::{self, AppState};
 use crate::cluster::worker::{self, RedisWorkerLease};
@@ -353,7 +353,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         redis.keys().clone(),
         node,
         ids.clone(),
-        args.journal_backlog,
+        JournalOptions {
+            backlog: args.journal_backlog,
+            background_nice: args.journal_nice,
+        },
     );
     let waiters = Topics::default();
     let shards = redis.keys().shards();
@@ -593,7 +596,7 @@ impl Tool {
             redis.keys().clone(),
             info,
             ids,
-            crate::actors::journal::DEFAULT_BACKLOG,
+            JournalOptions::default(),
         );
         let (stale, _) = tokio::sync::mpsc::unbounded_channel();
         let (r, j) = (redis.clone(), journal.clone());

@@ -13,6 +13,7 @@ backend_tests!(
     unacked_message_is_redelivered_after_ttl,
     ack_before_delivery_is_a_conflict,
     late_ack_ends_the_message,
+    late_ack_in_a_poll_is_not_handed_out_again,
     batch_ack_answers_per_id,
     ack_and_poll_in_one_round_trip,
     bad_batch_acks_change_nothing,
@@ -124,6 +125,40 @@ async fn late_ack_ends_the_message(b: Backend) {
     assert_eq!(r.assert_ok(), &json!({"id": id, "status": "Consumed"}));
     env.assert_nothing("late", 1).await;
     assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
+}
+
+/// The acks of `POST /get/{topic}` run beside its poll. A message whose
+/// deadline passed is ready again: whichever runs first, the ack ends it
+/// and the same answer does not hand it out again.
+async fn late_ack_in_a_poll_is_not_handed_out_again(b: Backend) {
+    let env = Env::start(b).await;
+    let ids = env
+        .push_batch(
+            (0..20)
+                .map(|i| json!({"topic": "lap", "body": i.to_string(), "ttl": 200}))
+                .collect(),
+        )
+        .await;
+    let r = env
+        .post_json("/get/lap", &json!({"count": 20, "timeout": 5}))
+        .await;
+    assert_eq!(r.assert_ok()["messages"].as_array().unwrap().len(), 20);
+    env.wait_ready("lap", &ids).await;
+    let r = env
+        .post_json("/get/lap", &json!({"ack": ids, "count": 20, "timeout": 0}))
+        .await;
+    let body = r.assert_ok();
+    assert_eq!(body["acked"], 20, "{body}");
+    assert_eq!(body["messages"], json!([]), "{body}");
+    env.assert_nothing("lap", 1).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while ids
+        .iter()
+        .any(|id| env.journal.row(id).unwrap().status != status::CONSUMED)
+    {
+        assert!(std::time::Instant::now() < deadline, "acks not journaled");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn batch_ack_answers_per_id(b: Backend) {

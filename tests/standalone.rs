@@ -113,7 +113,57 @@ async fn a_restore_beside_a_node_uses_its_own_worker_id(b: Backend) {
     assert_eq!(worker_of(again.parse().unwrap()), node_worker);
 }
 
+/// The thread that journals the status changes no caller waits for runs at
+/// `--journal-nice` (10 by default); the rest of the node keeps its priority.
+async fn background_journal_writes_run_at_a_lower_priority(b: Backend) {
+    let env = Env::start(b).await;
+    let pid = env.server.pid().expect("node running");
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let path = task.unwrap().path();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // pid (comm) state ... : fields after the comm's closing parenthesis;
+        // nice is the 19th field of the line, the 17th after the comm.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head
+            .split_once('(')
+            .map(|(_, c)| c.to_string())
+            .unwrap_or_default();
+        let nice: i32 = rest.split_whitespace().nth(16).unwrap().parse().unwrap();
+        seen.push((comm, nice));
+    }
+    // The node may have been started niced itself: compare with its own.
+    let own: i32 = {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = stat.rsplit_once(')').unwrap().1;
+        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+    };
+    let changes: Vec<_> = seen
+        .iter()
+        .filter(|(c, _)| c == "journal-changes")
+        .collect();
+    assert_eq!(changes.len(), 1, "{seen:?}");
+    assert_eq!(changes[0].1, own.max(10), "{seen:?}");
+    assert!(
+        seen.iter()
+            .filter(|(c, _)| c != "journal-changes")
+            .all(|(_, n)| *n == own),
+        "{seen:?}"
+    );
+    // It still writes: a delivery and its ack reach the journal.
+    let id = env.push(json!({"topic": "nice", "body": "x"})).await;
+    assert_eq!(env.receive_one("nice").await.id(), id);
+    env.ack(&id).await.assert_ok();
+    assert_eq!(
+        env.journal.row(&id).unwrap().status,
+        common::status::CONSUMED
+    );
+}
+
 backend_tests!(
     a_second_standalone_node_is_refused,
-    a_restore_beside_a_node_uses_its_own_worker_id
+    a_restore_beside_a_node_uses_its_own_worker_id,
+    background_journal_writes_run_at_a_lower_priority
 );

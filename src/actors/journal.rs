@@ -134,19 +134,60 @@ pub struct JournalActor {
     /// SQLite has one writer at a time, and its busy handler sleeps in
     /// growing steps while it waits; writers queue on this lock instead and
     /// start the moment the previous commit ends. None for MySQL/MariaDB.
-    pub write_lock: Option<Arc<Mutex<()>>>,
+    pub write_lock: Option<Arc<WriteLock>>,
     pub ids: Arc<IdGenerator>,
     pub node: NodeInfo,
     pub keys: Keys,
     /// Each shard's delay zset key, named on every WaitPut flow row.
     pub delay_names: Vec<Arc<str>>,
+    /// This actor writes the status changes no caller waits for: it lets
+    /// pushes take the SQLite write lock first.
+    pub background: bool,
 }
 
 impl JournalActor {
     fn writing(&self) -> Option<MutexGuard<'_, ()>> {
-        self.write_lock
-            .as_ref()
-            .map(|l| l.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        self.write_lock.as_ref().map(|l| l.first())
+    }
+
+    /// The write lock for status changes that no caller waits for: taken
+    /// after the pushes waiting for it (see [`WriteLock::after_pushes`]).
+    fn writing_later(&self) -> Option<MutexGuard<'_, ()>> {
+        self.write_lock.as_ref().map(|l| l.after_pushes())
+    }
+}
+
+/// SQLite's one writer at a time, with pushes first: a producer waits for
+/// its commit, while the status changes of deliveries can wait a little.
+#[derive(Default)]
+pub struct WriteLock {
+    lock: Mutex<()>,
+    /// Writers (pushes, changes a caller waits for) waiting for the lock.
+    waiting: AtomicUsize,
+}
+
+/// How long background status changes let waiting pushes go first before
+/// they take the lock in turn, so a stream of pushes cannot starve them.
+const YIELD_TO_PUSHES: Duration = Duration::from_millis(50);
+
+impl WriteLock {
+    fn first(&self) -> MutexGuard<'_, ()> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        guard
+    }
+
+    fn after_pushes(&self) -> MutexGuard<'_, ()> {
+        let until = std::time::Instant::now() + YIELD_TO_PUSHES;
+        loop {
+            let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            if self.waiting.load(Ordering::Acquire) == 0 || std::time::Instant::now() >= until {
+                return guard;
+            }
+            drop(guard);
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 }
 
@@ -182,7 +223,11 @@ impl Handler<RecordFlow> for JournalActor {
 
     fn handle(&mut self, msg: RecordFlow, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        let _writing = self.writing();
+        let _writing = if self.background {
+            self.writing_later()
+        } else {
+            self.writing()
+        };
         store::apply_changes(&mut conn, &self.ids, &self.node, &msg.0)
     }
 }
@@ -296,6 +341,52 @@ impl Handler<Ping> for JournalActor {
     }
 }
 
+/// How the journal is started.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalOptions {
+    /// Status changes queued before promotion pauses (`--journal-backlog`).
+    pub backlog: usize,
+    /// The nice value of the thread that writes the status changes no
+    /// caller waits for (`--journal-nice`; 0: the process's own priority).
+    pub background_nice: i32,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            backlog: DEFAULT_BACKLOG,
+            background_nice: 0,
+        }
+    }
+}
+
+/// Default of `--journal-nice`.
+pub const DEFAULT_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority to `nice` (Linux keeps one per
+/// thread); a thread already at that nice value or lower is left alone, so
+/// a node started niced is never raised.
+#[cfg(target_os = "linux")]
+fn lower_thread_priority(nice: i32) {
+    // SAFETY: gettid has no preconditions; getpriority and setpriority only
+    // read their arguments; errno is this thread's own.
+    let (tid, current) = unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        (tid, libc::getpriority(libc::PRIO_PROCESS, tid))
+    };
+    if nice <= current {
+        return;
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+        tracing::warn!(nice, error = %std::io::Error::last_os_error(), "cannot lower the journal writer's priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_thread_priority(_nice: i32) {}
+
 /// Most messages in one group commit.
 const MAX_INSERT_BATCH: usize = 2_000;
 /// Most status changes in one flow write, and how long the first waits.
@@ -390,31 +481,62 @@ impl Journal {
         keys: Keys,
         node: NodeInfo,
         ids: Arc<IdGenerator>,
-        backlog: usize,
+        options: JournalOptions,
     ) -> Journal {
         let writers = url.parallel_writers();
-        // One thread per parallel insert batch, two for the flow lanes, two for reads.
-        let threads = writers + 4;
-        let pool = connection::pool(url, threads as u32);
+        // One thread per parallel insert batch, one for the changes callers
+        // wait for, two for reads; and one for the other changes.
+        let threads = writers + 3;
+        let pool = connection::pool(url, threads as u32 + 1);
         let write_lock =
-            matches!(url, JournalUrl::Sqlite(_)).then(|| Arc::new(std::sync::Mutex::new(())));
-        let actor = SyncArbiter::start(threads, move || JournalActor {
-            pool: pool.clone(),
-            write_lock: write_lock.clone(),
-            ids: ids.clone(),
-            node: node.clone(),
-            delay_names: (0..keys.shards()).map(|s| keys.delay(s).into()).collect(),
-            keys: keys.clone(),
-        });
+            matches!(url, JournalUrl::Sqlite(_)).then(|| Arc::new(WriteLock::default()));
+        let make = move |background: bool| {
+            let (pool, write_lock, ids, node, keys) = (
+                pool.clone(),
+                write_lock.clone(),
+                ids.clone(),
+                node.clone(),
+                keys.clone(),
+            );
+            move || JournalActor {
+                pool: pool.clone(),
+                write_lock: write_lock.clone(),
+                ids: ids.clone(),
+                node: node.clone(),
+                delay_names: (0..keys.shards()).map(|s| keys.delay(s).into()).collect(),
+                keys: keys.clone(),
+                background,
+            }
+        };
+        let actor = SyncArbiter::start_with_thread_builder(
+            threads,
+            || std::thread::Builder::new().name("journal".into()),
+            make(false),
+        );
+        // Status changes no caller waits for (a promotion, a hand-out, an
+        // ack answered before its commit) are the bulk of the journal's
+        // work during a burst of deliveries. Their thread runs at a lower
+        // CPU priority, so on a busy machine handing messages out comes
+        // first and the journal catches up after (within `--journal-backlog`).
+        let nice = options.background_nice;
+        let background_actor = make(true);
+        let background = SyncArbiter::start_with_thread_builder(
+            1,
+            || std::thread::Builder::new().name("journal-changes".into()),
+            move || {
+                lower_thread_priority(nice);
+                background_actor()
+            },
+        );
         let (inserts, insert_rx) = mpsc::unbounded_channel();
         let (flows, flow_rx) = mpsc::unbounded_channel();
         let (urgent, urgent_rx) = mpsc::unbounded_channel();
         let backlog = Arc::new(Backlog {
-            limit: backlog.max(1),
+            limit: options.backlog.max(1),
             ..Default::default()
         });
         actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
-        actix::spawn(run_flows(actor.clone(), flow_rx, backlog.clone()));
+        actix::spawn(run_flows(background, flow_rx, backlog.clone()));
         actix::spawn(run_flows(actor.clone(), urgent_rx, backlog.clone()));
         Journal {
             actor,

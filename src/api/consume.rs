@@ -101,7 +101,7 @@ pub async fn ack_batch(
 /// the previous batch, then long-polls like `GET /get/{topic}`, in one round
 /// trip. The answer holds the messages and the ack results.
 ///
-/// These acks do not wait for the journal's commit before the poll: Redis
+/// The acks run beside the poll. They do not wait for the journal's commit: Redis
 /// lets go of the messages (and keeps their tombstones) before the answer,
 /// and the journal records them within milliseconds with the other status
 /// changes, retrying until it has. Waiting for that commit, under load, made
@@ -121,8 +121,30 @@ pub async fn ack_and_get(
     let ids = batch_ids("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
     let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
-    let outcomes = consume::ack(&state.queue, &ids, AckJournal::Queued).await?;
-    let messages = consume::poll(&state.queue, &topic, count, timeout).await?;
+    // The acks and the poll run side by side, so a batch costs one wait
+    // for Redis less. An error of either answers at once; messages the poll
+    // claimed just then come back after their ttl, like any unacked
+    // delivery.
+    let (outcomes, mut messages) = futures::future::try_join(
+        consume::ack(&state.queue, &ids, AckJournal::Queued),
+        consume::poll(&state.queue, &topic, count, timeout),
+    )
+    .await?;
+    // A message whose ack deadline passed is ready again: the poll may have
+    // claimed it while the ack consumed it. Consumed, it is not handed out
+    // (a recurring message's next occurrence still is).
+    if !ids.is_empty() && !messages.is_empty() {
+        let acked: std::collections::HashMap<MessageId, AckOutcome> =
+            ids.iter().copied().zip(outcomes.iter().copied()).collect();
+        messages.retain(|m| match acked.get(&m.message.id) {
+            Some(AckOutcome::Consumed) => false,
+            Some(AckOutcome::Next(next)) => m
+                .message
+                .occurrence
+                .is_some_and(|o| o.number >= next.number),
+            _ => true,
+        });
+    }
     let report = ack_report(&ids, &outcomes);
     // Serialized straight from the messages, not through a JSON tree.
     Ok(HttpResponse::Ok().json(AckAndPoll {
