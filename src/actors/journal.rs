@@ -149,12 +149,6 @@ impl JournalActor {
     fn writing(&self) -> Option<MutexGuard<'_, ()>> {
         self.write_lock.as_ref().map(|l| l.first())
     }
-
-    /// The write lock for status changes that no caller waits for: taken
-    /// after the pushes waiting for it (see [`WriteLock::after_pushes`]).
-    fn writing_later(&self) -> Option<MutexGuard<'_, ()>> {
-        self.write_lock.as_ref().map(|l| l.after_pushes())
-    }
 }
 
 /// SQLite's one writer at a time, with pushes first: a producer waits for
@@ -223,10 +217,10 @@ impl Handler<RecordFlow> for JournalActor {
 
     fn handle(&mut self, msg: RecordFlow, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        let _writing = if self.background {
-            self.writing_later()
-        } else {
-            self.writing()
+        // The changes no caller waits for let waiting pushes go first.
+        let _writing = match &self.write_lock {
+            Some(l) if self.background => Some(l.after_pushes()),
+            _ => self.writing(),
         };
         store::apply_changes(&mut conn, &self.ids, &self.node, &msg.0)
     }
