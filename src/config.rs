@@ -21,6 +21,7 @@
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
 //! | `--reconcile-interval` | `DELAYQ_RECONCILE_INTERVAL` | `60s` (`0`: off) |
 //! | `--reconcile-grace` | `DELAYQ_RECONCILE_GRACE` | `30s` |
+//! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //!
 //! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
 //! not configured: each process leases one (see [`crate::cluster::worker`]).
@@ -149,6 +150,10 @@ pub struct ServeArgs {
     /// again what Redis lost (e.g. 60s, 5m; 0 turns it off).
     #[arg(long, env = "DELAYQ_RECONCILE_INTERVAL", default_value = "60s", value_parser = parse_interval)]
     pub reconcile_interval: Duration,
+    /// Topics with series of their own in /metrics; topics seen after these
+    /// share the series topic="(other)", so the number of series stays bounded.
+    #[arg(long, env = "DELAYQ_METRICS_TOPICS", default_value_t = crate::metrics::DEFAULT_TOPICS)]
+    pub metrics_topics: usize,
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
     #[command(flatten)]

@@ -33,7 +33,8 @@
 //!   puts differences right, run by the leader on a timer (self-repair).
 //! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
 //!   twins; [`error`]: the error policy and the API's error codes
-//!   ([`error::ErrorCode`]).
+//!   ([`error::ErrorCode`]); [`metrics`]: what `GET /metrics` shows, counted
+//!   along the way above.
 
 pub mod actors;
 pub mod api;
@@ -43,6 +44,7 @@ pub mod error;
 pub mod ids;
 pub mod journal;
 pub mod message;
+pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod queue;

@@ -340,6 +340,7 @@ async fn replay_spill_pages(redis: &RedisSchedule, journal: &Journal, key: &str)
 /// Runs a node until it is told to stop (SIGINT/SIGTERM).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let node_id = args.node.node_id(Some(args.bind.port()));
+    crate::metrics::metrics().limit_topics(args.metrics_topics);
     let db_url = open_journal(&args.journal.database_url).await?;
     let redis = open_redis(&args.redis, &node_id).await?;
     let node = NodeInfo {
@@ -492,6 +493,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_id.clone(),
     ));
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
+    actix::spawn(crate::metrics::sample_shards(
+        redis.clone(),
+        cluster.clone(),
+    ));
     if !args.reconcile_interval.is_zero() {
         actix::spawn(reconcile_periodically(
             reconciler.clone(),
@@ -519,9 +524,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         restore_status,
         reconciler,
     });
-    let mut server =
-        HttpServer::new(move || App::new().app_data(state.clone()).configure(api::configure))
-            .shutdown_timeout(5);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .wrap(actix_web::middleware::from_fn(api::count_requests))
+            .app_data(state.clone())
+            .configure(api::configure)
+    })
+    .shutdown_timeout(5);
     if let Some(n) = args.workers {
         server = server.workers(n);
     }

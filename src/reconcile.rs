@@ -399,6 +399,20 @@ impl Reconciler {
         }
         self.settle(pending, repair, &mut report).await?;
         report.elapsed_ms = start.elapsed().as_millis() as u64;
+        let m = crate::metrics::metrics();
+        for (kind, d) in [
+            ("missing", &report.missing),
+            ("unscheduled", &report.unscheduled),
+            ("finished_in_journal", &report.finished_in_journal),
+            ("unknown", &report.unknown),
+            ("status_mismatch", &report.status_mismatch),
+        ] {
+            if d.repaired > 0 {
+                m.repaired
+                    .get_or_create(&crate::metrics::KindLabel { kind })
+                    .inc_by(d.repaired);
+            }
+        }
         Ok(report)
     }
 

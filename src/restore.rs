@@ -318,7 +318,10 @@ impl Restorer {
         // The router records the restored messages Delaying.
         for outcome in added {
             match outcome {
-                Scheduled::Added { .. } => report.restored += 1,
+                Scheduled::Added { .. } => {
+                    report.restored += 1;
+                    crate::metrics::metrics().restored.inc();
+                }
                 Scheduled::Present => report.already_present += 1,
                 Scheduled::Finished => report.skipped_finished += 1,
             }

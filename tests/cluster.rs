@@ -128,6 +128,14 @@ async fn active_standby_failover_after_kill9() {
     assert_eq!(admin["leader"], owners[0].as_str(), "{admin}");
     assert_eq!(admin["mode"], "active-standby");
     assert_eq!(admin["nodes"].as_array().unwrap().len(), 2, "{admin}");
+    // What Prometheus sees of the pair.
+    let shards = admin["shards"].as_array().unwrap().len() as f64;
+    for (node, leader, owned) in [(active, 1.0, shards), (standby, 0.0, 0.0)] {
+        wait_metric(&c, node, "delayq_cluster_session{state=\"connected\"}", 1.0).await;
+        wait_metric(&c, node, "delayq_cluster_leader", leader).await;
+        wait_metric(&c, node, "delayq_cluster_nodes", 2.0).await;
+        wait_metric(&c, node, "delayq_cluster_owned_shards", owned).await;
+    }
 
     // Messages falling due over the next 8 s, half accepted by each node.
     let topic = format!("fo{}", random_hex(6));
@@ -171,6 +179,28 @@ async fn active_standby_failover_after_kill9() {
             .all(|s| s["scanningHere"] == true),
         "{admin}"
     );
+    wait_metric(&c, standby, "delayq_cluster_leader", 1.0).await;
+    wait_metric(&c, standby, "delayq_cluster_owned_shards", shards).await;
+}
+
+/// Waits (up to 10 s: the nodes learn of each other through ZooKeeper)
+/// until node `i`'s `GET /metrics` shows `series` at `expected`.
+async fn wait_metric(c: &Cluster, i: usize, series: &str, expected: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = c.get(i, "/metrics").await.text;
+        let value: Option<f64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok());
+        if value == Some(expected) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {i}: {series} is {value:?}, not {expected}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

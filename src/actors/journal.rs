@@ -41,6 +41,7 @@ use crate::journal::store::{
     self, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
 };
 use crate::message::{now_ms, IdGenerator, Message, MessageId};
+use crate::metrics::metrics;
 use crate::redis::keys::Keys;
 
 /// Insert messages as WaitPut in one transaction (a group commit).
@@ -560,6 +561,11 @@ impl Journal {
         self.backlog.failing_since.load(Ordering::Acquire) != 0 || self.lagging()
     }
 
+    /// Status changes waiting to be written.
+    pub fn backlog_pending(&self) -> usize {
+        self.backlog.pending.load(Ordering::Acquire)
+    }
+
     pub fn backlog(&self) -> BacklogView {
         let refused = self
             .backlog
@@ -766,10 +772,14 @@ async fn run_inserts(
                 .iter()
                 .flat_map(|r| r.messages.iter().cloned())
                 .collect();
+            let (rows, began) = (messages.len(), std::time::Instant::now());
             let result = match actor.send(InsertMessages(messages)).await {
                 Ok(r) => r,
                 Err(e) => Err(e.into()),
             };
+            if result.is_ok() {
+                metrics().journal_committed("insert", rows, began);
+            }
             match result {
                 Ok(mut outcomes) => {
                     for req in batch.into_iter().rev() {
@@ -857,8 +867,11 @@ async fn run_flows(
                 _ = &mut window => break,
             }
         }
-        let n = changes.len();
+        let (n, began) = (changes.len(), std::time::Instant::now());
         let written = write_flows(&actor, changes, &backlog).await;
+        if n > 0 {
+            metrics().journal_committed("flow", n, began);
+        }
         backlog.pending.fetch_sub(n, Ordering::AcqRel);
         match written {
             Written::All => {
@@ -995,6 +1008,7 @@ async fn write_flows(
 fn set_aside(backlog: &Backlog, ch: &StatusChange, error: &str) {
     tracing::error!(id = %ch.id, status = %ch.status, at = ch.at, error, "the journal refuses this status change; set aside (GET /admin/journal)");
     backlog.refused_total.fetch_add(1, Ordering::AcqRel);
+    metrics().journal_refused.inc();
     let mut kept = backlog.refused.lock().unwrap_or_else(|p| p.into_inner());
     if kept.len() >= POISON_KEPT {
         kept.pop_front();

@@ -21,6 +21,7 @@ use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Status};
+use crate::metrics::metrics;
 use crate::notify::Topics;
 use crate::redis::schedule::{AfterFailure, RedisSchedule, TickResult};
 
@@ -215,6 +216,8 @@ impl ZsetShardActor {
         let now = t.at;
         let mut changes = Vec::with_capacity(t.moved.len() + t.failed.len());
         let mut topics: Vec<&str> = Vec::new();
+        let m = metrics();
+        m.promoted.inc_by(t.moved.len() as u64);
         for (id, topic) in &t.moved {
             changes.push(StatusChange {
                 id: *id,
@@ -228,6 +231,11 @@ impl ZsetShardActor {
             topics.push(topic);
         }
         for f in &t.failed {
+            match f.then {
+                AfterFailure::Dead => m.count(&m.dead, &f.topic, 1),
+                AfterFailure::Stopped => {}
+                _ => m.count(&m.redelivered, &f.topic, 1),
+            }
             match f.then {
                 AfterFailure::Ready => {
                     tracing::debug!(shard = self.shard, id = %f.id, attempts = f.attempts, "ack deadline passed; delivering again");

@@ -3,7 +3,7 @@
 //! `GET /get/{topic}`; beside them `POST /push/batch`, `POST /ack/{id}`,
 //! `GET /messages/{id}`, `/health`, `/ready`, the cluster's
 //! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`,
-//! and `GET /admin/reconcile`, `GET /admin/restore`. Errors are JSON
+//! and `GET /admin/reconcile`, `GET /admin/restore`, and `GET /metrics`. Errors are JSON
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
 
 mod admin;
@@ -12,6 +12,7 @@ mod cancel;
 mod consume;
 mod dead;
 mod manage;
+mod metrics;
 mod produce;
 
 use std::collections::HashMap;
@@ -90,6 +91,7 @@ fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
 }
 
 pub use body::{MAX_JSON_VALUES, MAX_REQUEST_BYTES};
+pub use metrics::count_requests;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // JSON bodies are read as bytes up to the limit and checked before
@@ -125,6 +127,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .route("/health", web::get().to(manage::health))
         .route("/ready", web::get().to(manage::ready))
+        .route("/metrics", web::get().to(metrics::scrape))
         .default_service(web::to(not_found));
 }
 

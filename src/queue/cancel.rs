@@ -116,6 +116,9 @@ pub async fn cancel_many(
             }
         }
     }
+    crate::metrics::metrics()
+        .cancelled
+        .inc_by(changes.len() as u64);
     // What was cancelled in Redis reaches the journal even when another id
     // met an outage; cancelling again finds each one finished.
     state.journal.record_durable(changes).await?;

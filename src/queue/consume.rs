@@ -10,6 +10,7 @@ use crate::actors::router::Touch as WakeShard;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, MessageView, Status};
+use crate::metrics::metrics;
 use crate::redis::record;
 use crate::redis::schedule::{AckResult, Advanced, AfterFailure, Claimed, NackResult};
 use crate::repeat::Occurrence;
@@ -75,6 +76,20 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
     // Each shard's actor must wake for the earliest ack deadline handed out.
     let mut deadlines: BTreeMap<u32, i64> = BTreeMap::new();
     let mut inflight_names: BTreeMap<u32, std::sync::Arc<str>> = BTreeMap::new();
+    let m = metrics();
+    let mut per_topic: BTreeMap<&str, u64> = BTreeMap::new();
+    for c in &claimed {
+        *per_topic.entry(&c.message.topic).or_default() += 1;
+        // A message's (or occurrence's) first delivery: later ones are
+        // late by design (a ttl passed, a nack).
+        if c.attempts == 1 {
+            m.lateness
+                .observe((c.at - c.message.due_time) as f64 / 1000.0);
+        }
+    }
+    for (topic, n) in per_topic {
+        m.count(&m.delivered, topic, n);
+    }
     for c in claimed {
         let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
         *deadline = (*deadline).min(now + c.message.ttl);
@@ -196,6 +211,7 @@ pub async fn ack_occurrences(
             let id = ids[i];
             outcomes[i] = match result {
                 AckResult::Acked { attempts } => {
+                    metrics().acked.inc();
                     changes.push(consumed(id, attempts, now));
                     AckOutcome::Consumed
                 }
@@ -270,6 +286,7 @@ pub async fn ack_occurrences(
         for ((i, attempts, (id, _, next)), done) in advancing.into_iter().zip(advanced) {
             match (done, next) {
                 (Advanced::Next { at }, Some(next)) => {
+                    metrics().acked.inc();
                     let occ = next.occurrence.expect("a next occurrence has its number");
                     changes.push(moved_on(id, occ, next.due_time, at));
                     state.router.do_send(WakeShard {
@@ -279,6 +296,7 @@ pub async fn ack_occurrences(
                     outcomes[i] = AckOutcome::Next(occ);
                 }
                 (Advanced::Next { at } | Advanced::Ended { at }, _) => {
+                    metrics().acked.inc();
                     changes.push(consumed(id, attempts, at));
                     outcomes[i] = AckOutcome::Consumed;
                 }
@@ -331,6 +349,11 @@ pub async fn nack(
                 topic,
             } => {
                 let shard = keys.shard_of(id);
+                let m = metrics();
+                m.count(&m.nacked, &topic, 1);
+                if then == AfterFailure::Dead {
+                    m.count(&m.dead, &topic, 1);
+                }
                 match then {
                     AfterFailure::Ready => ready_topics.push(topic),
                     AfterFailure::Delaying { due } => state.router.do_send(WakeShard {

@@ -26,9 +26,11 @@ impl Queue {
         let mut accepted = Vec::with_capacity(messages.len());
         let mut to_schedule = Vec::new();
         let mut seen = HashSet::new();
+        let metrics = crate::metrics::metrics();
         for (m, outcome) in messages.into_iter().zip(outcomes) {
             match outcome {
                 InsertOutcome::Inserted => {
+                    metrics.count(&metrics.pushed, &m.topic, 1);
                     accepted.push(Accepted {
                         id: m.id,
                         fresh: true,

@@ -201,7 +201,7 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        self.flags(ids.len(), &by_shard, &pipe).await
+        self.flags("purge", ids.len(), &by_shard, &pipe).await
     }
 
     /// Puts messages whose record sits nowhere back in their delay zsets
@@ -219,11 +219,12 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        self.flags(ids.len(), &by_shard, &pipe).await
+        self.flags("replace", ids.len(), &by_shard, &pipe).await
     }
 
     async fn flags(
         &self,
+        script: &'static str,
         n: usize,
         by_shard: &BTreeMap<u32, Vec<usize>>,
         pipe: &redis::Pipeline,
@@ -231,7 +232,10 @@ impl RedisSchedule {
         if by_shard.is_empty() {
             return Ok(Vec::new());
         }
-        let replies: Vec<Vec<i64>> = self.scripts.run_pipe(&mut self.con.clone(), pipe).await?;
+        let replies: Vec<Vec<i64>> = self
+            .scripts
+            .run_pipe(script, &mut self.con.clone(), pipe)
+            .await?;
         let mut out = vec![false; n];
         for ((_, idx), flags) in by_shard.iter().zip(replies) {
             for (&i, f) in idx.iter().zip(flags) {

@@ -306,7 +306,10 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        let replies: Vec<Vec<i64>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let replies: Vec<Vec<i64>> = self
+            .scripts
+            .run_pipe("schedule", &mut self.con.clone(), &pipe)
+            .await?;
         let mut outcome = vec![Scheduled::Present; messages.len()];
         for ((_, idx), mut flags) in by_shard.iter().zip(replies) {
             let at = flags.pop().unwrap_or_else(now_ms);
@@ -425,7 +428,7 @@ impl RedisSchedule {
                 self.node.to_string(),
             ],
         );
-        let reply: Value = match self.scripts.run(&mut self.con.clone(), &cmd).await {
+        let reply: Value = match self.scripts.run("tick", &mut self.con.clone(), &cmd).await {
             Err(e) if e.code() == Some("STALE_EPOCH") => return Err(ShardError::StaleEpoch(shard)),
             other => other?,
         };
@@ -501,8 +504,10 @@ impl RedisSchedule {
                 &[now_ms, n as i64],
             ));
         }
-        let mut replies: Vec<Vec<String>> =
-            self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let mut replies: Vec<Vec<String>> = self
+            .scripts
+            .run_pipe("claim", &mut self.con.clone(), &pipe)
+            .await?;
         let mut out = Vec::new();
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
@@ -545,7 +550,10 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let replies: Vec<Vec<Value>> = self
+            .scripts
+            .run_pipe("ack", &mut self.con.clone(), &pipe)
+            .await?;
         let mut out = vec![AckResult::Absent; ids.len()];
         for ((_, idx), reply) in by_shard.iter().zip(replies) {
             for (&i, three) in idx.iter().zip(reply.chunks(3)) {
@@ -610,7 +618,10 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let replies: Vec<Vec<Value>> = self
+            .scripts
+            .run_pipe("advance", &mut self.con.clone(), &pipe)
+            .await?;
         let mut out = vec![Advanced::Changed; items.len()];
         for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
             let at = ran_at(&mut reply, now);
@@ -659,7 +670,10 @@ impl RedisSchedule {
                 &args,
             ));
         }
-        let replies: Vec<Vec<Value>> = self.scripts.run_pipe(&mut self.con.clone(), &pipe).await?;
+        let replies: Vec<Vec<Value>> = self
+            .scripts
+            .run_pipe("nack", &mut self.con.clone(), &pipe)
+            .await?;
         let mut out = vec![NackResult::Absent; nacks.len()];
         for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
             let at = ran_at(&mut reply, now);
@@ -707,7 +721,10 @@ impl RedisSchedule {
                 if tombstone_absent { "1" } else { "0" }.to_string(),
             ],
         );
-        let (r, attempts): (String, i32) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let (r, attempts): (String, i32) = self
+            .scripts
+            .run("cancel", &mut self.con.clone(), &cmd)
+            .await?;
         Ok(match r.as_str() {
             "deleted" => CancelResult::Deleted { attempts },
             "stopped" => CancelResult::Stopped { attempts },
@@ -735,8 +752,10 @@ impl RedisSchedule {
             &[key],
             &[op, holder, &lease_ms.to_string()],
         );
-        let (held, cur): (i64, Option<String>) =
-            self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let (held, cur): (i64, Option<String>) = self
+            .scripts
+            .run("lease", &mut self.con.clone(), &cmd)
+            .await?;
         Ok((held == 1, cur))
     }
 
@@ -748,7 +767,10 @@ impl RedisSchedule {
             &[self.keys.worker_reserved(worker)],
             &[ms],
         );
-        let (before, now): (String, String) = self.scripts.run(&mut self.con.clone(), &cmd).await?;
+        let (before, now): (String, String) = self
+            .scripts
+            .run("reserve", &mut self.con.clone(), &cmd)
+            .await?;
         let num = |v: String| {
             v.parse::<i64>()
                 .map_err(|e| ShardError::BadRecord(e.to_string()))

@@ -2,10 +2,15 @@
 //! SHA. When Redis has forgotten them (a restart, `SCRIPT FLUSH`) they are
 //! loaded again and the call is retried once.
 
+use std::time::Instant;
+
 use redis::aio::ConnectionManager;
+
 use redis::{
     Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs,
 };
+
+use crate::metrics::metrics;
 
 pub struct Scripts {
     pub schedule: Script,
@@ -86,33 +91,42 @@ impl Scripts {
         Ok(())
     }
 
-    /// Runs one script call.
+    /// Runs one call of the script named `name` (timed under that name).
     pub async fn run<T: FromRedisValue>(
         &self,
+        name: &'static str,
         con: &mut ConnectionManager,
         cmd: &Cmd,
     ) -> RedisResult<T> {
-        match cmd.query_async(con).await {
+        let began = Instant::now();
+        let result = match cmd.query_async(con).await {
             Err(e) if is_noscript(&e) => {
                 self.load(con).await?;
                 cmd.query_async(con).await
             }
             other => other,
-        }
+        };
+        metrics().script_took(name, began);
+        result
     }
 
-    /// Runs a pipeline of script calls (and plain commands).
+    /// Runs a pipeline of calls of the script named `name` (and plain
+    /// commands), timed as one.
     pub async fn run_pipe<T: FromRedisValue>(
         &self,
+        name: &'static str,
         con: &mut ConnectionManager,
         pipe: &Pipeline,
     ) -> RedisResult<T> {
-        match pipe.query_async(con).await {
+        let began = Instant::now();
+        let result = match pipe.query_async(con).await {
             Err(e) if is_noscript(&e) => {
                 self.load(con).await?;
                 pipe.query_async(con).await
             }
             other => other,
-        }
+        };
+        metrics().script_took(name, began);
+        result
     }
 }

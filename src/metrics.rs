@@ -1,0 +1,487 @@
+//! Prometheus metrics, served by `GET /metrics` in the OpenMetrics text
+//! format (which Prometheus scrapes natively).
+//!
+//! One registry per process ([`metrics`]). Events are counted where they
+//! happen, with atomics; what is a state rather than an event is read at
+//! scrape time from what the node holds in memory (the journal's queue,
+//! the cluster view), or, for what lives in Redis, sampled by
+//! [`sample_shards`] every few seconds: a scrape never touches Redis or the
+//! database, so scraping never slows delivery.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `delayq_pushed_total` | counter | topic | messages accepted (durable in the journal) |
+//! | `delayq_delivered_total` | counter | topic | messages handed to a consumer (every attempt) |
+//! | `delayq_acked_total` | counter | | deliveries acked (consumed, or a recurring occurrence done) |
+//! | `delayq_nacked_total` | counter | topic | deliveries given back by a consumer |
+//! | `delayq_redelivered_total` | counter | topic | deliveries whose ack deadline passed |
+//! | `delayq_dead_total` | counter | topic | messages that became dead (last attempt failed) |
+//! | `delayq_cancelled_total` | counter | | messages cancelled before delivery |
+//! | `delayq_promoted_total` | counter | | due messages moved to a ready queue by this node's shard scans |
+//! | `delayq_restored_total` | counter | | messages put back into Redis from the journal |
+//! | `delayq_reconcile_repaired_total` | counter | kind | differences the reconciler repaired |
+//! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
+//! | `delayq_journal_batch_size` | histogram | kind (`insert`, `flow`) | rows per group commit |
+//! | `delayq_journal_commit_seconds` | histogram | kind | time per group commit |
+//! | `delayq_journal_backlog` | gauge | | status changes waiting to be written |
+//! | `delayq_journal_refused_total` | counter | | status changes the database refused (set aside) |
+//! | `delayq_redis_script_seconds` | histogram | script | time per script call (a pipeline of calls counts once) |
+//! | `delayq_http_requests_total` | counter | route, method, status | requests by route pattern |
+//! | `delayq_http_request_seconds` | histogram | route, method | time to answer (long polls included) |
+//! | `delayq_shard_messages` | gauge | shard, state (`delaying`, `ready`, `inflight`) | sampled, shards this node owns |
+//! | `delayq_shard_overdue_seconds` | gauge | shard | how long the earliest due message waits for promotion (0: none) |
+//! | `delayq_shard_epoch` | gauge | shard | fencing epoch of each shard this node owns |
+//! | `delayq_cluster_session` | gauge | state | 1 for the session's state (`standalone`, `connected`, …) |
+//! | `delayq_cluster_leader` | gauge | | 1 on the leader |
+//! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
+//! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
+//!
+//! Topic labels are bounded: the first `--metrics-topics` topics (100 by
+//! default) seen by a process get their own series, later ones share the
+//! series `topic="(other)"` (a name no topic can have).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::actors::journal::Journal;
+use crate::cluster::{ClusterHandle, Session};
+use crate::message::now_ms;
+use crate::redis::schedule::RedisSchedule;
+
+/// The label value every topic past the limit shares.
+pub const OTHER_TOPIC: &str = "(other)";
+/// Topics with their own series, unless configured otherwise.
+pub const DEFAULT_TOPICS: usize = 100;
+/// How often [`sample_shards`] reads the shards' sizes from Redis.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// The content type of [`encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Lateness buckets: 1 ms to 10 s, about three per decade.
+const LATENESS_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const BATCH_BUCKETS: [f64; 11] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0,
+];
+/// Database commits and Redis calls: 100 µs to 10 s.
+const CALL_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0, 10.0,
+];
+/// HTTP answers, long polls included: 1 ms to 60 s.
+const HTTP_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 60.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabel {
+    pub topic: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScriptLabel {
+    pub script: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+    pub method: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardStateLabels {
+    pub shard: u32,
+    pub state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabel {
+    pub shard: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionLabel {
+    pub state: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    topics: TopicLabels,
+    pub pushed: Family<TopicLabel, Counter>,
+    pub delivered: Family<TopicLabel, Counter>,
+    pub acked: Counter,
+    pub nacked: Family<TopicLabel, Counter>,
+    pub redelivered: Family<TopicLabel, Counter>,
+    pub dead: Family<TopicLabel, Counter>,
+    pub cancelled: Counter,
+    pub promoted: Counter,
+    pub restored: Counter,
+    pub repaired: Family<KindLabel, Counter>,
+    pub lateness: Histogram,
+    pub journal_batch: Family<KindLabel, Histogram>,
+    pub journal_commit: Family<KindLabel, Histogram>,
+    journal_backlog: Gauge,
+    pub journal_refused: Counter,
+    pub script: Family<ScriptLabel, Histogram>,
+    pub http_requests: Family<RequestLabels, Counter>,
+    pub http_seconds: Family<RouteLabels, Histogram>,
+    shard_messages: Family<ShardStateLabels, Gauge>,
+    shard_overdue: Family<ShardLabel, FloatGauge>,
+    shard_epoch: Family<ShardLabel, Gauge>,
+    cluster_session: Family<SessionLabel, Gauge>,
+    cluster_leader: Gauge,
+    cluster_nodes: Gauge,
+    owned_shards: Gauge,
+}
+
+fn batch_histogram() -> Histogram {
+    Histogram::new(BATCH_BUCKETS)
+}
+
+fn call_histogram() -> Histogram {
+    Histogram::new(CALL_BUCKETS)
+}
+
+fn http_histogram() -> Histogram {
+    Histogram::new(HTTP_BUCKETS)
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            topics: TopicLabels::new(DEFAULT_TOPICS),
+            pushed: Family::default(),
+            delivered: Family::default(),
+            acked: Counter::default(),
+            nacked: Family::default(),
+            redelivered: Family::default(),
+            dead: Family::default(),
+            cancelled: Counter::default(),
+            promoted: Counter::default(),
+            restored: Counter::default(),
+            repaired: Family::default(),
+            lateness: Histogram::new(LATENESS_BUCKETS),
+            journal_batch: Family::new_with_constructor(batch_histogram),
+            journal_commit: Family::new_with_constructor(call_histogram),
+            journal_backlog: Gauge::default(),
+            journal_refused: Counter::default(),
+            script: Family::new_with_constructor(call_histogram),
+            http_requests: Family::default(),
+            http_seconds: Family::new_with_constructor(http_histogram),
+            shard_messages: Family::default(),
+            shard_overdue: Family::default(),
+            shard_epoch: Family::default(),
+            cluster_session: Family::default(),
+            cluster_leader: Gauge::default(),
+            cluster_nodes: Gauge::default(),
+            owned_shards: Gauge::default(),
+        };
+        {
+            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let d = r.sub_registry_with_prefix("delayq");
+            d.register(
+                "pushed",
+                "Messages accepted (durable in the journal)",
+                m.pushed.clone(),
+            );
+            d.register(
+                "delivered",
+                "Messages handed to a consumer, every attempt",
+                m.delivered.clone(),
+            );
+            d.register("acked", "Deliveries acked", m.acked.clone());
+            d.register(
+                "nacked",
+                "Deliveries given back by a consumer",
+                m.nacked.clone(),
+            );
+            d.register(
+                "redelivered",
+                "Deliveries whose ack deadline passed",
+                m.redelivered.clone(),
+            );
+            d.register(
+                "dead",
+                "Messages that became dead after their last attempt",
+                m.dead.clone(),
+            );
+            d.register(
+                "cancelled",
+                "Messages cancelled before delivery",
+                m.cancelled.clone(),
+            );
+            d.register(
+                "promoted",
+                "Due messages moved to a ready queue by this node's shard scans",
+                m.promoted.clone(),
+            );
+            d.register(
+                "restored",
+                "Messages put back into Redis from the journal",
+                m.restored.clone(),
+            );
+            d.register(
+                "reconcile_repaired",
+                "Differences between the journal and Redis the reconciler repaired",
+                m.repaired.clone(),
+            );
+            d.register(
+                "lateness_seconds",
+                "Hand-out time minus due time of each first delivery",
+                m.lateness.clone(),
+            );
+            d.register(
+                "journal_batch_size",
+                "Rows per journal group commit",
+                m.journal_batch.clone(),
+            );
+            d.register(
+                "journal_commit_seconds",
+                "Time per journal group commit",
+                m.journal_commit.clone(),
+            );
+            d.register(
+                "journal_backlog",
+                "Status changes waiting to be written to the journal",
+                m.journal_backlog.clone(),
+            );
+            d.register(
+                "journal_refused",
+                "Status changes the database refused (set aside)",
+                m.journal_refused.clone(),
+            );
+            d.register(
+                "redis_script_seconds",
+                "Time per Redis script call or pipeline of calls",
+                m.script.clone(),
+            );
+            d.register(
+                "http_requests",
+                "HTTP requests by route pattern, method and status",
+                m.http_requests.clone(),
+            );
+            d.register(
+                "http_request_seconds",
+                "Time to answer an HTTP request, long polls included",
+                m.http_seconds.clone(),
+            );
+            d.register(
+                "shard_messages",
+                "Messages in each owned shard by state (sampled)",
+                m.shard_messages.clone(),
+            );
+            d.register("shard_overdue_seconds", "How long the earliest due message of each owned shard has waited for promotion (sampled)", m.shard_overdue.clone());
+            d.register(
+                "shard_epoch",
+                "Fencing epoch of each shard this node owns",
+                m.shard_epoch.clone(),
+            );
+            d.register(
+                "cluster_session",
+                "1 for the state of this node's cluster session",
+                m.cluster_session.clone(),
+            );
+            d.register(
+                "cluster_leader",
+                "1 when this node is the leader",
+                m.cluster_leader.clone(),
+            );
+            d.register(
+                "cluster_nodes",
+                "Live nodes this node sees",
+                m.cluster_nodes.clone(),
+            );
+            d.register(
+                "cluster_owned_shards",
+                "Shards this node scans",
+                m.owned_shards.clone(),
+            );
+        }
+        m
+    }
+
+    /// Sets how many topics get their own series (before any is counted).
+    pub fn limit_topics(&self, limit: usize) {
+        self.topics.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The label of `topic`: its own while the limit allows, else `(other)`.
+    pub fn topic(&self, topic: &str) -> TopicLabel {
+        TopicLabel {
+            topic: self.topics.label(topic),
+        }
+    }
+
+    /// Counts `n` events of `topic` in `family`.
+    pub fn count(&self, family: &Family<TopicLabel, Counter>, topic: &str, n: u64) {
+        family.get_or_create(&self.topic(topic)).inc_by(n);
+    }
+
+    /// Times one Redis script call (or pipeline of calls).
+    pub fn script_took(&self, script: &'static str, since: Instant) {
+        self.script
+            .get_or_create(&ScriptLabel { script })
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// One journal group commit of `rows` rows.
+    pub fn journal_committed(&self, kind: &'static str, rows: usize, since: Instant) {
+        let kind = KindLabel { kind };
+        self.journal_batch.get_or_create(&kind).observe(rows as f64);
+        self.journal_commit
+            .get_or_create(&kind)
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// The text of every metric, with what the node holds in memory read
+    /// now.
+    pub fn encode(&self, journal: &Journal, cluster: &ClusterHandle) -> String {
+        self.journal_backlog.set(journal.backlog_pending() as i64);
+        let view = cluster.view();
+        self.cluster_session.clear();
+        self.cluster_session
+            .get_or_create(&SessionLabel {
+                state: session_name(view.session),
+            })
+            .set(1);
+        self.cluster_leader.set(view.is_leader() as i64);
+        self.cluster_nodes.set(view.nodes.len() as i64);
+        self.owned_shards.set(view.owned.len() as i64);
+        self.shard_epoch.clear();
+        for &(shard, epoch) in &view.owned {
+            self.shard_epoch
+                .get_or_create(&ShardLabel { shard })
+                .set(epoch);
+        }
+        let mut text = String::with_capacity(16 * 1024);
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
+    }
+}
+
+fn session_name(s: Session) -> &'static str {
+    match s {
+        Session::Connecting => "connecting",
+        Session::Connected => "connected",
+        Session::Disconnected => "disconnected",
+        Session::Expired => "expired",
+        Session::Standalone => "standalone",
+    }
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+/// The topics with a series of their own: the first `limit` seen.
+struct TopicLabels {
+    limit: AtomicUsize,
+    known: RwLock<HashSet<String>>,
+}
+
+impl TopicLabels {
+    fn new(limit: usize) -> Self {
+        TopicLabels {
+            limit: AtomicUsize::new(limit),
+            known: RwLock::new(HashSet::new()),
+        }
+    }
+
+    fn label(&self, topic: &str) -> String {
+        if self
+            .known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(topic)
+        {
+            return topic.to_string();
+        }
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        if known.contains(topic) {
+            return topic.to_string();
+        }
+        if known.len() < self.limit.load(Ordering::Relaxed) {
+            known.insert(topic.to_string());
+            topic.to_string()
+        } else {
+            OTHER_TOPIC.to_string()
+        }
+    }
+}
+
+/// Every [`SAMPLE_EVERY`], reads the sizes of the shards this node owns
+/// (a few O(1) reads per shard) into the shard gauges; a shard this node
+/// no longer owns loses its series.
+pub async fn sample_shards(redis: RedisSchedule, cluster: ClusterHandle) {
+    let m = metrics();
+    loop {
+        let owned: Vec<u32> = cluster.view().owned.iter().map(|&(s, _)| s).collect();
+        let counts = futures::future::join_all(owned.iter().map(|&s| redis.shard_counts(s))).await;
+        m.shard_messages.clear();
+        m.shard_overdue.clear();
+        let now = now_ms();
+        for (&shard, counts) in owned.iter().zip(counts) {
+            let Ok(c) = counts else { continue };
+            for (state, n) in [
+                ("delaying", c.delaying),
+                ("ready", c.ready),
+                ("inflight", c.in_flight),
+            ] {
+                m.shard_messages
+                    .get_or_create(&ShardStateLabels { shard, state })
+                    .set(n);
+            }
+            let overdue = c.oldest_overdue.map_or(0, |due| (now - due).max(0));
+            m.shard_overdue
+                .get_or_create(&ShardLabel { shard })
+                .set(overdue as f64 / 1000.0);
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_past_the_limit_share_one_series() {
+        let t = TopicLabels::new(2);
+        assert_eq!(t.label("a"), "a");
+        assert_eq!(t.label("b"), "b");
+        assert_eq!(t.label("c"), OTHER_TOPIC);
+        assert_eq!(t.label("a"), "a");
+        assert_eq!(t.label("d"), OTHER_TOPIC);
+        assert!(!crate::message::valid_topic(OTHER_TOPIC));
+    }
+}
