@@ -21,6 +21,8 @@
 //! | `--log-json` | `DELAYQ_LOG_JSON` | off |
 //! | `--reconcile-interval` | `DELAYQ_RECONCILE_INTERVAL` | `60s` (`0`: off) |
 //! | `--reconcile-grace` | `DELAYQ_RECONCILE_GRACE` | `30s` |
+//! | `--forward` | `DELAYQ_FORWARD` | none; `TOPIC=URL`, repeatable (rules separated by spaces in the variable), see [`crate::forward`] |
+//! | `--forward-secret` | `DELAYQ_FORWARD_SECRET` | none; signs webhook requests (HMAC-SHA256) |
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //!
 //! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
@@ -46,7 +48,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a node.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run the journal migrations and exit.
     Migrate(JournalArgs),
     /// Rebuild Redis from the journal for every live message, then exit.
@@ -154,6 +156,19 @@ pub struct ServeArgs {
     /// share the series topic="(other)", so the number of series stays bounded.
     #[arg(long, env = "DELAYQ_METRICS_TOPICS", default_value_t = crate::metrics::DEFAULT_TOPICS)]
     pub metrics_topics: usize,
+    /// Forward a topic's due messages to RabbitMQ, NATS JetStream or a
+    /// webhook: TOPIC=amqp://…, TOPIC=nats://…, TOPIC=http(s)://…; repeat
+    /// for more topics.
+    #[arg(
+        long = "forward",
+        env = "DELAYQ_FORWARD",
+        value_delimiter = ' ',
+        value_name = "TOPIC=URL"
+    )]
+    pub forward: Vec<crate::forward::Rule>,
+    /// The secret webhook requests are signed with (X-Delayq-Signature).
+    #[arg(long, env = "DELAYQ_FORWARD_SECRET", hide_env_values = true)]
+    pub forward_secret: Option<String>,
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
     #[command(flatten)]

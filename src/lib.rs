@@ -22,7 +22,8 @@
 //!   earliest due time, then moves due ids to their topic's ready queue
 //!   (fenced by the shard's epoch) and notifies waiting consumers
 //!   ([`notify`]; on other nodes through the ready channel).
-//! - [`queue::consume`] (behind `GET /get/{topic}`) hands ready messages out (Consuming,
+//! - [`queue::consume`] (behind `GET /get/{topic}`, and [`forward`], which
+//!   hands a topic's messages to RabbitMQ, NATS or a webhook) hands ready messages out (Consuming,
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.
 //!   [`retry`] decides what a failed delivery leads to; [`repeat`] when a
@@ -41,6 +42,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod forward;
 pub mod ids;
 pub mod journal;
 pub mod message;

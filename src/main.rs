@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         logs.init();
     }
     match cli.command {
-        Command::Serve(args) => actix_web::rt::System::new().block_on(delayq::node::serve(args)),
+        Command::Serve(args) => actix_web::rt::System::new().block_on(delayq::node::serve(*args)),
         Command::Migrate(args) => {
             let url = JournalUrl::parse(&args.database_url)?;
             let applied =

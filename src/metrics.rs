@@ -20,6 +20,8 @@
 //! | `delayq_promoted_total` | counter | | due messages moved to a ready queue by this node's shard scans |
 //! | `delayq_restored_total` | counter | | messages put back into Redis from the journal |
 //! | `delayq_reconcile_repaired_total` | counter | kind | differences the reconciler repaired |
+//! | `delayq_forwarded_total` | counter | topic, sink | messages a broker or webhook confirmed (see [`crate::forward`]) |
+//! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
 //! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
 //! | `delayq_journal_batch_size` | histogram | kind (`insert`, `flow`) | rows per group commit |
 //! | `delayq_journal_commit_seconds` | histogram | kind | time per group commit |
@@ -88,6 +90,12 @@ pub struct TopicLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardLabels {
+    pub topic: String,
+    pub sink: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: &'static str,
 }
@@ -142,6 +150,8 @@ pub struct Metrics {
     pub promoted: Counter,
     pub restored: Counter,
     pub repaired: Family<KindLabel, Counter>,
+    forwarded: Family<ForwardLabels, Counter>,
+    forward_failed: Family<ForwardLabels, Counter>,
     pub lateness: Histogram,
     pub journal_batch: Family<KindLabel, Histogram>,
     pub journal_commit: Family<KindLabel, Histogram>,
@@ -186,6 +196,8 @@ impl Metrics {
             promoted: Counter::default(),
             restored: Counter::default(),
             repaired: Family::default(),
+            forwarded: Family::default(),
+            forward_failed: Family::default(),
             lateness: Histogram::new(LATENESS_BUCKETS),
             journal_batch: Family::new_with_constructor(batch_histogram),
             journal_commit: Family::new_with_constructor(call_histogram),
@@ -250,6 +262,16 @@ impl Metrics {
                 "reconcile_repaired",
                 "Differences between the journal and Redis the reconciler repaired",
                 m.repaired.clone(),
+            );
+            d.register(
+                "forwarded",
+                "Messages a broker or webhook confirmed",
+                m.forwarded.clone(),
+            );
+            d.register(
+                "forward_failed",
+                "Forwards that failed (nacked)",
+                m.forward_failed.clone(),
             );
             d.register(
                 "lateness_seconds",
@@ -341,6 +363,20 @@ impl Metrics {
     /// Counts `n` events of `topic` in `family`.
     pub fn count(&self, family: &Family<TopicLabel, Counter>, topic: &str, n: u64) {
         family.get_or_create(&self.topic(topic)).inc_by(n);
+    }
+
+    /// One round of a forwarder: `ok` messages confirmed, `failed` not.
+    pub fn forwarded(&self, topic: &str, sink: &'static str, ok: u64, failed: u64) {
+        let labels = ForwardLabels {
+            topic: self.topics.label(topic),
+            sink,
+        };
+        if ok > 0 {
+            self.forwarded.get_or_create(&labels).inc_by(ok);
+        }
+        if failed > 0 {
+            self.forward_failed.get_or_create(&labels).inc_by(failed);
+        }
     }
 
     /// Times one Redis script call (or pipeline of calls).

@@ -223,6 +223,9 @@ async fn watch_dataset(restorer: Restorer, node_id: String, cluster: ClusterHand
     }
 }
 
+/// How long a stopping node waits for a forwarder to finish its round.
+const FORWARDER_STOP_WAIT: Duration = Duration::from_secs(15);
+
 /// How long a stopping node waits for the journal to take its queued status
 /// changes before it keeps them in Redis instead.
 const SHUTDOWN_JOURNAL_WAIT: Duration = Duration::from_secs(5);
@@ -524,6 +527,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         restore_status,
         reconciler,
     });
+    let (stop_forwarding, forwarding_stopped) = tokio::sync::watch::channel(false);
+    let forwarders = crate::forward::start(
+        state.queue.clone(),
+        &args.forward,
+        args.forward_secret.clone(),
+        forwarding_stopped,
+    );
     let mut server = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(api::count_requests))
@@ -548,7 +558,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     server.run().await?;
 
-    tracing::info!("shutting down: stopping shard scans, flushing the journal");
+    tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
+    // Forwarders finish (and ack) what they hold; one stuck on a broker is
+    // left: what it holds comes back after its ttl.
+    let _ = stop_forwarding.send(true);
+    for f in forwarders {
+        let _ = tokio::time::timeout(FORWARDER_STOP_WAIT, f).await;
+    }
     cluster.shutdown().await;
     let unwritten = journal.close(SHUTDOWN_JOURNAL_WAIT).await;
     spill(&redis, &unwritten).await;
