@@ -33,7 +33,7 @@ use crate::cluster::assign::Mode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "delayq", version, about = "A clustered delayed-message queue")]
+#[command(name = "delayq", version = crate::VERSION, about = "A clustered delayed-message queue")]
 pub struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "DELAYQ_LOG_JSON", global = true)]

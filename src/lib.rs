@@ -51,3 +51,15 @@ pub mod redis;
 pub mod repeat;
 pub mod restore;
 pub mod retry;
+
+/// The git revision this binary was built from (12 hex digits, or
+/// `unknown` when built outside a git checkout; see `build.rs`).
+pub const GIT_REVISION: &str = env!("DELAYQ_GIT_REVISION");
+
+/// What `delayq --version` prints after the name: `0.1.0 (git 74eeeb3abcde)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("DELAYQ_GIT_REVISION"),
+    ")"
+);

@@ -529,6 +529,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .bind(args.bind)
         .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = crate::GIT_REVISION,
         bind = %args.bind,
         node = %node_id,
         shards,
