@@ -1,13 +1,12 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 use delayq::config::{Cli, Command};
 use delayq::journal::{self, connection::JournalUrl};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::load();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
