@@ -31,9 +31,10 @@
 //! - [`restore`]: rebuilds Redis from the journal.
 //! - [`reconcile`]: compares the journal with Redis message by message and
 //!   puts differences right, run by the leader on a timer (self-repair).
-//! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
-//!   twins; [`error`]: the error policy and the API's error codes
-//!   ([`error::ErrorCode`]).
+//! - [`node`]: start-up and shutdown, and the command-line restore and
+//!   reconcile, which show their progress with [`progress`]; [`config`]:
+//!   flags, their `DELAYQ_*` twins and the config file; [`error`]: the
+//!   error policy and the API's error codes ([`error::ErrorCode`]).
 
 pub mod actors;
 pub mod api;
@@ -45,6 +46,7 @@ pub mod journal;
 pub mod message;
 pub mod node;
 pub mod notify;
+pub mod progress;
 pub mod queue;
 pub mod reconcile;
 pub mod redis;

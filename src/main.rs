@@ -1,3 +1,4 @@
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,7 +11,9 @@ fn main() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(delayq::progress::stderr)
+        // Colours on a terminal only: not in log files and pipes.
+        .with_ansi(std::io::stderr().is_terminal());
     if cli.log_json {
         logs.json().init();
     } else {
