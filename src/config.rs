@@ -25,24 +25,102 @@
 //! | `--forward-secret` | `DELAYQ_FORWARD_SECRET` | none; signs webhook requests (HMAC-SHA256) |
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //!
+//! Settings can also come from a TOML file, `--config PATH` (or
+//! `DELAYQ_CONFIG`), whose keys are the long flags (`redis-url = "…"`, or
+//! `redis_url`): a flag wins over its twin, and a twin over the file (see
+//! [`file`]; `delayq.example.toml` lists the keys of `delayq serve`).
+//!
 //! Log levels follow `RUST_LOG` (default `info`). Snowflake worker ids are
 //! not configured: each process leases one (see [`crate::cluster::worker`]).
 
+pub mod file;
+
+use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::assign::Mode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "delayq", version, about = "A clustered delayed-message queue")]
+#[command(name = "delayq", version = crate::VERSION, about = "A clustered delayed-message queue")]
 pub struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "DELAYQ_LOG_JSON", global = true)]
     pub log_json: bool,
+    /// A TOML file of settings: its keys are the long flags (redis-url =
+    /// "redis://…"); flags and DELAYQ_* variables win over it.
+    #[arg(long, env = "DELAYQ_CONFIG", global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The command line, the `DELAYQ_*` environment and the config file,
+    /// in that order of precedence. Like clap's own parse it exits with
+    /// code 2 on a usage error, and on a config file that does not fit.
+    pub fn load() -> Cli {
+        let args: Vec<OsString> = std::env::args_os().collect();
+        let mut cmd = Cli::command();
+        cmd.build();
+        let from_file = match file::read(&cmd, &args, |v| std::env::var_os(v)) {
+            Ok(f) => f.unwrap_or_default(),
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        };
+        // Before any thread starts: the file's values become the twins
+        // that are not set, and clap applies its own precedence.
+        for (var, value) in &from_file.twins {
+            std::env::set_var(var, value);
+        }
+        // A command reads its variables when it is made: make it again.
+        let mut cmd = Cli::command();
+        match cmd
+            .try_get_matches_from_mut(&args)
+            .and_then(|m| Cli::from_arg_matches(&m))
+        {
+            Ok(cli) => cli,
+            Err(e) => {
+                let e = e.format(&mut cmd);
+                let _ = e.print();
+                if let Some(key) = file_key_of(&e, &args, &from_file) {
+                    eprintln!(
+                        "note: the value comes from config file {}, key `{key}`",
+                        from_file.path
+                    );
+                }
+                std::process::exit(e.exit_code());
+            }
+        }
+    }
+}
+
+/// The config file's key behind a value clap refused, when the file gave
+/// it (neither the flag nor its variable did).
+fn file_key_of<'f>(
+    e: &clap::Error,
+    args: &[OsString],
+    from_file: &'f file::FromFile,
+) -> Option<&'f str> {
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let flag = format!("--{long}");
+    let given = args.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    });
+    if given {
+        return None;
+    }
+    from_file.keys.get(long).map(String::as_str)
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,10 +32,11 @@
 //! - [`restore`]: rebuilds Redis from the journal.
 //! - [`reconcile`]: compares the journal with Redis message by message and
 //!   puts differences right, run by the leader on a timer (self-repair).
-//! - [`node`]: start-up and shutdown; [`config`]: flags and their `DELAYQ_*`
-//!   twins; [`error`]: the error policy and the API's error codes
-//!   ([`error::ErrorCode`]); [`metrics`]: what `GET /metrics` shows, counted
-//!   along the way above.
+//! - [`node`]: start-up and shutdown, and the command-line restore and
+//!   reconcile, which show their progress with [`progress`]; [`config`]:
+//!   flags, their `DELAYQ_*` twins and the config file; [`error`]: the
+//!   error policy and the API's error codes ([`error::ErrorCode`]);
+//!   [`metrics`]: what `GET /metrics` shows, counted along the way above.
 
 pub mod actors;
 pub mod api;
@@ -49,9 +50,22 @@ pub mod message;
 pub mod metrics;
 pub mod node;
 pub mod notify;
+pub mod progress;
 pub mod queue;
 pub mod reconcile;
 pub mod redis;
 pub mod repeat;
 pub mod restore;
 pub mod retry;
+
+/// The git revision this binary was built from (12 hex digits, or
+/// `unknown` when built outside a git checkout; see `build.rs`).
+pub const GIT_REVISION: &str = env!("DELAYQ_GIT_REVISION");
+
+/// What `delayq --version` prints after the name: `0.1.0 (git 74eeeb3abcde)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("DELAYQ_GIT_REVISION"),
+    ")"
+);

@@ -1,17 +1,19 @@
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 use delayq::config::{Cli, Command};
 use delayq::journal::{self, connection::JournalUrl};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::load();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(delayq::progress::stderr)
+        // Colours on a terminal only: not in log files and pipes.
+        .with_ansi(std::io::stderr().is_terminal());
     if cli.log_json {
         logs.json().init();
     } else {

@@ -17,6 +17,7 @@ use crate::journal::connection::{redact, JournalUrl};
 use crate::journal::{self, NodeInfo};
 use crate::message::{now_ms, IdGenerator};
 use crate::notify::{Notifier, Topics};
+use crate::progress::{self, Progress};
 use crate::reconcile::{self, ReconcileReport, Reconciler, Repair};
 use crate::redis::inspect::evicts;
 use crate::redis::keys::Keys;
@@ -548,6 +549,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .bind(args.bind)
         .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = crate::GIT_REVISION,
         bind = %args.bind,
         node = %node_id,
         shards,
@@ -649,7 +652,8 @@ impl Tool {
 }
 
 /// `delayq restore`: the restore of `GET /reStore`, with progress on stderr
-/// and the report as one JSON line on stdout.
+/// (a bar on a terminal, its total the live rows still to read; plain lines
+/// elsewhere) and the report as one JSON line on stdout.
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
     let tool = Tool::open(&args.node, &args.journal, &args.redis, !args.dry_run).await?;
     let restorer = Restorer {
@@ -658,22 +662,47 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
         redis: tool.redis.clone(),
         status: RestoreStatus::default(),
     };
+    // The bar's total: the live rows after where the restore starts. A
+    // failed count leaves the bar without one (no time left shown).
+    let total = if progress::wanted() {
+        match restorer.resumes_after(args.expire, args.dry_run).await {
+            Ok(c) => tool.journal.count_live(c.map_or(0, |c| c.after)).await.ok(),
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    let shown = Progress::start("restore", total);
     let report = restorer
         .all(args.expire, args.dry_run, |r| {
-            eprintln!(
-                "restore: scanned {} restored {} already present {} skipped (expired) {}",
-                r.scanned, r.restored, r.already_present, r.skipped_expired
+            shown.update(
+                r.scanned,
+                || {
+                    format!(
+                        "restored {}, already present {}, skipped (expired) {}, skipped (finished) {}",
+                        r.restored, r.already_present, r.skipped_expired, r.skipped_finished
+                    )
+                },
+                || {
+                    format!(
+                        "restore: scanned {} restored {} already present {} skipped (expired) {}",
+                        r.scanned, r.restored, r.already_present, r.skipped_expired
+                    )
+                },
             )
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"));
+    drop(shown);
     // The Delaying rows of what was restored, before the lease goes.
     tool.close().await?;
     report
 }
 
 /// `delayq reconcile`: the report of `GET /admin/reconcile`, with progress
-/// on stderr and the report as one JSON line on stdout.
+/// on stderr (a bar on a terminal, its total the live journal rows and the
+/// Redis records to read; plain lines elsewhere) and the report as one JSON
+/// line on stdout.
 pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport> {
     // Repairs write flow rows.
     let tool = Tool::open(&args.node, &args.journal, &args.redis, args.repair).await?;
@@ -693,23 +722,56 @@ pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport
     } else {
         Repair::None
     };
+    // The bar's total: the live journal rows and the Redis records.
+    let total = if progress::wanted() {
+        match (
+            tool.journal.count_live(0).await,
+            tool.redis.record_count().await,
+        ) {
+            (Ok(rows), Ok(records)) => Some(rows + records),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let shown = Progress::start("reconcile", total);
     let report = reconciler
         .run(repair, |r| {
-            eprintln!(
-                "reconcile: journal rows {} (recent {}) redis records {} missing {} unscheduled {} \
-                 finishedInJournal {} statusMismatch {} unknown {}",
-                r.journal_scanned,
-                r.journal_recent,
-                r.redis_scanned,
-                r.missing.count,
-                r.unscheduled.count,
-                r.finished_in_journal.count,
-                r.status_mismatch.count,
-                r.unknown.count
+            shown.update(
+                r.journal_scanned + r.journal_recent + r.redis_scanned,
+                || {
+                    format!(
+                        "journal rows {} (recent {}), redis records {}; missing {}, unscheduled {}, \
+                         finishedInJournal {}, statusMismatch {}, unknown {}",
+                        r.journal_scanned,
+                        r.journal_recent,
+                        r.redis_scanned,
+                        r.missing.count,
+                        r.unscheduled.count,
+                        r.finished_in_journal.count,
+                        r.status_mismatch.count,
+                        r.unknown.count
+                    )
+                },
+                || {
+                    format!(
+                        "reconcile: journal rows {} (recent {}) redis records {} missing {} unscheduled {} \
+                         finishedInJournal {} statusMismatch {} unknown {}",
+                        r.journal_scanned,
+                        r.journal_recent,
+                        r.redis_scanned,
+                        r.missing.count,
+                        r.unscheduled.count,
+                        r.finished_in_journal.count,
+                        r.status_mismatch.count,
+                        r.unknown.count
+                    )
+                },
             )
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"));
+    drop(shown);
     tool.close().await?;
     report
 }

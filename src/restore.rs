@@ -138,18 +138,14 @@ impl Restorer {
             ..Default::default()
         };
         let mut after = 0;
-        if !dry_run {
-            if let Some(c) = self.redis.restore_cursor().await? {
-                if c.expire == expire && started_at - c.updated_at < RESTORE_CURSOR_MS {
-                    tracing::info!(
-                        after = c.after,
-                        interrupted_at = c.updated_at,
-                        "resuming an interrupted restore after its cursor"
-                    );
-                    after = c.after;
-                    report.resumed_after = Some(c.after);
-                }
-            }
+        if let Some(c) = self.resumes_after(expire, dry_run).await? {
+            tracing::info!(
+                after = c.after,
+                interrupted_at = c.updated_at,
+                "resuming an interrupted restore after its cursor"
+            );
+            after = c.after;
+            report.resumed_after = Some(c.after);
         }
         self.status
             .set(progress_of(&report, expire, started_at, after));
@@ -186,6 +182,24 @@ impl Restorer {
             ),
         }
         result.map(|()| report)
+    }
+
+    /// The interrupted restore a restore with this `expire` would resume
+    /// after: its cursor, when it moved within [`RESTORE_CURSOR_MS`] (a dry
+    /// run resumes nothing).
+    pub async fn resumes_after(
+        &self,
+        expire: bool,
+        dry_run: bool,
+    ) -> Result<Option<RestoreCursor>, QueueError> {
+        if dry_run {
+            return Ok(None);
+        }
+        Ok(self
+            .redis
+            .restore_cursor()
+            .await?
+            .filter(|c| c.expire == expire && now_ms() - c.updated_at < RESTORE_CURSOR_MS))
     }
 
     async fn pages(

@@ -67,6 +67,14 @@ pub struct LivePage {
     pub limit: i64,
 }
 
+/// How many live messages have ids above `after` (see
+/// [`store::count_live`]).
+#[derive(Message)]
+#[rtype(result = "Result<u64, JournalError>")]
+pub struct CountLive {
+    pub after: i64,
+}
+
 /// One keyset page of live rows, without bodies, for the reconciler (see
 /// [`store::live_states`]).
 #[derive(Message)]
@@ -245,6 +253,15 @@ impl Handler<LivePage> for JournalActor {
     fn handle(&mut self, msg: LivePage, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
         store::live_page(&mut conn, msg.after, msg.limit)
+    }
+}
+
+impl Handler<CountLive> for JournalActor {
+    type Result = Result<u64, JournalError>;
+
+    fn handle(&mut self, msg: CountLive, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::count_live(&mut conn, msg.after)
     }
 }
 
@@ -684,6 +701,10 @@ impl Journal {
 
     pub async fn live_page(&self, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
         self.actor.send(LivePage { after, limit }).await?
+    }
+
+    pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {
+        self.actor.send(CountLive { after }).await?
     }
 
     pub async fn live_states(

@@ -58,8 +58,14 @@ pub async fn message(
     }
 }
 
+/// `GET /health`: the process answers, with the version it runs and the git
+/// revision it was built from.
 pub async fn health() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+    HttpResponse::Ok().json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "revision": crate::GIT_REVISION,
+    }))
 }
 
 /// Ready when Redis and the journal answer and the node is a cluster

@@ -464,6 +464,18 @@ pub fn live_page(
         .load(c))?)
 }
 
+/// How many live messages have ids above `after`: what a restore or a
+/// reconciliation from there will read (an index-only count, over
+/// `(status, id)`).
+pub fn count_live(conn: &mut JournalConn, after: i64) -> Result<u64, JournalError> {
+    let n: i64 = with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .count()
+        .get_result(c))?;
+    Ok(n as u64)
+}
+
 /// What the reconciler reads of a message row: enough to tell where Redis
 /// should hold it, without its body.
 #[derive(Debug, Clone, Queryable, Selectable)]

@@ -133,6 +133,17 @@ impl RedisSchedule {
         Ok(out)
     }
 
+    /// How many records the shards' message hashes hold: what a walk over
+    /// them reads.
+    pub async fn record_count(&self) -> Result<u64, ShardError> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            pipe.hlen(self.keys.messages(shard));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(counts.iter().sum())
+    }
+
     /// One step of a walk over shard `shard`'s message hash (HSCAN from
     /// `cursor`, about `count` records): the ids with their record headers,
     /// and the cursor to go on with (0: the walk is over).
