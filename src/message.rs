@@ -265,13 +265,26 @@ const FIELDS: &[&str] = &[
     "repeat",
 ];
 
+/// A JSON number that is a whole number: `5` and `5.0` alike. JSON does not
+/// tell them apart (nor does JSON Schema's `integer`), and clients that
+/// compute a delay or a count in floating point send `5.0`. A fractional
+/// number, or one a float cannot hold exactly (beyond 2^53), is not one.
+pub fn whole_number(v: &Value) -> Option<i64> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    let Value::Number(n) = v else { return None };
+    n.as_i64().or_else(|| {
+        let f = n.as_f64()?;
+        (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+    })
+}
+
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
+        Some(v @ Value::Number(n)) => whole_number(v).map(Some).ok_or_else(|| {
             invalid(
                 ErrorCode::InvalidField,
-                format!("{name} must be a whole number of milliseconds, got {n}"),
+                format!("{name} must be a whole number, got {n}"),
             )
         }),
         Some(other) => Err(invalid(
@@ -478,6 +491,29 @@ mod tests {
         }
         assert_eq!(Status::from_code(7), None);
         assert!(Status::Consumed.is_terminal() && !Status::Consuming.is_terminal());
+    }
+
+    #[test]
+    fn whole_numbers_with_or_without_a_point() {
+        for (v, n) in [
+            (json!(5), Some(5)),
+            (json!(5.0), Some(5)),
+            (json!(-0.0), Some(0)),
+        ] {
+            assert_eq!(whole_number(&v), n, "{v}");
+        }
+        for v in [
+            json!(1.5),
+            json!(1e300),
+            json!("5"),
+            json!(null),
+            json!(u64::MAX),
+        ] {
+            assert_eq!(whole_number(&v), None, "{v}");
+        }
+        let d =
+            parse(json!({"topic": "t", "body": "x", "delay": 1500.0, "priority": 7.0})).unwrap();
+        assert_eq!((d.when, d.priority), (When::Delay(1500), 7));
     }
 
     #[test]

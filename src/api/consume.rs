@@ -8,7 +8,7 @@ use super::body::JsonBody;
 use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::error::ApiError;
 use crate::error::ErrorCode;
-use crate::message::{MessageId, MessageView, Status};
+use crate::message::{whole_number, MessageId, MessageView, Status};
 use crate::queue::consume::{self, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;
 use crate::retry::MAX_RETRY_MS;
@@ -193,7 +193,10 @@ fn body_int(
 ) -> Result<u64, ApiError> {
     match body.get(field) {
         None | Some(serde_json::Value::Null) => Ok(default),
-        Some(v) => match v.as_u64().filter(|n| range.contains(n)) {
+        Some(v) => match whole_number(v)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| range.contains(n))
+        {
             Some(n) => Ok(n),
             None => Err(ApiError::invalid(
                 ErrorCode::InvalidParameter,
@@ -210,7 +213,7 @@ fn body_int(
 fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> {
     match raw {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
+        Some(v) => match whole_number(v) {
             Some(ms) if (0..=MAX_RETRY_MS).contains(&ms) => Ok(Some(ms)),
             _ => Err(ApiError::invalid(
                 ErrorCode::InvalidDelay,

@@ -180,7 +180,10 @@ fn batch_ids(
     for v in list {
         let text = match v {
             serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Number(n) => match crate::message::whole_number(v) {
+                Some(id) => id.to_string(),
+                None => n.to_string(),
+            },
             other => {
                 return Err(ApiError::invalid(
                     ErrorCode::InvalidIds,
