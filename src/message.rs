@@ -23,7 +23,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// A message's place in its life, with the numeric code the journal stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum Status {
     WaitPut = 0,
     Delaying = 1,
@@ -104,6 +104,25 @@ impl Serialize for MessageId {
     }
 }
 
+/// What a message id looks like in JSON and in a path: a positive 64-bit
+/// decimal number without sign or leading zeros.
+pub const ID_PATTERN: &str = "^[1-9][0-9]{0,18}$";
+
+impl utoipa::PartialSchema for MessageId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(ID_PATTERN))
+            .description(Some(
+                "A message id: a 64-bit Snowflake as a decimal string (1 to 9223372036854775807)",
+            ))
+            .examples(["382745980652486656"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for MessageId {}
+
 impl<'de> Deserialize<'de> for MessageId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -117,7 +136,7 @@ use crate::repeat::{parse_repeat, Occurrence, Repeat};
 use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
 
 /// The message as producers and consumers see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     pub id: MessageId,
@@ -125,6 +144,7 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub biz_key: Option<String>,
     pub body: String,
+    #[schema(maximum = 255)]
     pub priority: u8,
     pub ttl: i64,
     pub delay: i64,
@@ -167,7 +187,7 @@ fn default_max_attempts() -> i32 {
 }
 
 /// A message together with where it is in its life, as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageView {
     #[serde(flatten)]

@@ -36,7 +36,7 @@ pub const MAX_TIMES: i64 = 1_000_000_000;
 pub const MAX_CRON_LEN: usize = 128;
 
 /// `repeat` on a push.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Repeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,7 +52,7 @@ pub struct Repeat {
 }
 
 /// Which occurrence of its series a recurring message is at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Occurrence {
     /// 1 for the first.

@@ -22,7 +22,7 @@ pub const DEFAULT_RETRY_MAX_MS: i64 = 3_600_000;
 /// The longest wait a policy (or a nack) may ask for: one day.
 pub const MAX_RETRY_MS: i64 = 24 * 3600 * 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backoff {
     /// The same wait after every failure.
@@ -32,10 +32,12 @@ pub enum Backoff {
 }
 
 /// `retry` on a push: how long to wait before the next delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryPolicy {
     pub backoff: Backoff,
+    /// The wait (ms) after the first failed delivery.
     pub delay: i64,
+    /// The longest wait (ms).
     pub max: i64,
 }
 
