@@ -207,3 +207,26 @@ stop_pid() {
 
 # http_ok URL: true when URL answers 2xx within 3 s.
 http_ok() { curl -fsS --noproxy '*' -m 3 -o /dev/null "$1" 2>/dev/null; }
+
+# ------------------------------------------------------------ schemathesis ----
+
+# The version tests/openapi.rs runs against the server's own OpenAPI document.
+SCHEMATHESIS_VERSION=4.32.5
+
+# ensure_schemathesis: schemathesis (PyPI), pinned, in a venv under the cache
+# dir; prints the path of its executable.
+ensure_schemathesis() {
+    local venv="${XDG_CACHE_HOME:-$HOME/.cache}/delayq/schemathesis-$SCHEMATHESIS_VERSION"
+    local bin="$venv/bin/schemathesis"
+    if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION"; then
+        echo "$bin"
+        return 0
+    fi
+    python3 -m venv --help >/dev/null 2>&1 || ensure_apt_packages python3-venv
+    log "installing schemathesis $SCHEMATHESIS_VERSION into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION" >&2
+    "$bin" --version >&2 || die "schemathesis did not install into $venv"
+    echo "$bin"
+}

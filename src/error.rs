@@ -163,6 +163,18 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+impl utoipa::PartialSchema for ErrorCode {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
+            .description(Some("What went wrong, for a client to branch on"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ErrorCode {}
+
 impl Serialize for ErrorCode {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
@@ -220,10 +232,11 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody {
-    error: ErrorCode,
-    message: String,
+/// Every error answer: a stable code and a sentence for people.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorCode,
+    pub message: String,
 }
 
 impl ResponseError for ApiError {

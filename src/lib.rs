@@ -8,7 +8,9 @@
 //!   ([`message::parse_draft`]) and gives it a Snowflake id ([`ids`]), from
 //!   a worker id this process leases ([`cluster::worker`]). Handlers parse
 //!   and render; the queue's rules (accept, hand out, ack, nack, cancel,
-//!   requeue) are in [`queue`], which the command line calls too.
+//!   requeue) are in [`queue`], which the command line calls too. The
+//!   routes are one table, described by `GET /openapi.json` (generated
+//!   from the handlers and [`api::schema`]) and Swagger UI at `/docs`.
 //! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
 //!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
 //!   then is the push answered.

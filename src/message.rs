@@ -23,7 +23,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// A message's place in its life, with the numeric code the journal stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum Status {
     WaitPut = 0,
     Delaying = 1,
@@ -104,6 +104,25 @@ impl Serialize for MessageId {
     }
 }
 
+/// What a message id looks like in JSON and in a path: a positive 64-bit
+/// decimal number without sign or leading zeros.
+pub const ID_PATTERN: &str = "^[1-9][0-9]{0,18}$";
+
+impl utoipa::PartialSchema for MessageId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(ID_PATTERN))
+            .description(Some(
+                "A message id: a 64-bit Snowflake as a decimal string (1 to 9223372036854775807)",
+            ))
+            .examples(["382745980652486656"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for MessageId {}
+
 impl<'de> Deserialize<'de> for MessageId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -117,7 +136,7 @@ use crate::repeat::{parse_repeat, Occurrence, Repeat};
 use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
 
 /// The message as producers and consumers see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     pub id: MessageId,
@@ -125,6 +144,7 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub biz_key: Option<String>,
     pub body: String,
+    #[schema(maximum = 255)]
     pub priority: u8,
     pub ttl: i64,
     pub delay: i64,
@@ -167,7 +187,7 @@ fn default_max_attempts() -> i32 {
 }
 
 /// A message together with where it is in its life, as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageView {
     #[serde(flatten)]
@@ -265,13 +285,26 @@ const FIELDS: &[&str] = &[
     "repeat",
 ];
 
+/// A JSON number that is a whole number: `5` and `5.0` alike. JSON does not
+/// tell them apart (nor does JSON Schema's `integer`), and clients that
+/// compute a delay or a count in floating point send `5.0`. A fractional
+/// number, or one a float cannot hold exactly (beyond 2^53), is not one.
+pub fn whole_number(v: &Value) -> Option<i64> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    let Value::Number(n) = v else { return None };
+    n.as_i64().or_else(|| {
+        let f = n.as_f64()?;
+        (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+    })
+}
+
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
+        Some(v @ Value::Number(n)) => whole_number(v).map(Some).ok_or_else(|| {
             invalid(
                 ErrorCode::InvalidField,
-                format!("{name} must be a whole number of milliseconds, got {n}"),
+                format!("{name} must be a whole number, got {n}"),
             )
         }),
         Some(other) => Err(invalid(
@@ -478,6 +511,29 @@ mod tests {
         }
         assert_eq!(Status::from_code(7), None);
         assert!(Status::Consumed.is_terminal() && !Status::Consuming.is_terminal());
+    }
+
+    #[test]
+    fn whole_numbers_with_or_without_a_point() {
+        for (v, n) in [
+            (json!(5), Some(5)),
+            (json!(5.0), Some(5)),
+            (json!(-0.0), Some(0)),
+        ] {
+            assert_eq!(whole_number(&v), n, "{v}");
+        }
+        for v in [
+            json!(1.5),
+            json!(1e300),
+            json!("5"),
+            json!(null),
+            json!(u64::MAX),
+        ] {
+            assert_eq!(whole_number(&v), None, "{v}");
+        }
+        let d =
+            parse(json!({"topic": "t", "body": "x", "delay": 1500.0, "priority": 7.0})).unwrap();
+        assert_eq!((d.when, d.priority), (When::Delay(1500), 7));
     }
 
     #[test]

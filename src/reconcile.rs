@@ -67,7 +67,7 @@ const SAMPLE: usize = 20;
 const FLOW_SHARD: &str = "reconcile";
 
 /// What a reconciliation puts right.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Repair {
     /// Report only.
@@ -105,7 +105,7 @@ pub struct Options {
 
 /// One kind of difference: how many, how many were repaired, and the first
 /// few.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Difference {
     pub count: u64,
@@ -113,7 +113,7 @@ pub struct Difference {
     pub sample: Vec<Sample>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Sample {
     pub id: MessageId,
@@ -125,7 +125,7 @@ pub struct Sample {
     pub redis: Option<Status>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReconcileReport {
     pub repair: Repair,

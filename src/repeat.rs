@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::ErrorCode;
-use crate::message::{Invalid, MAX_DELAY_MS, MIN_TTL_MS};
+use crate::message::{whole_number, Invalid, MAX_DELAY_MS, MIN_TTL_MS};
 
 /// Shortest `every`.
 pub const MIN_EVERY_MS: i64 = MIN_TTL_MS;
@@ -36,7 +36,7 @@ pub const MAX_TIMES: i64 = 1_000_000_000;
 pub const MAX_CRON_LEN: usize = 128;
 
 /// `repeat` on a push.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Repeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,7 +52,7 @@ pub struct Repeat {
 }
 
 /// Which occurrence of its series a recurring message is at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Occurrence {
     /// 1 for the first.
@@ -127,8 +127,7 @@ impl Repeat {
 fn int(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
+        Some(v) => whole_number(v)
             .map(Some)
             .ok_or_else(|| invalid(format!("repeat.{name} must be a whole number, got {v}"))),
     }

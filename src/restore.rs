@@ -34,7 +34,7 @@ use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 const PAGE: i64 = 2_000;
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreReport {
     /// Live messages read from the journal.
@@ -54,7 +54,7 @@ pub struct RestoreReport {
 }
 
 /// A restore as `GET /admin/restore` shows it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreProgress {
     pub running: bool,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ErrorCode;
-use crate::message::Invalid;
+use crate::message::{whole_number, Invalid};
 
 /// Deliveries before a message is `Dead`, unless the push says otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 16;
@@ -22,7 +22,7 @@ pub const DEFAULT_RETRY_MAX_MS: i64 = 3_600_000;
 /// The longest wait a policy (or a nack) may ask for: one day.
 pub const MAX_RETRY_MS: i64 = 24 * 3600 * 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backoff {
     /// The same wait after every failure.
@@ -32,10 +32,12 @@ pub enum Backoff {
 }
 
 /// `retry` on a push: how long to wait before the next delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryPolicy {
     pub backoff: Backoff,
+    /// The wait (ms) after the first failed delivery.
     pub delay: i64,
+    /// The longest wait (ms).
     pub max: i64,
 }
 
@@ -84,7 +86,7 @@ fn ms_field(
 ) -> Result<i64, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(default),
-        Some(v) => match v.as_i64() {
+        Some(v) => match whole_number(v) {
             Some(ms) if (0..=MAX_RETRY_MS).contains(&ms) => Ok(ms),
             _ => Err(invalid(format!(
                 "retry.{name} must be 0 to {MAX_RETRY_MS} ms (one day), got {v}"
@@ -140,7 +142,7 @@ pub fn parse_policy(value: &Value) -> Result<Option<RetryPolicy>, Invalid> {
 pub fn parse_max_attempts(value: Option<&Value>) -> Result<i32, Invalid> {
     match value {
         None | Some(Value::Null) => Ok(DEFAULT_MAX_ATTEMPTS),
-        Some(v) => match v.as_i64() {
+        Some(v) => match whole_number(v) {
             Some(n) if (1..=MAX_MAX_ATTEMPTS as i64).contains(&n) => Ok(n as i32),
             _ => Err(Invalid {
                 code: ErrorCode::InvalidMaxAttempts,

@@ -425,7 +425,7 @@ pub const DEFAULT_BACKLOG: usize = 200_000;
 const POISON_KEPT: usize = 1_000;
 
 /// A status change the database refused while it answered.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Refused {
     pub id: MessageId,
@@ -465,7 +465,7 @@ impl Backlog {
 }
 
 /// The journal's queue, as `GET /admin/journal` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BacklogView {
     pub pending: usize,

@@ -5,12 +5,25 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
+use super::schema::{AssignmentReply, ClusterReply, RestoreState, ShardView};
 use super::{bool_param, AppState, Query};
+use crate::actors::journal::BacklogView;
 use crate::error::ApiError;
-use crate::error::ErrorCode;
+use crate::error::{ErrorBody, ErrorCode};
+use crate::reconcile::ReconcileReport;
 
 /// `GET /admin/journal`: status changes waiting to be written, whether
 /// promotion is held back for them, and the changes the database refused.
+#[utoipa::path(
+    get,
+    path = "/admin/journal",
+    tag = "admin",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The journal's queue", body = BacklogView),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+    ),
+)]
 pub async fn journal(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -22,6 +35,17 @@ use crate::reconcile::Repair;
 
 /// `GET /admin/cluster`: mode, leader, live nodes, and per shard its owner
 /// (in the assignment and in fact), epoch and counts.
+#[utoipa::path(
+    get,
+    path = "/admin/cluster",
+    tag = "admin",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The cluster as this node sees it", body = ClusterReply),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn cluster(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -35,43 +59,73 @@ pub async fn cluster(
     for (shard, c) in counts.into_iter().enumerate() {
         let c = c?;
         let scanning_here = view.owned.iter().find(|(s, _)| *s as usize == shard);
-        shards.push(json!({
-            "shard": shard,
-            "owner": view.assignment.get(shard).cloned().flatten(),
-            "scanningHere": scanning_here.is_some(),
-            "ownerEpoch": scanning_here.map(|(_, e)| *e),
-            "epoch": c.epoch,
-            "delaying": c.delaying,
-            "ready": c.ready,
-            "inFlight": c.in_flight,
-            "oldestOverdue": c.oldest_overdue,
-        }));
+        shards.push(ShardView {
+            shard,
+            owner: view.assignment.get(shard).cloned().flatten(),
+            scanning_here: scanning_here.is_some(),
+            owner_epoch: scanning_here.map(|(_, e)| *e),
+            epoch: c.epoch,
+            delaying: c.delaying,
+            ready: c.ready,
+            in_flight: c.in_flight,
+            oldest_overdue: c.oldest_overdue,
+        });
     }
-    Ok(HttpResponse::Ok().json(json!({
-        "mode": view.mode,
-        "node": view.node_id,
-        "session": view.session,
-        "leader": view.leader,
-        "inGoodStanding": view.in_good_standing(),
-        "workerId": view.worker_id,
-        "nodes": view.nodes,
-        "shards": shards,
-    })))
+    Ok(HttpResponse::Ok().json(ClusterReply {
+        mode: view.mode,
+        in_good_standing: view.in_good_standing(),
+        node: view.node_id,
+        session: view.session,
+        leader: view.leader,
+        worker_id: view.worker_id,
+        nodes: view.nodes,
+        shards,
+    }))
 }
 
 /// `POST /admin/rebalance`: spread the shards evenly over the live nodes.
 /// Each moved shard is handed off gracefully: its old owner finishes its
 /// batch and lets go before the new owner raises the epoch and starts.
+#[utoipa::path(
+    post,
+    path = "/admin/rebalance",
+    tag = "admin",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new assignment", body = AssignmentReply),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 409, description = "Not possible in this mode (`not_possible`)", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable, or this node is not a member in good standing", body = ErrorBody),
+    ),
+)]
 pub async fn rebalance(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let assignment = state.cluster.rebalance().await?;
-    Ok(HttpResponse::Ok().json(json!({ "assignment": assignment })))
+    Ok(HttpResponse::Ok().json(AssignmentReply { assignment }))
 }
 
 /// `POST /admin/shards/{shard}/move?to=NODE`.
+#[utoipa::path(
+    post,
+    path = "/admin/shards/{shard}/move",
+    tag = "admin",
+    params(
+        ("shard" = u32, Path, description = "0 to shards − 1"),
+        ("to" = String, Query, min_length = 1, description = "The node to move it to"),
+    ),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new assignment", body = AssignmentReply),
+        (status = 400, description = "A bad shard number, or no `to`", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "No such shard (`no_such_shard`) or live node (`no_such_node`)", body = ErrorBody),
+        (status = 409, description = "Not possible in this mode (`not_possible`)", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable, or this node is not a member in good standing", body = ErrorBody),
+    ),
+)]
 pub async fn move_shard(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -95,12 +149,25 @@ pub async fn move_shard(
         )
     })?;
     let assignment = state.cluster.move_shard(shard, to.clone()).await?;
-    Ok(HttpResponse::Ok().json(json!({ "assignment": assignment })))
+    Ok(HttpResponse::Ok().json(AssignmentReply { assignment }))
 }
 
 /// `GET /admin/reconcile?repair=false|true`: the journal compared with
 /// Redis message by message ([`crate::reconcile`]); with `repair=true`
 /// every difference but `unknown` is put right.
+#[utoipa::path(
+    get,
+    path = "/admin/reconcile",
+    tag = "admin",
+    params(("repair" = Option<bool>, Query, description = "Put every kind of difference but `unknown` right; default false")),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The differences found, per kind (and repaired)", body = ReconcileReport),
+        (status = 400, description = "A bad parameter", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn reconcile(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -125,6 +192,17 @@ pub async fn reconcile(
 /// `GET /admin/restore`: this node's current or last restore (null fields
 /// when it ran none), and the cursor of an interrupted restore a new one
 /// would resume after (`resumable`, from Redis, whichever node left it).
+#[utoipa::path(
+    get,
+    path = "/admin/restore",
+    tag = "admin",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "This node's current or last restore, and a resumable cursor", body = RestoreState),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn restore(
     state: web::Data<AppState>,
     req: HttpRequest,

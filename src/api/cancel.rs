@@ -3,12 +3,15 @@
 //! [`crate::queue::cancel`].
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::body::JsonBody;
+use super::schema::{
+    CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, CancelResult, DeleteNotFound,
+};
 use super::{parse_id, AppState, Query};
 use crate::error::ApiError;
-use crate::error::ErrorCode;
+use crate::error::{ErrorBody, ErrorCode};
 use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
 use crate::queue::cancel::{self, CancelOutcome};
 
@@ -16,6 +19,20 @@ use crate::queue::cancel::{self, CancelOutcome};
 pub const MAX_CANCEL_IDS: usize = 1_000;
 
 /// `GET /delete?id=ID`: cancel one message.
+#[utoipa::path(
+    get,
+    path = "/delete",
+    tag = "cancel",
+    params(("id" = MessageId, Query)),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "A definite outcome: `deleted`, `in_flight` (handed to a consumer: left alone), `already_consumed` or `dead`", body = CancelOne),
+        (status = 400, description = "No id, or a bad one", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "No such message (`not_found`, with the id and result)", body = DeleteNotFound),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -28,13 +45,26 @@ pub async fn delete(
     let id = parse_id(raw)?;
     match cancel::cancel_many(&state.queue, &[id]).await?[0] {
         // An unknown id is a client error (404), still with a definite result.
-        CancelOutcome::NotFound => Ok(HttpResponse::NotFound().json(json!({
-            "error": "not_found",
-            "message": format!("no message {id}"),
-            "id": id,
-            "result": "not_found",
-        }))),
-        outcome => Ok(HttpResponse::Ok().json(json!({ "id": id, "result": outcome.as_str() }))),
+        CancelOutcome::NotFound => Ok(HttpResponse::NotFound().json(DeleteNotFound {
+            error: ErrorCode::NotFound,
+            message: format!("no message {id}"),
+            id,
+            result: CancelResult::NotFound,
+        })),
+        outcome => Ok(HttpResponse::Ok().json(CancelOne {
+            id,
+            result: cancel_result(outcome),
+        })),
+    }
+}
+
+fn cancel_result(outcome: CancelOutcome) -> CancelResult {
+    match outcome {
+        CancelOutcome::Deleted => CancelResult::Deleted,
+        CancelOutcome::InFlight => CancelResult::InFlight,
+        CancelOutcome::AlreadyConsumed => CancelResult::AlreadyConsumed,
+        CancelOutcome::Dead => CancelResult::Dead,
+        CancelOutcome::NotFound => CancelResult::NotFound,
     }
 }
 
@@ -52,23 +82,40 @@ fn string_field<'a>(
     }
 }
 
-fn report(ids: &[MessageId], outcomes: &[CancelOutcome]) -> Value {
+fn report(ids: &[MessageId], outcomes: &[CancelOutcome]) -> CancelReply {
     let deleted = outcomes
         .iter()
         .filter(|o| **o == CancelOutcome::Deleted)
         .count();
-    let results: Vec<Value> = ids
+    let results = ids
         .iter()
         .zip(outcomes)
-        .map(|(id, o)| json!({ "id": id, "result": o.as_str() }))
+        .map(|(id, o)| CancelOne {
+            id: *id,
+            result: cancel_result(*o),
+        })
         .collect();
-    json!({ "deleted": deleted, "results": results })
+    CancelReply::Each(CancelEach { deleted, results })
 }
 
 /// `POST /cancel`: `{"ids": [...]}` (1 to 1000), `{"topic", "bizKey"}` (the
 /// live message holding that key) or `{"topic", "bizKeyPrefix"}` (every live
 /// message whose key starts with it). Ids and bizKey answer a result per id;
 /// a prefix answers counts per outcome.
+#[utoipa::path(
+    post,
+    path = "/cancel",
+    tag = "cancel",
+    request_body = CancelRequest,
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "By ids or bizKey: a result per message; by prefix: how many matched and the count per outcome", body = CancelReply),
+        (status = 400, description = "A bad body, id, topic or key", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 413, description = "The request is too large", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn cancel(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -130,7 +177,10 @@ pub async fn cancel(
             check_key(prefix, "bizKeyPrefix")?;
             let (matched, counts) =
                 cancel::cancel_biz_key_prefix(&state.queue, topic, prefix).await?;
-            Ok(HttpResponse::Ok().json(json!({ "matched": matched, "results": counts })))
+            Ok(HttpResponse::Ok().json(CancelReply::Counts(CancelCounts {
+                matched: matched as u64,
+                results: counts,
+            })))
         }
         _ => Err(ApiError::invalid(ErrorCode::InvalidCancel, usage)),
     }

@@ -2,13 +2,16 @@
 //! [`crate::queue::consume`]; these parse and render.
 
 use actix_web::{web, HttpResponse};
-use serde_json::json;
 
 use super::body::JsonBody;
+use super::schema::{
+    AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
+    AckResultKind, NackBatchReply, NackRequest, NackResult, NackResultKind, PollReply,
+};
 use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
 use crate::error::ApiError;
-use crate::error::ErrorCode;
-use crate::message::{MessageId, MessageView, Status};
+use crate::error::{ErrorBody, ErrorCode};
+use crate::message::{whole_number, MessageId, Status};
 use crate::queue::consume::{self, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;
 use crate::retry::MAX_RETRY_MS;
@@ -18,6 +21,21 @@ pub const MAX_TIMEOUT_S: u64 = 300;
 
 /// `GET /get/{topic}?timeout=S&count=N`: answers as soon as messages are
 /// ready, or with an empty list when the timeout passes.
+#[utoipa::path(
+    get,
+    path = "/get/{topic}",
+    tag = "consume",
+    params(
+        ("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms"),
+        ("timeout" = Option<u64>, Query, minimum = 0, maximum = 300, description = "Seconds to wait for a message (default 30)"),
+        ("count" = Option<u64>, Query, minimum = 1, maximum = 100, description = "Most messages to hand out (default 1)"),
+    ),
+    responses(
+        (status = 200, description = "The messages handed out, each now `Consuming`; empty when the timeout passed", body = PollReply),
+        (status = 400, description = "A bad topic or parameter", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn get(
     state: web::Data<AppState>,
     topic: web::Path<String>,
@@ -28,13 +46,29 @@ pub async fn get(
     let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
     let messages = consume::poll(&state.queue, &topic, count, timeout).await?;
-    Ok(HttpResponse::Ok().json(Poll {
+    Ok(HttpResponse::Ok().json(PollReply {
         messages: &messages,
     }))
 }
 
 /// `POST /ack/{id}[?occurrence=N]`: the message is consumed (a recurring
 /// message: occurrence N, or the one handed out, is).
+#[utoipa::path(
+    post,
+    path = "/ack/{id}",
+    tag = "consume",
+    params(
+        ("id" = MessageId, Path),
+        ("occurrence" = Option<u64>, Query, minimum = 1, maximum = 2147483647, description = "A recurring message: the occurrence acked"),
+    ),
+    responses(
+        (status = 200, description = "Consumed once the journal committed it (acking twice is fine); a recurring message with occurrences to come is `Delaying` for the next", body = AckReply),
+        (status = 400, description = "A bad id or parameter", body = ErrorBody),
+        (status = 404, description = "No such message", body = ErrorBody),
+        (status = 409, description = "Not handed out to a consumer (`not_in_flight`)", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn ack(
     state: web::Data<AppState>,
     id: web::Path<String>,
@@ -49,14 +83,16 @@ pub async fn ack(
     match consume::ack_occurrences(&state.queue, &[(id, occurrence)], AckJournal::Committed).await?
         [0]
     {
-        AckOutcome::Consumed => {
-            Ok(HttpResponse::Ok().json(json!({ "id": id, "status": Status::Consumed })))
-        }
-        AckOutcome::Next(next) => Ok(HttpResponse::Ok().json(json!({
-            "id": id,
-            "status": Status::Delaying,
-            "nextOccurrence": next,
-        }))),
+        AckOutcome::Consumed => Ok(HttpResponse::Ok().json(AckReply {
+            id,
+            status: Status::Consumed,
+            next_occurrence: None,
+        })),
+        AckOutcome::Next(next) => Ok(HttpResponse::Ok().json(AckReply {
+            id,
+            status: Status::Delaying,
+            next_occurrence: Some(next),
+        })),
         AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
             message: format!(
@@ -74,19 +110,31 @@ pub async fn ack(
     }
 }
 
-fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> serde_json::Value {
+fn ack_report(ids: &[MessageId], outcomes: &[AckOutcome]) -> AckBatchReply {
     let acked = outcomes.iter().filter(|o| o.is_consumed()).count();
-    let results: Vec<serde_json::Value> = ids
+    let results = ids
         .iter()
         .zip(outcomes)
-        .map(|(id, o)| ack_json(*o, *id))
+        .map(|(id, o)| ack_result(*o, *id))
         .collect();
-    json!({ "acked": acked, "results": results })
+    AckBatchReply { acked, results }
 }
 
 /// `POST /ack` with `{"ids": [...]}`: acks up to 100 messages in one journal
 /// commit; answers a result per id (`consumed`, `not_in_flight` with the
 /// message's status, `not_found`).
+#[utoipa::path(
+    post,
+    path = "/ack",
+    tag = "consume",
+    request_body = AckRequest,
+    responses(
+        (status = 200, description = "A result per id, in order", body = AckBatchReply),
+        (status = 400, description = "A bad body or id", body = ErrorBody),
+        (status = 413, description = "The request is too large", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn ack_batch(
     state: web::Data<AppState>,
     body: JsonBody,
@@ -110,6 +158,19 @@ pub async fn ack_batch(
 /// (the journal still says Consuming; only a rebuild of Redis from the
 /// journal would hand it out again), never a loss. `POST /ack` answers after
 /// the commit.
+#[utoipa::path(
+    post,
+    path = "/get/{topic}",
+    tag = "consume",
+    params(("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")),
+    request_body = AckAndGetRequest,
+    responses(
+        (status = 200, description = "The acks' results, and the messages handed out (each now `Consuming`)", body = AckAndPollReply),
+        (status = 400, description = "A bad topic, body or id", body = ErrorBody),
+        (status = 413, description = "The request is too large", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn ack_and_get(
     state: web::Data<AppState>,
     topic: web::Path<String>,
@@ -147,23 +208,11 @@ pub async fn ack_and_get(
     }
     let report = ack_report(&ids, &outcomes);
     // Serialized straight from the messages, not through a JSON tree.
-    Ok(HttpResponse::Ok().json(AckAndPoll {
-        acked: &report["acked"],
-        results: &report["results"],
+    Ok(HttpResponse::Ok().json(AckAndPollReply {
+        acked: report.acked,
+        results: report.results,
         messages: &messages,
     }))
-}
-
-#[derive(serde::Serialize)]
-struct AckAndPoll<'a> {
-    acked: &'a serde_json::Value,
-    results: &'a serde_json::Value,
-    messages: &'a [MessageView],
-}
-
-#[derive(serde::Serialize)]
-struct Poll<'a> {
-    messages: &'a [MessageView],
 }
 
 fn object<'a>(
@@ -193,7 +242,10 @@ fn body_int(
 ) -> Result<u64, ApiError> {
     match body.get(field) {
         None | Some(serde_json::Value::Null) => Ok(default),
-        Some(v) => match v.as_u64().filter(|n| range.contains(n)) {
+        Some(v) => match whole_number(v)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| range.contains(n))
+        {
             Some(n) => Ok(n),
             None => Err(ApiError::invalid(
                 ErrorCode::InvalidParameter,
@@ -210,7 +262,7 @@ fn body_int(
 fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> {
     match raw {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
+        Some(v) => match whole_number(v) {
             Some(ms) if (0..=MAX_RETRY_MS).contains(&ms) => Ok(Some(ms)),
             _ => Err(ApiError::invalid(
                 ErrorCode::InvalidDelay,
@@ -223,6 +275,22 @@ fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> 
 /// `POST /nack/{id}?delay=ms`: the consumer could not handle the message.
 /// It comes back after `delay`, or after its retry policy's wait without
 /// one; on its last attempt it is dead.
+#[utoipa::path(
+    post,
+    path = "/nack/{id}",
+    tag = "consume",
+    params(
+        ("id" = MessageId, Path),
+        ("delay" = Option<i64>, Query, minimum = 0, maximum = 86400000, description = "Ms until it is delivered again (0: ready at once); without it, by the message's retry policy"),
+    ),
+    responses(
+        (status = 200, description = "Back to `Delaying` or `Ready`, or `Dead` after its last attempt", body = NackResult),
+        (status = 400, description = "A bad id or parameter", body = ErrorBody),
+        (status = 404, description = "No such message", body = ErrorBody),
+        (status = 409, description = "Not handed out to a consumer (`not_in_flight`)", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn nack(
     state: web::Data<AppState>,
     id: web::Path<String>,
@@ -249,7 +317,9 @@ pub async fn nack(
         ))?,
     };
     match consume::nack(&state.queue, &[(id, delay)]).await?[0] {
-        outcome @ NackOutcome::Failed { .. } => Ok(HttpResponse::Ok().json(nack_json(outcome, id))),
+        outcome @ NackOutcome::Failed { .. } => {
+            Ok(HttpResponse::Ok().json(nack_result(outcome, id)))
+        }
         NackOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
             message: format!(
@@ -270,6 +340,18 @@ pub async fn nack(
 /// `POST /nack` with `{"ids": [...], "delay": ms}` (delay optional): nacks up
 /// to 100 messages in one journal commit; a result per id (`ready`,
 /// `delaying` with `dueTime`, `dead`, `not_in_flight`, `not_found`).
+#[utoipa::path(
+    post,
+    path = "/nack",
+    tag = "consume",
+    request_body = NackRequest,
+    responses(
+        (status = 200, description = "A result per id, in order", body = NackBatchReply),
+        (status = 400, description = "A bad body, id or delay", body = ErrorBody),
+        (status = 413, description = "The request is too large", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn nack_batch(
     state: web::Data<AppState>,
     body: JsonBody,
@@ -283,53 +365,56 @@ pub async fn nack_batch(
         .iter()
         .filter(|o| matches!(o, NackOutcome::Failed { .. }))
         .count();
-    let results: Vec<serde_json::Value> = ids
+    let results = ids
         .iter()
         .zip(&outcomes)
-        .map(|(id, o)| nack_json(*o, *id))
+        .map(|(id, o)| nack_result(*o, *id))
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "nacked": nacked, "results": results })))
+    Ok(HttpResponse::Ok().json(NackBatchReply { nacked, results }))
 }
 
-fn ack_json(outcome: AckOutcome, id: MessageId) -> serde_json::Value {
-    match outcome {
-        AckOutcome::Consumed => json!({ "id": id, "result": "consumed" }),
-        AckOutcome::Next(next) => {
-            json!({ "id": id, "result": "consumed", "nextOccurrence": next })
-        }
-        AckOutcome::NotInFlight(status) => json!({
-            "id": id,
-            "result": "not_in_flight",
-            "status": status,
-        }),
-        AckOutcome::NotFound => json!({ "id": id, "result": "not_found" }),
+fn ack_result(outcome: AckOutcome, id: MessageId) -> AckResult {
+    let (result, status, next_occurrence) = match outcome {
+        AckOutcome::Consumed => (AckResultKind::Consumed, None, None),
+        AckOutcome::Next(next) => (AckResultKind::Consumed, None, Some(next)),
+        AckOutcome::NotInFlight(status) => (AckResultKind::NotInFlight, Some(status), None),
+        AckOutcome::NotFound => (AckResultKind::NotFound, None, None),
+    };
+    AckResult {
+        id,
+        result,
+        status,
+        next_occurrence,
     }
 }
 
-fn nack_json(outcome: NackOutcome, id: MessageId) -> serde_json::Value {
+fn nack_result(outcome: NackOutcome, id: MessageId) -> NackResult {
+    let result = |result| NackResult {
+        id,
+        result,
+        status: None,
+        attempts: None,
+        due_time: None,
+    };
     match outcome {
-        NackOutcome::Failed { attempts, then } => {
-            let mut v = json!({
-                "id": id,
-                "result": match then {
-                    AfterFailure::Ready => "ready",
-                    AfterFailure::Delaying { .. } => "delaying",
-                    AfterFailure::Dead => "dead",
-                    AfterFailure::Stopped => "deleted",
-                },
-                "status": then.status(),
-                "attempts": attempts,
-            });
-            if let AfterFailure::Delaying { due } = then {
-                v["dueTime"] = json!(due);
-            }
-            v
-        }
-        NackOutcome::NotInFlight(status) => json!({
-            "id": id,
-            "result": "not_in_flight",
-            "status": status,
-        }),
-        NackOutcome::NotFound => json!({ "id": id, "result": "not_found" }),
+        NackOutcome::Failed { attempts, then } => NackResult {
+            status: Some(Some(then.status())),
+            attempts: Some(attempts),
+            due_time: match then {
+                AfterFailure::Delaying { due } => Some(due),
+                _ => None,
+            },
+            ..result(match then {
+                AfterFailure::Ready => NackResultKind::Ready,
+                AfterFailure::Delaying { .. } => NackResultKind::Delaying,
+                AfterFailure::Dead => NackResultKind::Dead,
+                AfterFailure::Stopped => NackResultKind::Deleted,
+            })
+        },
+        NackOutcome::NotInFlight(status) => NackResult {
+            status: Some(status),
+            ..result(NackResultKind::NotInFlight)
+        },
+        NackOutcome::NotFound => result(NackResultKind::NotFound),
     }
 }

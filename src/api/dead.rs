@@ -2,11 +2,11 @@
 //! with their histories, and brought back one by one or per topic.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
 
+use super::schema::{DeadMessage, DeadPage, RequeueOne, RequeueReply, RequeueResult, RequeueTopic};
 use super::{check_topic, int_param, AppState, Query};
 use crate::error::ApiError;
-use crate::error::ErrorCode;
+use crate::error::{ErrorBody, ErrorCode};
 use crate::journal::RequeueOutcome;
 use crate::message::{valid_topic, MessageId};
 use crate::queue::dead;
@@ -31,6 +31,21 @@ fn after_param(q: &Query) -> Result<i64, ApiError> {
 /// `GET /dead/{topic}?limit=N&after=ID`: dead messages of a topic in id
 /// order (limit 1–1000, default 100), each with its history; `next` is the
 /// `after` of the next page, null on the last.
+#[utoipa::path(
+    get,
+    path = "/dead/{topic}",
+    tag = "dead",
+    params(
+        ("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "Page size (default 100)"),
+        ("after" = Option<MessageId>, Query, description = "The `next` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Dead messages of the topic in id order, each with its history", body = DeadPage),
+        (status = 400, description = "A bad topic or parameter", body = ErrorBody),
+        (status = 503, description = "The journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn list(
     state: web::Data<AppState>,
     topic: web::Path<String>,
@@ -44,32 +59,31 @@ pub async fn list(
     let next = (page.len() as i64 == limit)
         .then(|| page.last().map(|(r, _)| MessageId(r.id)))
         .flatten();
-    let messages: Vec<Value> = page
+    let messages = page
         .into_iter()
-        .map(|(row, history)| {
-            let mut v = json!(row.view());
-            v["history"] = json!(history);
-            v
+        .map(|(row, history)| DeadMessage {
+            message: row.view(),
+            history,
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "messages": messages, "next": next })))
+    Ok(HttpResponse::Ok().json(DeadPage { messages, next }))
 }
 
 /// Requeues one message; its result as the routes answer it.
-async fn requeue_one(state: &AppState, id: MessageId) -> Result<Value, ApiError> {
+async fn requeue_one(state: &AppState, id: MessageId) -> Result<RequeueOne, ApiError> {
+    let one = |result, status, holder| RequeueOne {
+        id,
+        result,
+        status,
+        holder,
+    };
     Ok(match dead::requeue(&state.queue, id).await? {
-        RequeueOutcome::Requeued(row) => {
-            json!({ "id": id, "result": "requeued", "status": row.status() })
+        RequeueOutcome::Requeued(row) => one(RequeueResult::Requeued, Some(row.status()), None),
+        RequeueOutcome::NotDead(status) => one(RequeueResult::NotDead, Some(status), None),
+        RequeueOutcome::NotFound => one(RequeueResult::NotFound, None, None),
+        RequeueOutcome::BizKeyTaken(holder) => {
+            one(RequeueResult::BizKeyTaken, None, Some(MessageId(holder)))
         }
-        RequeueOutcome::NotDead(status) => {
-            json!({ "id": id, "result": "not_dead", "status": status })
-        }
-        RequeueOutcome::NotFound => json!({ "id": id, "result": "not_found" }),
-        RequeueOutcome::BizKeyTaken(holder) => json!({
-            "id": id,
-            "result": "biz_key_taken",
-            "holder": MessageId(holder),
-        }),
     })
 }
 
@@ -78,6 +92,24 @@ async fn requeue_one(state: &AppState, id: MessageId) -> Result<Value, ApiError>
 /// becomes live again, due at once, its attempts counted from 0. A target
 /// that is a message id is one message; otherwise, or when no message has
 /// that id, it is a topic.
+#[utoipa::path(
+    post,
+    path = "/dead/{target}/requeue",
+    tag = "dead",
+    params(
+        ("target" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", description = "A message id when such a message exists, else a topic"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000, description = "A topic: most messages requeued (default 10 000)"),
+    ),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "One message: requeued. A topic: how many were requeued, those skipped and why, and whether more are left", body = RequeueReply),
+        (status = 400, description = "A bad target or parameter", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "No such message (a target that can only be an id)", body = ErrorBody),
+        (status = 409, description = "The message is not dead (`not_dead`), or a live message holds its bizKey (`biz_key_taken`)", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn requeue(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -88,23 +120,23 @@ pub async fn requeue(
     let target = target.into_inner();
     if let Ok(id) = target.parse::<MessageId>() {
         let r = requeue_one(&state, id).await?;
-        match r["result"].as_str() {
-            Some("requeued") => return Ok(HttpResponse::Ok().json(r)),
-            Some("not_dead") => {
+        match r.result {
+            RequeueResult::Requeued => return Ok(HttpResponse::Ok().json(RequeueReply::One(r))),
+            RequeueResult::NotDead => {
                 return Err(ApiError::Conflict {
                     code: ErrorCode::NotDead,
                     message: format!(
                         "message {id} is {} and not dead",
-                        r["status"].as_str().unwrap_or("live")
+                        r.status.map_or("live".to_string(), |s| s.to_string())
                     ),
                 })
             }
-            Some("biz_key_taken") => {
+            RequeueResult::BizKeyTaken => {
                 return Err(ApiError::Conflict {
                     code: ErrorCode::BizKeyTaken,
                     message: format!(
                         "message {id}'s bizKey belongs to live message {} now",
-                        r["holder"].as_str().unwrap_or("?")
+                        r.holder.map_or("?".to_string(), |h| h.to_string())
                     ),
                 })
             }
@@ -130,7 +162,7 @@ pub async fn requeue(
             }
             after = row.id;
             let r = requeue_one(&state, MessageId(row.id)).await?;
-            if r["result"] == "requeued" {
+            if r.result == RequeueResult::Requeued {
                 requeued += 1;
             } else {
                 skipped.push(r);
@@ -141,10 +173,10 @@ pub async fn requeue(
         }
     }
     let more = !state.journal.dead_page(&target, after, 1).await?.is_empty();
-    Ok(HttpResponse::Ok().json(json!({
-        "topic": target,
-        "requeued": requeued,
-        "skipped": skipped,
-        "more": more,
+    Ok(HttpResponse::Ok().json(RequeueReply::Topic(RequeueTopic {
+        topic: target,
+        requeued,
+        skipped,
+        more,
     })))
 }

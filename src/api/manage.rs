@@ -1,14 +1,32 @@
 //! Restore, inspection and health.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
 
+use super::schema::{HealthReply, MessageReply, ReadyReply, RestoreOneReply};
 use super::{bool_param, parse_id, AppState, Query};
 use crate::error::ApiError;
-use crate::error::ErrorCode;
+use crate::error::{ErrorBody, ErrorCode};
+use crate::message::MessageId;
 use crate::redis::inspect::evicts;
+use crate::restore::RestoreReport;
 
 /// `GET /reStore?expire=true|false`: rebuild Redis from the journal.
+#[utoipa::path(
+    get,
+    path = "/reStore",
+    tag = "inspect",
+    params(
+        ("expire" = Option<bool>, Query, description = "Also restore messages whose due time passed (delivered at once); default false"),
+        ("dryRun" = Option<bool>, Query, description = "Count only; default false"),
+    ),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "Every live message of the journal is in Redis again; the counts", body = RestoreReport),
+        (status = 400, description = "A bad parameter", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn restore_all(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -23,6 +41,23 @@ pub async fn restore_all(
 }
 
 /// `GET /reStore/{id}?expire=true|false`: the same for one message.
+#[utoipa::path(
+    get,
+    path = "/reStore/{id}",
+    tag = "inspect",
+    params(
+        ("id" = MessageId, Path),
+        ("expire" = Option<bool>, Query, description = "Restore it even when its due time passed (delivered at once); default true"),
+    ),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The counts, and the message's status", body = RestoreOneReply),
+        (status = 400, description = "A bad id or parameter", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "No such message", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn restore_one(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -33,13 +68,22 @@ pub async fn restore_one(
     let id = parse_id(&id)?;
     let expire = bool_param(&q, "expire", true)?;
     let (report, status) = state.restorer().one(id, expire).await?;
-    let mut body = serde_json::to_value(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
-    body["id"] = json!(id);
-    body["status"] = json!(status);
-    Ok(HttpResponse::Ok().json(body))
+    Ok(HttpResponse::Ok().json(RestoreOneReply { report, id, status }))
 }
 
 /// `GET /messages/{id}`: the message, its status and its flow history.
+#[utoipa::path(
+    get,
+    path = "/messages/{id}",
+    tag = "inspect",
+    params(("id" = MessageId, Path)),
+    responses(
+        (status = 200, description = "The message, its status and its history", body = MessageReply),
+        (status = 400, description = "A bad id", body = ErrorBody),
+        (status = 404, description = "No such message", body = ErrorBody),
+        (status = 503, description = "The journal unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn message(
     state: web::Data<AppState>,
     id: web::Path<String>,
@@ -50,22 +94,28 @@ pub async fn message(
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
-        Some((row, history)) => Ok(HttpResponse::Ok().json(json!({
-            "message": row.view(),
-            "updatedTime": row.updated_time,
-            "history": history,
-        }))),
+        Some((row, history)) => Ok(HttpResponse::Ok().json(MessageReply {
+            message: row.view(),
+            updated_time: row.updated_time,
+            history,
+        })),
     }
 }
 
 /// `GET /health`: the process answers, with the version it runs and the git
 /// revision it was built from.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "health",
+    responses((status = 200, description = "The process answers, with its version and git revision", body = HealthReply)),
+)]
 pub async fn health() -> HttpResponse {
-    HttpResponse::Ok().json(json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "revision": crate::GIT_REVISION,
-    }))
+    HttpResponse::Ok().json(HealthReply {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+        revision: crate::GIT_REVISION,
+    })
 }
 
 /// Ready when Redis and the journal answer and the node is a cluster
@@ -77,6 +127,15 @@ pub async fn health() -> HttpResponse {
 /// load balancer should not drop out over a setting. `redisMaxmemoryPolicy`
 /// shows the policy (null when Redis's CONFIG is disabled) and `warnings`
 /// says what to change.
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready; `warnings` may still say what to change", body = ReadyReply),
+        (status = 503, description = "Not ready: the fields say what is wrong", body = ReadyReply),
+    ),
+)]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let (redis, journal, policy) = futures::join!(
         state.redis.ping(),
@@ -95,18 +154,25 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // no pushes until it is confirmed again.
     let member = view.in_good_standing() && state.ids.worker().is_some();
     let ok = redis.is_ok() && journal.is_ok() && member;
-    let body = json!({
-        "redis": show(redis.map_err(|e| e.to_string())),
-        "journal": show(journal.map_err(|e| e.to_string())),
-        "cluster": if member { "ok".to_string() } else {
-            format!("not a member in good standing (session {:?}, worker id {:?}, lease confirmed: {})", view.session, view.worker_id, state.ids.worker().is_some())
+    let body = ReadyReply {
+        redis: show(redis.map_err(|e| e.to_string())),
+        journal: show(journal.map_err(|e| e.to_string())),
+        cluster: if member {
+            "ok".to_string()
+        } else {
+            format!(
+                "not a member in good standing (session {:?}, worker id {:?}, lease confirmed: {})",
+                view.session,
+                view.worker_id,
+                state.ids.worker().is_some()
+            )
         },
-        "mode": view.mode,
-        "leader": view.leader,
-        "scanning": view.owned.len(),
-        "redisMaxmemoryPolicy": policy,
-        "warnings": warnings,
-    });
+        mode: view.mode,
+        leader: view.leader,
+        scanning: view.owned.len(),
+        redis_maxmemory_policy: policy,
+        warnings,
+    };
     if ok {
         HttpResponse::Ok().json(body)
     } else {

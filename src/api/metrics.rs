@@ -11,6 +11,18 @@ use actix_web::{web, HttpResponse};
 use super::AppState;
 use crate::metrics::{metrics, RequestLabels, RouteLabels, CONTENT_TYPE};
 
+/// `GET /metrics`: every metric in the OpenMetrics text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    responses((
+        status = 200,
+        description = "Every metric of this node, in the OpenMetrics text format (see the README's Metrics section)",
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body = String,
+    )),
+)]
 pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(CONTENT_TYPE)

@@ -5,15 +5,21 @@
 //! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`,
 //! and `GET /admin/reconcile`, `GET /admin/restore`, and `GET /metrics`. Errors are JSON
 //! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
+//!
+//! Every route is in one table ([`ROUTES`]); `GET /openapi.json` describes
+//! them all (OpenAPI 3.1: each handler's `#[utoipa::path]`, the bodies'
+//! types in [`schema`]) and Swagger UI shows it at `/docs` (`docs.rs`).
 
 mod admin;
 mod body;
 mod cancel;
 mod consume;
 mod dead;
+mod docs;
 mod manage;
 mod metrics;
 mod produce;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,7 +97,77 @@ fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
 }
 
 pub use body::{MAX_JSON_VALUES, MAX_REQUEST_BYTES};
+pub use docs::openapi;
 pub use metrics::count_requests;
+
+/// Every route of the API, in one table: [`configure`] registers them,
+/// [`ROUTES`] lists them and the OpenAPI document ([`docs::openapi`])
+/// takes each handler's `#[utoipa::path]`, so no route is served
+/// undocumented (a test checks that the paths written in those attributes
+/// are the ones registered).
+macro_rules! routes {
+    ($($method:ident $path:literal => $module:ident :: $handler:ident,)*) => {
+        /// Every route served: (method, path as registered with actix-web).
+        pub const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path),)*];
+
+        fn register(cfg: &mut web::ServiceConfig) {
+            $(cfg.route($path, web::$method().to($module::$handler));)*
+        }
+
+        #[derive(utoipa::OpenApi)]
+        #[openapi(paths($($module::$handler),*))]
+        struct Routes;
+    };
+}
+
+routes! {
+    post "/push" => produce::push,
+    post "/push/batch" => produce::push_batch,
+    get "/delete" => cancel::delete,
+    post "/cancel" => cancel::cancel,
+    get "/dead/{topic}" => dead::list,
+    post "/dead/{target}/requeue" => dead::requeue,
+    get "/get/{topic}" => consume::get,
+    post "/get/{topic}" => consume::ack_and_get,
+    post "/ack" => consume::ack_batch,
+    post "/ack/{id}" => consume::ack,
+    post "/nack" => consume::nack_batch,
+    post "/nack/{id}" => consume::nack,
+    get "/reStore" => manage::restore_all,
+    get "/reStore/{id}" => manage::restore_one,
+    get "/messages/{id}" => manage::message,
+    get "/admin/cluster" => admin::cluster,
+    get "/admin/journal" => admin::journal,
+    post "/admin/rebalance" => admin::rebalance,
+    get "/admin/reconcile" => admin::reconcile,
+    get "/admin/restore" => admin::restore,
+    post "/admin/shards/{shard}/move" => admin::move_shard,
+    get "/health" => manage::health,
+    get "/ready" => manage::ready,
+    get "/metrics" => metrics::scrape,
+    get "/openapi.json" => docs::openapi_json,
+    get "/docs" => docs::ui_root,
+    get "/docs/{file:.*}" => docs::ui_file,
+}
+
+/// A path as actix-web registers it (`/docs/{file:.*}`) as OpenAPI writes
+/// it (`/docs/{file}`).
+pub fn openapi_path(registered: &str) -> String {
+    let mut out = String::with_capacity(registered.len());
+    let mut in_pattern = false;
+    for c in registered.chars() {
+        match c {
+            ':' if !in_pattern && out.rfind('{') > out.rfind('}') => in_pattern = true,
+            '}' => {
+                in_pattern = false;
+                out.push(c);
+            }
+            _ if in_pattern => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // JSON bodies are read as bytes up to the limit and checked before
@@ -99,36 +175,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     let payload = web::PayloadConfig::new(MAX_REQUEST_BYTES);
     let path = web::PathConfig::default()
         .error_handler(|err, _| ApiError::invalid(ErrorCode::InvalidPath, err.to_string()).into());
-    cfg.app_data(payload)
-        .app_data(path)
-        .route("/push", web::post().to(produce::push))
-        .route("/push/batch", web::post().to(produce::push_batch))
-        .route("/delete", web::get().to(cancel::delete))
-        .route("/cancel", web::post().to(cancel::cancel))
-        .route("/dead/{topic}", web::get().to(dead::list))
-        .route("/dead/{target}/requeue", web::post().to(dead::requeue))
-        .route("/get/{topic}", web::get().to(consume::get))
-        .route("/get/{topic}", web::post().to(consume::ack_and_get))
-        .route("/ack", web::post().to(consume::ack_batch))
-        .route("/ack/{id}", web::post().to(consume::ack))
-        .route("/nack", web::post().to(consume::nack_batch))
-        .route("/nack/{id}", web::post().to(consume::nack))
-        .route("/reStore", web::get().to(manage::restore_all))
-        .route("/reStore/{id}", web::get().to(manage::restore_one))
-        .route("/messages/{id}", web::get().to(manage::message))
-        .route("/admin/cluster", web::get().to(admin::cluster))
-        .route("/admin/journal", web::get().to(admin::journal))
-        .route("/admin/rebalance", web::post().to(admin::rebalance))
-        .route("/admin/reconcile", web::get().to(admin::reconcile))
-        .route("/admin/restore", web::get().to(admin::restore))
-        .route(
-            "/admin/shards/{shard}/move",
-            web::post().to(admin::move_shard),
-        )
-        .route("/health", web::get().to(manage::health))
-        .route("/ready", web::get().to(manage::ready))
-        .route("/metrics", web::get().to(metrics::scrape))
-        .default_service(web::to(not_found));
+    cfg.app_data(payload).app_data(path);
+    register(cfg);
+    cfg.default_service(web::to(not_found));
 }
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
@@ -183,7 +232,10 @@ fn batch_ids(
     for v in list {
         let text = match v {
             serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Number(n) => match crate::message::whole_number(v) {
+                Some(id) => id.to_string(),
+                None => n.to_string(),
+            },
             other => {
                 return Err(ApiError::invalid(
                     ErrorCode::InvalidIds,
@@ -253,7 +305,7 @@ fn int_param(
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::*;
 
     #[test]
     fn tokens_match_only_exactly() {
@@ -261,5 +313,35 @@ mod tests {
         for wrong in [&b""[..], b"s3cre", b"s3cret!", b"S3cret", b"s3crex"] {
             assert!(!constant_time_eq(wrong, b"s3cret"), "{wrong:?}");
         }
+    }
+
+    #[test]
+    fn paths_read_as_openapi_writes_them() {
+        assert_eq!(openapi_path("/docs/{file:.*}"), "/docs/{file}");
+        assert_eq!(openapi_path("/a/{x}/b:c/{y:[0-9]+}"), "/a/{x}/b:c/{y}");
+    }
+
+    /// Every route registered is in the document, with its method, and the
+    /// document has no other.
+    #[test]
+    fn the_document_lists_exactly_the_routes_served() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let methods = [
+            "get", "put", "post", "delete", "options", "head", "patch", "trace",
+        ];
+        let mut documented = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, _) in item.as_object().unwrap() {
+                if methods.contains(&method.as_str()) {
+                    documented.insert((method.clone(), path.clone()));
+                }
+            }
+        }
+        let served: std::collections::BTreeSet<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), openapi_path(p)))
+            .collect();
+        assert_eq!(served.len(), ROUTES.len(), "a route is registered twice");
+        assert_eq!(documented, served);
     }
 }

@@ -1,16 +1,32 @@
 //! Producers: push one or a batch.
 
 use actix_web::{web, HttpResponse};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::body::JsonBody;
+use super::schema::{PushBatchReply, PushBatchRequest, PushReply, PushRequest};
 use super::AppState;
 use crate::error::ApiError;
+use crate::error::ErrorBody;
 use crate::error::ErrorCode;
 use crate::message::{now_ms, parse_draft};
 
 pub const MAX_BATCH: usize = 1_000;
 
+/// `POST /push`: answered once the message is durable in the journal.
+#[utoipa::path(
+    post,
+    path = "/push",
+    tag = "produce",
+    request_body = PushRequest,
+    responses(
+        (status = 200, description = "Accepted and durable; a live message of the topic with the same bizKey answers its own id", body = PushReply),
+        (status = 400, description = "The message breaks a rule; nothing was written", body = ErrorBody),
+        (status = 413, description = "The request or the message body is too large (`payload_too_large`, `body_too_large`)", body = ErrorBody),
+        (status = 500, description = "The journal database refused the row (`journal_refused`)", body = ErrorBody),
+        (status = 503, description = "Journal, Redis or the node's worker id unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
@@ -18,13 +34,26 @@ pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResp
         .queue
         .accept(vec![draft.into_message(state.ids.next_id()?, now)])
         .await?;
-    let mut reply = json!({ "id": accepted[0].id });
-    if !accepted[0].fresh {
-        reply["duplicate"] = json!(true);
-    }
-    Ok(HttpResponse::Ok().json(reply))
+    Ok(HttpResponse::Ok().json(PushReply {
+        id: accepted[0].id,
+        duplicate: (!accepted[0].fresh).then_some(true),
+    }))
 }
 
+/// `POST /push/batch`: all durable, or none accepted.
+#[utoipa::path(
+    post,
+    path = "/push/batch",
+    tag = "produce",
+    request_body = PushBatchRequest,
+    responses(
+        (status = 200, description = "Accepted and durable, ids in the order pushed", body = PushBatchReply),
+        (status = 400, description = "A message breaks a rule (named by its index); nothing was written", body = ErrorBody),
+        (status = 413, description = "The request or a message body is too large", body = ErrorBody),
+        (status = 500, description = "The journal database refused a row (`journal_refused`)", body = ErrorBody),
+        (status = 503, description = "Journal, Redis or the node's worker id unavailable", body = ErrorBody),
+    ),
+)]
 pub async fn push_batch(
     state: web::Data<AppState>,
     body: JsonBody,
@@ -56,12 +85,12 @@ pub async fn push_batch(
         })?;
         messages.push(draft.into_message(state.ids.next_id()?, now));
     }
-    let ids: Vec<_> = state
+    let ids = state
         .queue
         .accept(messages)
         .await?
         .into_iter()
         .map(|a| a.id)
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "ids": ids })))
+    Ok(HttpResponse::Ok().json(PushBatchReply { ids }))
 }

@@ -67,7 +67,7 @@ impl Permit {
 }
 
 /// A node as it registers itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
     pub id: String,
@@ -78,7 +78,7 @@ pub struct Member {
 }
 
 /// This node's standing in the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Session {
     /// Not started yet, or between sessions.

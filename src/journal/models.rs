@@ -123,7 +123,7 @@ impl<'a> NewMessage<'a> {
     }
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize, utoipa::ToSchema)]
 #[diesel(table_name = message_flow)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowRow {
@@ -132,6 +132,7 @@ pub struct FlowRow {
     #[serde(skip)]
     pub message_id: i64,
     #[serde(serialize_with = "status_name")]
+    #[schema(value_type = Status)]
     pub status: i16,
     pub attempts: i32,
     #[serde(rename = "time")]

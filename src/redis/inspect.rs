@@ -66,7 +66,7 @@ impl Header {
 }
 
 /// A restore's place in the journal, kept in Redis while it runs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreCursor {
     /// Every live message with an id up to this one was restored.

@@ -1,0 +1,548 @@
+//! The API's request and response bodies as types, for the OpenAPI
+//! document ([`super::openapi`]).
+//!
+//! Responses are these types: the handlers build them and serialize them,
+//! so the document shows what is sent. Requests are read as bytes and
+//! checked by hand (see `body.rs` and [`crate::message::parse_draft`]), for
+//! error messages that name the field; their types here describe what the
+//! handlers accept, with the same bounds, and are never built.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::cluster::{Member, Session};
+use crate::error::ErrorCode;
+use crate::journal::models::FlowRow;
+use crate::message::{MessageId, MessageView, Status};
+use crate::redis::inspect::RestoreCursor;
+use crate::repeat::Occurrence;
+use crate::restore::RestoreReport;
+use crate::retry::Backoff;
+
+/// What a topic looks like (the same rule as [`crate::message::valid_topic`]).
+pub const TOPIC_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
+
+// ---------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------
+
+/// A message to push. Unknown fields are refused, so a typo does not
+/// silently mean something else.
+#[allow(dead_code)] // described, not built: parse_draft reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushRequest {
+    /// Where it is delivered.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")]
+    topic: String,
+    /// The producer's business key: unique per topic among live messages;
+    /// pushing it again answers the live message's id.
+    #[schema(min_length = 1, max_length = 256)]
+    biz_key: Option<String>,
+    /// The payload (JSON text welcome), at most the server's
+    /// `--max-body-bytes` (1 MiB by default) or 413 `body_too_large`.
+    body: String,
+    /// Delivered this many ms from now (0 … 10 years); not with `deliverAt`.
+    #[schema(minimum = 0, maximum = 315_360_000_000_i64)]
+    delay: Option<i64>,
+    /// Delivered at this epoch time (ms); in the past means now; at most 10
+    /// years ahead. Not with `delay`.
+    #[schema(minimum = 0)]
+    deliver_at: Option<i64>,
+    /// Higher first among messages due at the same instant (default 0).
+    #[schema(minimum = 0, maximum = 255)]
+    priority: Option<i64>,
+    /// Ms a consumer has to ack (default 30 000).
+    #[schema(minimum = 100, maximum = 86_400_000)]
+    ttl: Option<i64>,
+    /// Deliveries before the message is `Dead` (default 16).
+    #[schema(minimum = 1, maximum = 1000)]
+    max_attempts: Option<i64>,
+    retry: Option<RetryRequest>,
+    repeat: Option<RepeatRequest>,
+}
+
+/// The wait before a delivery after a failed one (a nack without a delay,
+/// or an ack deadline that passed). `max` must not be below `delay`.
+#[allow(dead_code)] // described, not built: parse_policy reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// Default exponential.
+    backoff: Option<Backoff>,
+    /// Ms after the first failure (default 1 000).
+    #[schema(minimum = 0, maximum = 86_400_000)]
+    delay: Option<i64>,
+    /// The longest wait, ms (default 1 hour, or `delay` when longer).
+    #[schema(minimum = 0, maximum = 86_400_000)]
+    max: Option<i64>,
+}
+
+/// A recurring message: `every` or `cron` (one of them), with `times` or
+/// `until` optional.
+#[allow(dead_code)] // described, not built: parse_repeat reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatRequest {
+    /// Ms between occurrences (100 ms … 10 years).
+    #[schema(minimum = 100, maximum = 315_360_000_000_i64)]
+    every: Option<i64>,
+    /// 5 fields (minute hour day month weekday) or 6 (seconds first).
+    #[schema(max_length = 128, example = "*/20 * * * *")]
+    cron: Option<String>,
+    /// IANA time zone of `cron` (default UTC).
+    #[schema(example = "Asia/Shanghai")]
+    tz: Option<String>,
+    /// Occurrences in all.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    times: Option<i64>,
+    /// No occurrence after this epoch time (ms): from now to 100 years ahead.
+    #[schema(minimum = 0)]
+    until: Option<i64>,
+}
+
+/// `POST /push/batch`: all durable, or none accepted.
+#[allow(dead_code)] // described, not built: push_batch reads the JSON
+#[derive(Deserialize, ToSchema)]
+pub struct PushBatchRequest {
+    #[schema(min_items = 1, max_items = 1000)]
+    messages: Vec<PushRequest>,
+}
+
+/// A message id in a batch request: the decimal string, or the number.
+pub struct IdInput;
+
+impl PartialSchema for IdInput {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(MessageId::schema())
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                    .minimum(Some(1)),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for IdInput {}
+
+/// `POST /ack` and `POST /cancel` by ids: each id once.
+#[allow(dead_code)] // described, not built: batch_ids reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 100)]
+    ids: Vec<serde_json::Value>,
+}
+
+/// `POST /nack`: each id once; without `delay`, by each message's retry
+/// policy.
+#[allow(dead_code)] // described, not built: nack_batch reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NackRequest {
+    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 100)]
+    ids: Vec<serde_json::Value>,
+    /// Ms until the messages are delivered again (0: ready at once; at most
+    /// one day).
+    #[schema(minimum = 0, maximum = 86_400_000)]
+    delay: Option<i64>,
+}
+
+/// `POST /get/{topic}`: ack the previous batch and poll the next.
+#[allow(dead_code)] // described, not built: ack_and_get reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckAndGetRequest {
+    /// Ids to ack first (each once).
+    #[serde(default)]
+    #[schema(value_type = BTreeSet<IdInput>, max_items = 100)]
+    ack: Vec<serde_json::Value>,
+    /// Most messages to hand out (default 1).
+    #[schema(minimum = 1, maximum = 100)]
+    count: Option<i64>,
+    /// Seconds to wait for one (default 30).
+    #[schema(minimum = 0, maximum = 300)]
+    timeout: Option<i64>,
+}
+
+/// `POST /cancel`: by ids, by bizKey, or by bizKey prefix.
+#[allow(dead_code)] // described, not built: cancel reads the JSON
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum CancelRequest {
+    Ids(CancelIds),
+    BizKey(CancelBizKey),
+    Prefix(CancelPrefix),
+}
+
+/// Cancel these messages (1 to 1000, each once).
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelIds {
+    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 1000)]
+    ids: Vec<serde_json::Value>,
+}
+
+/// Cancel the live message of a topic holding this bizKey.
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelBizKey {
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    topic: String,
+    #[schema(min_length = 1, max_length = 256)]
+    biz_key: String,
+}
+
+/// Cancel every live message of a topic whose bizKey starts with this.
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelPrefix {
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    topic: String,
+    #[schema(min_length = 1, max_length = 256)]
+    biz_key_prefix: String,
+}
+
+// ---------------------------------------------------------------------------
+// Responses
+// ---------------------------------------------------------------------------
+
+/// A message is accepted and durable.
+#[derive(Serialize, ToSchema)]
+pub struct PushReply {
+    pub id: MessageId,
+    /// A live message of the topic holds the bizKey: its id is answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
+/// The batch is accepted and durable: the ids in the order pushed.
+#[derive(Serialize, ToSchema)]
+pub struct PushBatchReply {
+    pub ids: Vec<MessageId>,
+}
+
+/// Messages handed out, each now `Consuming`; empty when the timeout passed.
+#[derive(Serialize, ToSchema)]
+pub struct PollReply<'a> {
+    pub messages: &'a [MessageView],
+}
+
+/// `POST /get/{topic}`: the acks' results, then the messages handed out.
+#[derive(Serialize, ToSchema)]
+pub struct AckAndPollReply<'a> {
+    pub acked: usize,
+    pub results: Vec<AckResult>,
+    pub messages: &'a [MessageView],
+}
+
+/// `POST /ack/{id}`: consumed, or (a recurring message) waiting for its
+/// next occurrence.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AckReply {
+    pub id: MessageId,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_occurrence: Option<Occurrence>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AckResultKind {
+    Consumed,
+    NotInFlight,
+    NotFound,
+}
+
+/// One id's ack.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AckResult {
+    pub id: MessageId,
+    pub result: AckResultKind,
+    /// Not in flight: the message's status, null when it was never
+    /// delivered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Status>)]
+    pub status: Option<Option<Status>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_occurrence: Option<Occurrence>,
+}
+
+/// `POST /ack`: one journal commit for all.
+#[derive(Serialize, ToSchema)]
+pub struct AckBatchReply {
+    pub acked: usize,
+    pub results: Vec<AckResult>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NackResultKind {
+    /// Ready again at once.
+    Ready,
+    /// Back to `Delaying`, due at `dueTime`.
+    Delaying,
+    /// That was its last attempt.
+    Dead,
+    /// A recurring message cancelled while an occurrence was out: it ends.
+    Deleted,
+    NotInFlight,
+    NotFound,
+}
+
+/// One id's nack.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NackResult {
+    pub id: MessageId,
+    pub result: NackResultKind,
+    /// The status it is in now; not in flight: null when it was never
+    /// delivered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Status>)]
+    pub status: Option<Option<Status>>,
+    /// Deliveries so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+    /// `delaying`: when it is delivered again (epoch ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_time: Option<i64>,
+}
+
+/// `POST /nack`: one journal commit for all.
+#[derive(Serialize, ToSchema)]
+pub struct NackBatchReply {
+    pub nacked: usize,
+    pub results: Vec<NackResult>,
+}
+
+/// What cancelling one message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelResult {
+    Deleted,
+    /// Handed to a consumer: left alone.
+    InFlight,
+    AlreadyConsumed,
+    Dead,
+    NotFound,
+}
+
+/// One message's cancel.
+#[derive(Serialize, ToSchema)]
+pub struct CancelOne {
+    pub id: MessageId,
+    pub result: CancelResult,
+}
+
+/// `GET /delete?id=` of an unknown id: an error with a definite result.
+#[derive(Serialize, ToSchema)]
+pub struct DeleteNotFound {
+    pub error: ErrorCode,
+    pub message: String,
+    pub id: MessageId,
+    pub result: CancelResult,
+}
+
+/// `POST /cancel`: a result per id (by ids or bizKey), or counts per
+/// outcome (by prefix).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum CancelReply {
+    Each(CancelEach),
+    Counts(CancelCounts),
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CancelEach {
+    pub deleted: usize,
+    pub results: Vec<CancelOne>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CancelCounts {
+    /// Live messages whose bizKey starts with the prefix.
+    pub matched: u64,
+    /// Messages per outcome (`deleted`, `in_flight`, …).
+    pub results: BTreeMap<&'static str, u64>,
+}
+
+/// A dead letter with its history.
+#[derive(Serialize, ToSchema)]
+pub struct DeadMessage {
+    #[serde(flatten)]
+    pub message: MessageView,
+    pub history: Vec<FlowRow>,
+}
+
+/// `GET /dead/{topic}`: a page of dead letters in id order.
+#[derive(Serialize, ToSchema)]
+pub struct DeadPage {
+    pub messages: Vec<DeadMessage>,
+    /// The `after` of the next page; null on the last.
+    pub next: Option<MessageId>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RequeueResult {
+    Requeued,
+    NotDead,
+    NotFound,
+    /// A live message holds its bizKey now (`holder`).
+    BizKeyTaken,
+}
+
+/// One dead message's requeue.
+#[derive(Serialize, ToSchema)]
+pub struct RequeueOne {
+    pub id: MessageId,
+    pub result: RequeueResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<MessageId>,
+}
+
+/// `POST /dead/{topic}/requeue`.
+#[derive(Serialize, ToSchema)]
+pub struct RequeueTopic {
+    pub topic: String,
+    pub requeued: usize,
+    /// Dead messages left dead, with why.
+    pub skipped: Vec<RequeueOne>,
+    /// More dead messages are left after `limit`.
+    pub more: bool,
+}
+
+/// `POST /dead/{target}/requeue`: one message, or a topic's.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum RequeueReply {
+    One(RequeueOne),
+    Topic(RequeueTopic),
+}
+
+/// `GET /reStore/{id}`: the restore's counts, and the message's status.
+#[derive(Serialize, ToSchema)]
+pub struct RestoreOneReply {
+    #[serde(flatten)]
+    pub report: RestoreReport,
+    pub id: MessageId,
+    pub status: Status,
+}
+
+/// `GET /messages/{id}`: the message and its history from the flow table.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageReply {
+    pub message: MessageView,
+    /// When its journal row last changed (epoch ms).
+    pub updated_time: i64,
+    /// Oldest first.
+    pub history: Vec<FlowRow>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct HealthReply {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+    /// The version of delayq this node runs.
+    #[schema(example = "0.1.0")]
+    pub version: &'static str,
+    /// The git revision it was built from (`unknown` without git).
+    #[schema(example = "0c76ed1c7286")]
+    pub revision: &'static str,
+}
+
+/// `GET /ready`: each dependency, `ok` or what is wrong.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyReply {
+    pub redis: String,
+    pub journal: String,
+    pub cluster: String,
+    /// `standalone`, `active-standby` or `multi-active`.
+    pub mode: &'static str,
+    pub leader: Option<String>,
+    /// Shards this node scans.
+    pub scanning: usize,
+    /// Redis's `maxmemory-policy`; null when its CONFIG command is disabled.
+    pub redis_maxmemory_policy: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+/// One shard in `GET /admin/cluster`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardView {
+    pub shard: usize,
+    /// The node the leader assigned it to.
+    pub owner: Option<String>,
+    pub scanning_here: bool,
+    /// The epoch this node scans it under, when it does.
+    pub owner_epoch: Option<i64>,
+    /// The fencing epoch stored in Redis (0: none yet).
+    pub epoch: i64,
+    pub delaying: i64,
+    pub ready: i64,
+    pub in_flight: i64,
+    /// Due time of the earliest scheduled message, when already due.
+    pub oldest_overdue: Option<i64>,
+}
+
+/// `GET /admin/cluster`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterReply {
+    pub mode: &'static str,
+    pub node: String,
+    pub session: Session,
+    pub leader: Option<String>,
+    pub in_good_standing: bool,
+    pub worker_id: Option<u16>,
+    pub nodes: Vec<Member>,
+    pub shards: Vec<ShardView>,
+}
+
+/// The leader's assignment: per shard, its node.
+#[derive(Serialize, ToSchema)]
+pub struct AssignmentReply {
+    pub assignment: Vec<Option<String>>,
+}
+
+/// `GET /admin/restore`: this node's current or last restore (only
+/// `running`, `startedAt` and `finishedAt`, null, when it ran none), and
+/// the cursor of an interrupted restore a new one would resume after.
+#[allow(dead_code)] // described, not built: the handler adds `resumable` to RestoreProgress
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreState {
+    running: bool,
+    expire: Option<bool>,
+    dry_run: Option<bool>,
+    scanned: Option<u64>,
+    restored: Option<u64>,
+    already_present: Option<u64>,
+    skipped_expired: Option<u64>,
+    skipped_finished: Option<u64>,
+    rate_per_second: Option<f64>,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    cursor: Option<i64>,
+    resumed_after: Option<i64>,
+    error: Option<String>,
+    resumable: Option<RestoreCursor>,
+}
