@@ -304,9 +304,16 @@ impl Client {
         if let Some(token) = &self.admin_token {
             req = req.bearer_auth(token);
         }
-        let http_error = |source| Error::Http {
+        let http_error = |source: reqwest::Error| Error::Http {
             method: verb,
             path: path.clone(),
+            what: if source.is_timeout() {
+                "timed out"
+            } else if source.is_connect() {
+                "cannot connect"
+            } else {
+                "no answer"
+            },
             source,
         };
         let resp = req.send().await.map_err(http_error)?;

@@ -441,7 +441,7 @@ impl Run {
         }
         let wait = self.backoff.next_wait();
         tracing::warn!(
-            topic, error = %error, retry_in_ms = wait.as_millis() as u64,
+            topic, error = %chain(error), retry_in_ms = wait.as_millis() as u64,
             "{what} failed; backing off"
         );
         self.paused_until = Some(now + wait);
@@ -507,7 +507,7 @@ impl Run {
                 if e.is_retryable() {
                     self.back_off("poll", &c.topic, &e);
                 } else {
-                    tracing::error!(topic = %c.topic, error = %e, "poll refused; the consumer stops");
+                    tracing::error!(topic = %c.topic, error = %chain(&e), "poll refused; the consumer stops");
                     self.fatal = Some(e);
                 }
             }
@@ -549,7 +549,7 @@ impl Run {
                 if e.is_retryable() {
                     self.back_off("sending acks or nacks", &c.topic, &e);
                 } else {
-                    tracing::error!(topic = %c.topic, error = %e, "acks or nacks refused; dropping them");
+                    tracing::error!(topic = %c.topic, error = %chain(&e), "acks or nacks refused; dropping them");
                 }
             }
         }
@@ -563,6 +563,18 @@ impl Run {
             }
         }
     }
+}
+
+/// An error and its causes, for the log.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 #[cfg(test)]

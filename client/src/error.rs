@@ -111,10 +111,12 @@ pub enum Error {
         body: String,
     },
     /// No answer: no connection, a timeout, a connection closed early.
-    #[error("{method} {path}: {source}")]
+    /// `what` says which; the error's source says how.
+    #[error("{method} {path}: {what}")]
     Http {
         method: &'static str,
         path: String,
+        what: &'static str,
         #[source]
         source: reqwest::Error,
     },
