@@ -450,9 +450,18 @@ pub struct Server {
 
 impl Server {
     pub async fn start(cfg: &ServerConfig, generation: usize) -> Server {
+        Server::start_on(cfg, generation, None).await
+    }
+
+    /// Starts a server on `port`, or on a free port when none is given.
+    pub async fn start_on(cfg: &ServerConfig, generation: usize, port: Option<u16>) -> Server {
         let log = cfg.log_dir.join(format!("delayq-{generation}.log"));
         for attempt in 0..START_ATTEMPTS {
-            let port = free_port();
+            if port.is_some() && attempt > 0 {
+                // The port's last listener may take a moment to let go.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let port = port.unwrap_or_else(free_port);
             let file = File::options()
                 .create(true)
                 .append(true)
@@ -734,6 +743,14 @@ impl Env {
     pub async fn start_server(&mut self) {
         self.generation += 1;
         self.server = Server::start(&self.config, self.generation).await;
+    }
+
+    /// Starts a new server as [`Env::start_server`] does, on the port the
+    /// last one listened on: clients that knew the old one find it again.
+    pub async fn start_server_same_port(&mut self) {
+        self.generation += 1;
+        let port = self.server.port;
+        self.server = Server::start_on(&self.config, self.generation, Some(port)).await;
     }
 
     async fn reply(resp: reqwest::Response) -> Reply {

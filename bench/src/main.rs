@@ -2,10 +2,13 @@
 //!
 //! Every scenario runs on its own fresh topic (`{prefix}-{scenario}-{unix_ms}`) and prints
 //! exactly one JSON line to stdout; progress goes to stderr. Every wait has a deadline, so
-//! the bench cannot hang on a stuck server. The bench is a pure HTTP client: the only other
-//! connection it makes is to Redis, in the `restore` scenario, to wipe the schedule before
-//! asking the server to rebuild it from its journal.
+//! the bench cannot hang on a stuck server. The bench is a pure HTTP client, speaking through
+//! `delayq-client` (its own consumer loops, tuned to time each receipt, call the client's
+//! `poll` and `ack` directly); the only other connection it makes is to Redis, in the
+//! `restore` scenario, to wipe the schedule before asking the server to rebuild it from its
+//! journal (`GET /reStore`, an operator's route the client does not cover).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::process::ExitCode;
@@ -13,12 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
+use delayq_client::{Client, Message, MessageId, NewMessage};
 use futures::{stream, StreamExt, TryStreamExt};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
@@ -35,7 +38,8 @@ const BODY_LEN: usize = 100;
 const TTL_MS: u64 = 30_000;
 /// Timeout of an ordinary request (push, ack, delete).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Timeout of a long poll: the poll itself plus a margin for a busy server.
+/// Timeout of a long poll's request: the poll itself plus the client's 10 s margin for a busy
+/// server.
 const POLL_TIMEOUT: Duration = Duration::from_secs(LONG_POLL_SECS + 10);
 /// Timeout of `GET /reStore`, which rebuilds the whole schedule.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -319,7 +323,8 @@ struct CancelReport {
     cancel_requests: usize,
     cancel_rate: f64,
     cancel_s: f64,
-    /// `result` of each `/delete` call, plus `error` for failed requests.
+    /// `result` of each `/delete` call (`not_found` for a 404), plus `error` for failed
+    /// requests.
     cancel_results: BTreeMap<String, u64>,
     delivered: usize,
     /// Messages whose delete answered `deleted` but which were delivered anyway (must be 0).
@@ -383,7 +388,7 @@ struct Analysis {
 }
 
 impl Analysis {
-    fn new(received: &Received, pushed: &[String]) -> Self {
+    fn new(received: &Received, pushed: &[MessageId]) -> Self {
         let lateness: Vec<f64> = pushed
             .iter()
             .filter_map(|id| received.first.get(id))
@@ -422,7 +427,9 @@ async fn spread(cli: &Cli, api: &Api, topic: &str) -> Result<SpreadReport> {
 
     let mut rng = XorShift::new(0x5eed_0001);
     let messages = (0..count)
-        .map(|i| PushMessage::delayed(topic, rng.between(min_delay, max_delay), i))
+        .map(|i| {
+            bench_message(topic, i).delay(Duration::from_millis(rng.between(min_delay, max_delay)))
+        })
         .collect();
     let push = push_all(api, messages, cli.batch, cli.pushers).await?;
 
@@ -460,7 +467,7 @@ async fn burst(cli: &Cli, api: &Api, topic: &str) -> Result<BurstReport> {
 
     let deliver_at = now_ms() as i64 + lead_ms as i64;
     let messages = (0..count)
-        .map(|i| PushMessage::at(topic, deliver_at, i))
+        .map(|i| bench_message(topic, i).deliver_at(epoch(deliver_at)))
         .collect();
     let push = push_all(api, messages, cli.batch, cli.pushers).await?;
     let push_margin_ms = deliver_at as f64 - push.ended_ms;
@@ -512,21 +519,17 @@ async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
 
     let mut rng = XorShift::new(0x5eed_0003);
     let messages = (0..count)
-        .map(|i| PushMessage::delayed(topic, rng.between(min_delay, max_delay), i))
+        .map(|i| {
+            bench_message(topic, i).delay(Duration::from_millis(rng.between(min_delay, max_delay)))
+        })
         .collect();
     let push = push_all(api, messages, cli.batch, cli.pushers).await?;
 
     // Cancel every second message (odd positions).
-    let to_cancel: Vec<&str> = push
-        .ids
-        .iter()
-        .skip(1)
-        .step_by(2)
-        .map(String::as_str)
-        .collect();
+    let to_cancel: Vec<MessageId> = push.ids.iter().skip(1).step_by(2).copied().collect();
     eprintln!("[cancel] cancelling {} messages", to_cancel.len());
     let started = Instant::now();
-    let results: Vec<(&str, Result<String>)> = stream::iter(to_cancel.iter().copied())
+    let results: Vec<(MessageId, Result<&str>)> = stream::iter(to_cancel.iter().copied())
         .map(|id| async move { (id, api.delete(id).await) })
         .buffer_unordered(CANCEL_CONCURRENCY)
         .collect()
@@ -538,7 +541,7 @@ async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
     let mut logged_errors = 0;
     for (id, result) in &results {
         let key = match result {
-            Ok(result) => result.clone(),
+            Ok(result) => (*result).to_owned(),
             Err(err) => {
                 if logged_errors < 5 {
                     logged_errors += 1;
@@ -566,7 +569,7 @@ async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
     let analysis = Analysis::new(&consumed.received, &push.ids);
     let cancelled_delivered = deleted
         .iter()
-        .filter(|id| received.contains_key(**id))
+        .filter(|id| received.contains_key(*id))
         .count();
     let uncancelled_missing = push
         .ids
@@ -594,7 +597,7 @@ async fn cancel(cli: &Cli, api: &Api, topic: &str) -> Result<CancelReport> {
 async fn restore(cli: &Cli, api: &Api, topic: &str) -> Result<RestoreReport> {
     let count = cli.restore_count;
     let messages = (0..count)
-        .map(|i| PushMessage::delayed(topic, RESTORE_DELAY_MS, i))
+        .map(|i| bench_message(topic, i).delay(Duration::from_millis(RESTORE_DELAY_MS)))
         .collect();
     let push = push_all(api, messages, cli.batch, cli.pushers).await?;
 
@@ -679,44 +682,22 @@ fn glob_escape(text: &str) -> String {
 // Pushing
 // ---------------------------------------------------------------------------------------
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PushMessage {
-    topic: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deliver_at: Option<i64>,
-    body: String,
-    priority: i32,
-    ttl: u64,
+/// Message `index` of a scenario: its body is the index, zero-padded to exactly BODY_LEN
+/// bytes; due at once until the scenario sets its delay or delivery time.
+fn bench_message(topic: &str, index: usize) -> NewMessage {
+    NewMessage::new(topic, format!("{index:0BODY_LEN$}"))
+        .priority(0)
+        .ttl(Duration::from_millis(TTL_MS))
 }
 
-impl PushMessage {
-    fn delayed(topic: &str, delay_ms: u64, index: usize) -> Self {
-        Self::new(topic, Some(delay_ms), None, index)
-    }
-
-    fn at(topic: &str, deliver_at: i64, index: usize) -> Self {
-        Self::new(topic, None, Some(deliver_at), index)
-    }
-
-    fn new(topic: &str, delay: Option<u64>, deliver_at: Option<i64>, index: usize) -> Self {
-        Self {
-            topic: topic.to_owned(),
-            delay,
-            deliver_at,
-            // The index, zero-padded to exactly BODY_LEN bytes.
-            body: format!("{index:0BODY_LEN$}"),
-            priority: 0,
-            ttl: TTL_MS,
-        }
-    }
+/// The time `epoch_ms` milliseconds after the Unix epoch.
+fn epoch(epoch_ms: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(epoch_ms.max(0) as u64)
 }
 
 struct Pushed {
     /// Server ids, in push order.
-    ids: Vec<String>,
+    ids: Vec<MessageId>,
     elapsed: Duration,
     /// Epoch ms at which the last batch was acknowledged.
     ended_ms: f64,
@@ -731,7 +712,7 @@ impl Pushed {
 /// Pushes `messages` in batches of `batch`, `pushers` batches in flight.
 async fn push_all(
     api: &Api,
-    messages: Vec<PushMessage>,
+    messages: Vec<NewMessage>,
     batch: usize,
     pushers: usize,
 ) -> Result<Pushed> {
@@ -740,7 +721,7 @@ async fn push_all(
         messages.len()
     );
     let started = Instant::now();
-    let batches: Vec<Vec<String>> = stream::iter(messages.chunks(batch))
+    let batches: Vec<Vec<MessageId>> = stream::iter(messages.chunks(batch))
         .map(|chunk| api.push_batch(chunk))
         .buffered(pushers)
         .try_collect()
@@ -763,13 +744,6 @@ async fn push_all(
 // Consuming
 // ---------------------------------------------------------------------------------------
 
-#[derive(Deserialize)]
-struct PolledMessage {
-    id: String,
-    #[serde(rename = "dueTime")]
-    due_time: i64,
-}
-
 struct Delivery {
     due_ms: i64,
     received_ms: f64,
@@ -784,7 +758,7 @@ impl Delivery {
 /// Deliveries seen by the consumers: the first receipt of every id, and the repeats.
 #[derive(Default)]
 struct Received {
-    first: HashMap<String, Delivery>,
+    first: HashMap<MessageId, Delivery>,
     duplicates: u64,
 }
 
@@ -811,17 +785,17 @@ impl ConsumerState {
         }
     }
 
-    fn record(&self, received_ms: f64, messages: &[PolledMessage]) {
+    fn record(&self, received_ms: f64, messages: &[Message]) {
         let mut received = self.received();
         for message in messages {
-            if received.first.contains_key(&message.id) {
-                received.duplicates += 1;
-            } else {
-                let delivery = Delivery {
-                    due_ms: message.due_time,
-                    received_ms,
-                };
-                received.first.insert(message.id.clone(), delivery);
+            match received.first.entry(message.id) {
+                Entry::Occupied(_) => received.duplicates += 1,
+                Entry::Vacant(slot) => {
+                    slot.insert(Delivery {
+                        due_ms: message.due_time,
+                        received_ms,
+                    });
+                }
             }
         }
     }
@@ -947,7 +921,7 @@ async fn consume(state: Arc<ConsumerState>, consumer: usize) {
                     };
                     let state = Arc::clone(&state);
                     tokio::spawn(async move {
-                        if let Err(err) = state.api.ack(&message.id, consumer).await {
+                        if let Err(err) = state.api.ack(message.id, consumer).await {
                             if state.ack_errors.fetch_add(1, Ordering::Relaxed) < 5 {
                                 eprintln!("  ack {}: {err:#}", message.id);
                             }
@@ -969,7 +943,7 @@ async fn consume(state: Arc<ConsumerState>, consumer: usize) {
 /// One consumer that acks each batch in the request polling for the next one; the last
 /// batch is acked with `POST /ack` when it stops.
 async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
-    let mut to_ack: Vec<String> = Vec::new();
+    let mut to_ack: Vec<MessageId> = Vec::new();
     while !state.stop.load(Ordering::Relaxed) {
         match state
             .api
@@ -1004,209 +978,113 @@ async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
 // HTTP API
 // ---------------------------------------------------------------------------------------
 
-#[derive(Serialize)]
-struct PushBatchRequest<'a> {
-    messages: &'a [PushMessage],
+fn refused(results: &[delayq_client::AckResult]) -> u64 {
+    results
+        .iter()
+        .filter(|r| r.result != delayq_client::AckOutcome::Consumed)
+        .count() as u64
 }
 
-#[derive(Deserialize)]
-struct PushBatchResponse {
-    ids: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct PollResponse {
-    messages: Vec<PolledMessage>,
-}
-
-#[derive(Deserialize)]
-struct AckPollResponse {
-    messages: Vec<PolledMessage>,
-    results: Vec<AckResult>,
-}
-
-#[derive(Deserialize)]
-struct AckResponse {
-    results: Vec<AckResult>,
-}
-
-#[derive(Deserialize)]
-struct AckResult {
-    result: String,
-}
-
-fn refused(results: &[AckResult]) -> u64 {
-    results.iter().filter(|r| r.result != "consumed").count() as u64
-}
-
-#[derive(Deserialize)]
-struct DeleteResponse {
-    result: String,
-}
-
-/// A thin client of the delayq HTTP API over one pooled `reqwest::Client`.
+/// The delayq HTTP API as the bench uses it: a `delayq_client::Client` for pushes and
+/// cancels, one per consumer URL, and a plain HTTP client for `GET /reStore`.
 #[derive(Clone)]
 struct Api {
-    client: reqwest::Client,
-    base: Arc<str>,
+    base: Client,
     /// Where consumer `i` polls and acks: `consumers[i % len]`.
-    consumers: Arc<[Arc<str>]>,
+    consumers: Arc<[Client]>,
+    admin: reqwest::Client,
 }
 
 impl Api {
     fn new(base: &str, consumers: &[String], default: &str) -> Result<Self> {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(1_024)
+        let client = |url: &str| -> Result<Client> {
+            Client::builder(url)
+                .pool_idle_per_host(1_024)
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(REQUEST_TIMEOUT)
+                .build()
+                .with_context(|| format!("a client of {url}"))
+        };
+        let consumers: Vec<Client> = if consumers.is_empty() {
+            vec![client(default)?]
+        } else {
+            consumers.iter().map(|u| client(u)).collect::<Result<_>>()?
+        };
+        let admin = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(RESTORE_TIMEOUT)
             .build()
             .context("building the HTTP client")?;
-        let trim = |u: &str| -> Arc<str> { u.trim_end_matches('/').into() };
-        let consumers: Vec<Arc<str>> = if consumers.is_empty() {
-            vec![trim(default)]
-        } else {
-            consumers.iter().map(|u| trim(u)).collect()
-        };
         Ok(Self {
-            client,
-            base: trim(base),
+            base: client(base)?,
             consumers: consumers.into(),
+            admin,
         })
     }
 
-    async fn push_batch(&self, messages: &[PushMessage]) -> Result<Vec<String>> {
-        let url = format!("{}/push/batch", self.base);
-        let response = self
-            .client
-            .post(&url)
-            .json(&PushBatchRequest { messages })
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        let PushBatchResponse { ids } = json_body(response, &url).await?;
-        ensure!(
-            ids.len() == messages.len(),
-            "POST {url}: {} ids for {} messages",
-            ids.len(),
-            messages.len()
-        );
-        Ok(ids)
+    async fn push_batch(&self, messages: &[NewMessage]) -> Result<Vec<MessageId>> {
+        Ok(self.base.push_batch(messages).await?)
     }
 
-    /// One long poll; returns the receive time (epoch ms, taken when the response arrived)
-    /// and the messages.
-    async fn poll(&self, topic: &str, consumer: usize) -> Result<(f64, Vec<PolledMessage>)> {
-        let url = format!(
-            "{}/get/{topic}?timeout={LONG_POLL_SECS}&count={POLL_COUNT}",
-            self.consumer_base(consumer)
-        );
-        let response = self
-            .client
-            .get(&url)
-            .timeout(POLL_TIMEOUT)
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        let received_ms = now_ms();
-        let PollResponse { messages } = json_body(response, &url).await?;
+    /// One long poll (`GET /get/{topic}`); returns the receive time (epoch ms, taken when
+    /// the answer was read) and the messages.
+    async fn poll(&self, topic: &str, consumer: usize) -> Result<(f64, Vec<Message>)> {
+        let (received_ms, messages, _) = self.ack_and_poll(topic, consumer, &[]).await?;
         Ok((received_ms, messages))
     }
 
-    /// Acks `ack` and long-polls for the next batch in one request; returns the receive
-    /// time, the messages and how many acks were refused.
+    /// Acks `ack` and long-polls for the next batch in one request (`POST /get/{topic}`);
+    /// returns the receive time, the messages and how many acks were refused.
     async fn ack_and_poll(
         &self,
         topic: &str,
         consumer: usize,
-        ack: &[String],
-    ) -> Result<(f64, Vec<PolledMessage>, u64)> {
-        let url = format!("{}/get/{topic}", self.consumer_base(consumer));
-        let response = self
-            .client
-            .post(&url)
-            .json(&serde_json::json!({
-                "ack": ack,
-                "count": POLL_COUNT,
-                "timeout": LONG_POLL_SECS,
-            }))
-            .timeout(POLL_TIMEOUT)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        let received_ms = now_ms();
-        let AckPollResponse { messages, results } = json_body(response, &url).await?;
-        Ok((received_ms, messages, refused(&results)))
+        ack: &[MessageId],
+    ) -> Result<(f64, Vec<Message>, u64)> {
+        let polled = self
+            .consumer(consumer)
+            .poll(topic, ack, POLL_COUNT, Duration::from_secs(LONG_POLL_SECS))
+            .await?;
+        Ok((now_ms(), polled.messages, refused(&polled.acks)))
     }
 
     /// `POST /ack` with many ids; returns how many were refused.
-    async fn ack_batch(&self, ids: &[String], consumer: usize) -> Result<u64> {
-        let url = format!("{}/ack", self.consumer_base(consumer));
-        let response = self
-            .client
-            .post(&url)
-            .json(&serde_json::json!({ "ids": ids }))
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        let AckResponse { results } = json_body(response, &url).await?;
-        Ok(refused(&results))
+    async fn ack_batch(&self, ids: &[MessageId], consumer: usize) -> Result<u64> {
+        Ok(refused(&self.consumer(consumer).ack(ids).await?))
     }
 
-    fn consumer_base(&self, consumer: usize) -> &str {
+    fn consumer(&self, consumer: usize) -> &Client {
         &self.consumers[consumer % self.consumers.len()]
     }
 
-    async fn ack(&self, id: &str, consumer: usize) -> Result<()> {
-        let url = format!("{}/ack/{id}", self.consumer_base(consumer));
-        let response = self
-            .client
-            .post(&url)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        json_body::<serde_json::Value>(response, &url).await?;
-        Ok(())
+    async fn ack(&self, id: MessageId, consumer: usize) -> Result<()> {
+        Ok(self.consumer(consumer).ack_one(id).await?)
     }
 
-    /// Cancels a message; returns the server's `result`.
-    async fn delete(&self, id: &str) -> Result<String> {
-        let url = format!("{}/delete?id={id}", self.base);
-        let response = self
-            .client
-            .get(&url)
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        let DeleteResponse { result } = json_body(response, &url).await?;
-        Ok(result)
+    /// Cancels a message (`GET /delete`); returns the server's `result`.
+    async fn delete(&self, id: MessageId) -> Result<&'static str> {
+        Ok(self.base.cancel(id).await?.as_str())
     }
 
     async fn restore(&self, expire: bool) -> Result<serde_json::Value> {
-        let url = format!("{}/reStore?expire={expire}", self.base);
+        let url = format!("{}/reStore?expire={expire}", self.base.url());
         let response = self
-            .client
+            .admin
             .get(&url)
-            .timeout(RESTORE_TIMEOUT)
             .send()
             .await
             .with_context(|| format!("GET {url}"))?;
-        json_body(response, &url).await
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            let body: String = body.chars().take(300).collect();
+            bail!("{url}: HTTP {status}: {body}");
+        }
+        response
+            .json()
+            .await
+            .with_context(|| format!("{url}: decoding the response"))
     }
-}
-
-/// Decodes a successful JSON response; turns any other status into an error that carries
-/// the start of the body (the server's `{"error":..,"message":..}`).
-async fn json_body<T: DeserializeOwned>(response: reqwest::Response, url: &str) -> Result<T> {
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        let body: String = body.chars().take(300).collect();
-        bail!("{url}: HTTP {status}: {body}");
-    }
-    response
-        .json()
-        .await
-        .with_context(|| format!("{url}: decoding the response"))
 }
 
 // ---------------------------------------------------------------------------------------

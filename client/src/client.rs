@@ -1,0 +1,350 @@
+//! [`Client`]: one typed method per route, over one keep-alive connection
+//! pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{Error, ErrorCode};
+use crate::message::{millis, MessageId, NewMessage};
+use crate::reply::{
+    AckResult, AckResults, Cancelled, Ids, NackResult, NackResults, OneCancel, Polled,
+    PrefixCancelled, Pushed,
+};
+use crate::CancelOutcome;
+
+/// Most ids the server takes in one `POST /ack`, `POST /nack` or poll.
+pub const MAX_ACK_IDS: usize = 100;
+/// Most messages in one `POST /push/batch`.
+pub const MAX_PUSH_BATCH: usize = 1_000;
+/// Most ids in one `POST /cancel`.
+pub const MAX_CANCEL_IDS: usize = 1_000;
+/// Most messages one poll may ask for.
+pub const MAX_POLL_COUNT: usize = 100;
+/// Longest long poll the server waits.
+pub const MAX_POLL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How much longer than its long poll a poll request may take.
+const POLL_MARGIN: Duration = Duration::from_secs(10);
+
+/// A delayq server's HTTP API. Cheap to clone: clones share one connection
+/// pool.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Arc<str>,
+    admin_token: Option<Arc<str>>,
+}
+
+/// Settings of a [`Client`], from [`Client::builder`].
+pub struct ClientBuilder {
+    url: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    idle_per_host: usize,
+    admin_token: Option<String>,
+}
+
+impl ClientBuilder {
+    /// How long a request other than a long poll may take (default 30 s).
+    /// A poll may take its long-poll timeout plus 10 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Idle keep-alive connections kept open (default 64): as many as
+    /// requests run at once, so none has to open a new one.
+    pub fn pool_idle_per_host(mut self, n: usize) -> Self {
+        self.idle_per_host = n;
+        self
+    }
+
+    /// The server's `--admin-token`, sent as `Authorization: Bearer` on the
+    /// routes that need it (cancels).
+    pub fn admin_token(mut self, token: impl Into<String>) -> Self {
+        self.admin_token = Some(token.into());
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let bad = |reason: &str| Error::Url {
+            url: self.url.clone(),
+            reason: reason.to_string(),
+        };
+        let url = reqwest::Url::parse(&self.url).map_err(|e| bad(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Err(bad("give http://HOST:PORT"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(bad("the base URL takes no query or fragment"));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .pool_max_idle_per_host(self.idle_per_host)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| bad(&e.to_string()))?;
+        Ok(Client {
+            http,
+            base: self.url.trim_end_matches('/').into(),
+            admin_token: self.admin_token.map(Into::into),
+        })
+    }
+}
+
+impl Client {
+    /// A client of the server at `url` (e.g. `http://127.0.0.1:7070`), with
+    /// the default settings.
+    pub fn new(url: &str) -> Result<Client, Error> {
+        Client::builder(url).build()
+    }
+
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_string(),
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            idle_per_host: 64,
+            admin_token: None,
+        }
+    }
+
+    /// The server's base URL.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST /push`: answered once the message is durable in the journal.
+    pub async fn push(&self, message: &NewMessage) -> Result<Pushed, Error> {
+        self.call(Method::POST, "/push".into(), Some(message), None)
+            .await
+    }
+
+    /// `POST /push/batch` (1 to 1000 messages): all durable, or none
+    /// accepted. The ids come in the messages' order.
+    pub async fn push_batch(&self, messages: &[NewMessage]) -> Result<Vec<MessageId>, Error> {
+        let reply: Ids = self
+            .call(
+                Method::POST,
+                "/push/batch".into(),
+                Some(&json!({ "messages": messages })),
+                None,
+            )
+            .await?;
+        if reply.ids.len() != messages.len() {
+            return Err(Error::Decode {
+                method: "POST",
+                path: "/push/batch".into(),
+                reason: format!("{} ids for {} messages", reply.ids.len(), messages.len()),
+            });
+        }
+        Ok(reply.ids)
+    }
+
+    /// `GET /delete?id=`: cancels one message; an unknown id is
+    /// [`CancelOutcome::NotFound`].
+    pub async fn cancel(&self, id: MessageId) -> Result<CancelOutcome, Error> {
+        let reply: Result<OneCancel, Error> = self
+            .call(Method::GET, format!("/delete?id={id}"), None::<&()>, None)
+            .await;
+        match reply {
+            Ok(one) => Ok(one.result),
+            Err(Error::Api {
+                status: 404,
+                code: ErrorCode::NotFound,
+                ..
+            }) => Ok(CancelOutcome::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /cancel` with ids (1 to 1000): a result per id.
+    pub async fn cancel_ids(&self, ids: &[MessageId]) -> Result<Cancelled, Error> {
+        self.call(
+            Method::POST,
+            "/cancel".into(),
+            Some(&json!({ "ids": ids })),
+            None,
+        )
+        .await
+    }
+
+    /// `POST /cancel` with a topic and `bizKey`: the live message holding
+    /// the key, if any.
+    pub async fn cancel_biz_key(&self, topic: &str, biz_key: &str) -> Result<Cancelled, Error> {
+        self.call(
+            Method::POST,
+            "/cancel".into(),
+            Some(&json!({ "topic": topic, "bizKey": biz_key })),
+            None,
+        )
+        .await
+    }
+
+    /// `POST /cancel` with a topic and `bizKeyPrefix`: every live message of
+    /// the topic whose key starts with the prefix; counts per outcome.
+    pub async fn cancel_biz_key_prefix(
+        &self,
+        topic: &str,
+        prefix: &str,
+    ) -> Result<PrefixCancelled, Error> {
+        self.call(
+            Method::POST,
+            "/cancel".into(),
+            Some(&json!({ "topic": topic, "bizKeyPrefix": prefix })),
+            None,
+        )
+        .await
+    }
+
+    /// One long poll of `topic`: acks `ack` (at most 100 ids) and waits up to
+    /// `timeout` (whole seconds, at most 300) for at most `count` (1 to 100)
+    /// due messages, in one round trip (`POST /get/{topic}`; without acks,
+    /// `GET /get/{topic}`). Each message received is `Consuming`: ack it
+    /// within its `ttl`, or it is delivered again.
+    ///
+    /// Acks carried by a poll are applied before the answer and journaled
+    /// within milliseconds after it. [`Consumer`](crate::Consumer) runs
+    /// this in a loop.
+    pub async fn poll(
+        &self,
+        topic: &str,
+        ack: &[MessageId],
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Polled, Error> {
+        let seconds = timeout.min(MAX_POLL_TIMEOUT).as_secs();
+        let limit = Some(Duration::from_secs(seconds) + POLL_MARGIN);
+        if ack.is_empty() {
+            let path = format!("/get/{topic}?timeout={seconds}&count={count}");
+            self.call(Method::GET, path, None::<&()>, limit).await
+        } else {
+            let body = json!({ "ack": ack, "count": count, "timeout": seconds });
+            self.call(Method::POST, format!("/get/{topic}"), Some(&body), limit)
+                .await
+        }
+    }
+
+    /// `POST /ack`: acks the messages, 100 ids per request, each request
+    /// answered once the journal committed it. A result per id.
+    pub async fn ack(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, Error> {
+        let mut results = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_ACK_IDS) {
+            let reply: AckResults = self
+                .call(
+                    Method::POST,
+                    "/ack".into(),
+                    Some(&json!({ "ids": chunk })),
+                    None,
+                )
+                .await?;
+            results.extend(reply.results);
+        }
+        Ok(results)
+    }
+
+    /// `POST /ack/{id}`: acks one message. A message not handed out is a 409
+    /// with [`ErrorCode::NotInFlight`].
+    pub async fn ack_one(&self, id: MessageId) -> Result<(), Error> {
+        let _: serde_json::Value = self
+            .call(Method::POST, format!("/ack/{id}"), None::<&()>, None)
+            .await?;
+        Ok(())
+    }
+
+    /// `POST /nack`: the messages could not be handled. With a delay (at
+    /// most one day), each is delivered again after it; without, after its
+    /// `retry` policy's wait (at once without a policy). On its last attempt
+    /// a message is `Dead`. 100 ids per request; a result per id.
+    pub async fn nack(
+        &self,
+        ids: &[MessageId],
+        delay: Option<Duration>,
+    ) -> Result<Vec<NackResult>, Error> {
+        let mut results = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_ACK_IDS) {
+            let mut body = json!({ "ids": chunk });
+            if let Some(d) = delay {
+                body["delay"] = json!(millis(d));
+            }
+            let reply: NackResults = self
+                .call(Method::POST, "/nack".into(), Some(&body), None)
+                .await?;
+            results.extend(reply.results);
+        }
+        Ok(results)
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: String,
+        body: Option<&(impl Serialize + ?Sized)>,
+        timeout: Option<Duration>,
+    ) -> Result<T, Error> {
+        let verb: &'static str = if method == Method::GET { "GET" } else { "POST" };
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        if let Some(t) = timeout {
+            req = req.timeout(t);
+        }
+        if let Some(token) = &self.admin_token {
+            req = req.bearer_auth(token);
+        }
+        let http_error = |source: reqwest::Error| Error::Http {
+            method: verb,
+            path: path.clone(),
+            what: if source.is_timeout() {
+                "timed out"
+            } else if source.is_connect() {
+                "cannot connect"
+            } else {
+                "no answer"
+            },
+            source,
+        };
+        let resp = req.send().await.map_err(http_error)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(http_error)?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+                method: verb,
+                path,
+                reason: e.to_string(),
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct ErrorBody {
+            error: String,
+            message: String,
+        }
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(e) => Err(Error::Api {
+                method: verb,
+                path,
+                status: status.as_u16(),
+                code: ErrorCode::from(e.error.as_str()),
+                message: e.message,
+            }),
+            Err(_) => Err(Error::Status {
+                method: verb,
+                path,
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).chars().take(300).collect(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! A client of delayq's HTTP API: typed pushes and
+//! cancels, and a [`Consumer`] that long-polls a topic, runs a handler per
+//! message with bounded concurrency, and acks each batch in the request
+//! that fetches the next.
+//!
+//! Push a message due in two seconds, and consume its topic until Ctrl-C
+//! (`examples/quickstart.rs`):
+//!
+//! ```no_run
+#![doc = include_str!("../examples/quickstart.rs")]
+//! ```
+//!
+//! # Layout
+//!
+//! - [`client`]: [`Client`], one method per route: [`Client::push`],
+//!   [`Client::push_batch`], [`Client::cancel`] and the bulk cancels, and
+//!   the consumer's own [`Client::poll`], [`Client::ack`], [`Client::nack`].
+//! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
+//!   delivery time, priority, ttl, attempts, bizKey, [`Retry`], [`Repeat`]),
+//!   [`Message`] (what is delivered), [`MessageId`], [`Status`].
+//! - [`consumer`]: [`Consumer`], the poll / handle / ack loop, its
+//!   backoff (exponential, jittered) and shutdown; a handler answers an
+//!   [`Outcome`].
+//! - [`reply`]: the server's answers: [`Pushed`], [`Polled`], a result per
+//!   id for acks, nacks and cancels.
+//! - [`error`]: [`Error`], carrying the server's [`ErrorCode`] and message;
+//!   [`Error::is_retryable`] tells an outage from a refusal.
+//!
+//! The client speaks plain HTTP/1.1 with keep-alive (reqwest, no TLS):
+//! delayq is meant to sit behind a load balancer on a private network.
+
+mod backoff;
+pub mod client;
+pub mod consumer;
+pub mod error;
+pub mod message;
+pub mod reply;
+
+pub use client::{Client, ClientBuilder};
+pub use consumer::{Consumer, ConsumerStats, Outcome};
+pub use error::{Error, ErrorCode};
+pub use message::{Backoff, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status};
+pub use reply::{
+    AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, NackOutcome, NackResult, Polled,
+    PrefixCancelled, Pushed,
+};

@@ -1,0 +1,182 @@
+//! What the server answers: a push's id, and a result per id for acks,
+//! nacks and cancels.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::message::{Message, MessageId, Occurrence, Status};
+
+/// The answer to a push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Pushed {
+    pub id: MessageId,
+    /// A live message of the topic already held the `bizKey`: `id` is that
+    /// message's, and nothing new was accepted.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// What one long poll brought: the messages handed to this consumer (each
+/// now `Consuming`), and a result per ack it carried.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Polled {
+    pub messages: Vec<Message>,
+    #[serde(default, rename = "results")]
+    pub acks: Vec<AckResult>,
+}
+
+/// What an ack did to one message.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AckResult {
+    pub id: MessageId,
+    pub result: AckOutcome,
+    /// With `not_in_flight`: the message's status, when known.
+    #[serde(default)]
+    pub status: Option<Status>,
+    /// A recurring message: the occurrence it waits for now.
+    #[serde(default)]
+    pub next_occurrence: Option<Occurrence>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckOutcome {
+    Consumed,
+    /// Not handed out: not delivered yet, its ack deadline passed, or it
+    /// ended otherwise (see the result's `status`).
+    NotInFlight,
+    NotFound,
+    #[serde(other)]
+    Unknown,
+}
+
+/// What a nack did to one message.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NackResult {
+    pub id: MessageId,
+    pub result: NackOutcome,
+    #[serde(default)]
+    pub status: Option<Status>,
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    /// With `delaying`: when it is delivered again (epoch ms).
+    #[serde(default)]
+    pub due_time: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NackOutcome {
+    /// Ready again at once.
+    Ready,
+    /// Back to waiting, until `due_time`.
+    Delaying,
+    /// That was its last attempt.
+    Dead,
+    /// A recurring series cancelled while this occurrence was handed out.
+    Deleted,
+    NotInFlight,
+    NotFound,
+    #[serde(other)]
+    Unknown,
+}
+
+/// What cancelling one message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelOutcome {
+    /// Cancelled, now or before.
+    Deleted,
+    /// Handed to a consumer: left alone.
+    InFlight,
+    AlreadyConsumed,
+    Dead,
+    NotFound,
+    #[serde(other)]
+    Unknown,
+}
+
+impl CancelOutcome {
+    /// The name the server sends: `deleted`, `in_flight`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelOutcome::Deleted => "deleted",
+            CancelOutcome::InFlight => "in_flight",
+            CancelOutcome::AlreadyConsumed => "already_consumed",
+            CancelOutcome::Dead => "dead",
+            CancelOutcome::NotFound => "not_found",
+            CancelOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// The answer to a cancel by ids or by `bizKey`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Cancelled {
+    /// How many results are `deleted`.
+    pub deleted: usize,
+    pub results: Vec<CancelResult>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct CancelResult {
+    pub id: MessageId,
+    pub result: CancelOutcome,
+}
+
+/// The answer to a cancel by `bizKey` prefix: counts, not ids.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PrefixCancelled {
+    /// Live messages whose key starts with the prefix.
+    pub matched: usize,
+    #[serde(rename = "results")]
+    pub counts: BTreeMap<CancelOutcome, usize>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Ids {
+    pub ids: Vec<MessageId>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AckResults {
+    pub results: Vec<AckResult>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct NackResults {
+    pub results: Vec<NackResult>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct OneCancel {
+    pub result: CancelOutcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_results() {
+        let p: PrefixCancelled = serde_json::from_value(
+            json!({"matched": 3, "results": {"deleted": 2, "in_flight": 1}}),
+        )
+        .unwrap();
+        assert_eq!(p.counts[&CancelOutcome::Deleted], 2);
+        assert_eq!(p.counts[&CancelOutcome::InFlight], 1);
+        let r: AckResult =
+            serde_json::from_value(json!({"id": "5", "result": "not_in_flight", "status": "Dead"}))
+                .unwrap();
+        assert_eq!(
+            (r.result, r.status),
+            (AckOutcome::NotInFlight, Some(Status::Dead))
+        );
+        let polled: Polled = serde_json::from_value(json!({"messages": []})).unwrap();
+        assert!(polled.acks.is_empty());
+    }
+}
