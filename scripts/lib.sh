@@ -179,6 +179,10 @@ ensure_zookeeper() { ensure_apt_packages zookeeper; }
 # nginx: cluster/nginx runs it in front of the nodes.
 ensure_nginx() { ensure_apt_packages nginx; }
 
+# RabbitMQ and NATS: tests/forward.rs starts its own of each (binaries only;
+# apt's policy keeps the packaged RabbitMQ service from starting).
+ensure_brokers() { ensure_apt_packages rabbitmq-server nats-server; }
+
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
 # runs and one of its command-line arguments matches the extended regular
 # expression ERE (so a pid the kernel has since given to another program is

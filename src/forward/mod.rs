@@ -30,6 +30,8 @@ mod nats;
 mod rabbitmq;
 mod webhook;
 
+pub use webhook::signature;
+
 use std::str::FromStr;
 use std::time::Duration;
 

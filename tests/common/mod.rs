@@ -13,6 +13,7 @@
 
 #![allow(dead_code)]
 
+pub mod brokers;
 pub mod cluster;
 pub mod mariadb;
 

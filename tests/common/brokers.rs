@@ -1,0 +1,229 @@
+//! Message brokers for the forwarding tests, each a private child process
+//! on free loopback ports with its data in the test's directory: a
+//! RabbitMQ node (`rabbitmq-server`, with its own epmd) and a NATS server
+//! with JetStream (`nats-server -js`). Both can be killed and started
+//! again on the same ports with the same data, as a broker restart.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, tail};
+
+const RABBITMQ_START: Duration = Duration::from_secs(90);
+
+fn log_file(path: &Path) -> (File, File) {
+    let f = File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    (f.try_clone().unwrap(), f)
+}
+
+fn accepts(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+        .is_ok()
+}
+
+/// Kills a child started in its own session, with everything it started.
+fn kill_group(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-9", &format!("-{}", child.id())])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A RabbitMQ node of the test's own.
+pub struct RabbitMq {
+    pub port: u16,
+    dist_port: u16,
+    epmd_port: u16,
+    dir: PathBuf,
+    name: String,
+    child: Option<Child>,
+}
+
+impl RabbitMq {
+    pub fn start(dir: &Path) -> RabbitMq {
+        let dir = dir.join("rabbitmq");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        let mut r = RabbitMq {
+            port: free_port(),
+            dist_port: free_port(),
+            epmd_port: free_port(),
+            name: format!("dqtest{}@localhost", super::random_hex(8)),
+            dir,
+            child: None,
+        };
+        r.spawn();
+        r
+    }
+
+    /// `amqp://` URL of the default vhost (guest may log in over loopback).
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let (out, err) = log_file(&self.dir.join("out.log"));
+        let d = |p: &str| self.dir.join(p);
+        let mut cmd = Command::new("setsid");
+        cmd.arg("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .env("HOME", &self.dir)
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .env("ERL_EPMD_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODENAME", &self.name)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env(
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            )
+            .env("RABBITMQ_MNESIA_BASE", d("mnesia"))
+            .env("RABBITMQ_LOG_BASE", d("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", d("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", d("rabbitmq"))
+            .env("RABBITMQ_ADVANCED_CONFIG_FILE", d("advanced.config"))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        self.child = Some(
+            cmd.spawn()
+                .expect("start rabbitmq-server (is it installed?)"),
+        );
+        let deadline = Instant::now() + RABBITMQ_START;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.as_mut().unwrap().try_wait() {
+                panic!(
+                    "rabbitmq-server exited ({status}):\n{}",
+                    tail(&self.dir.join("out.log"), 40)
+                );
+            }
+            if accepts(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "rabbitmq-server did not listen within {RABBITMQ_START:?}:\n{}",
+            tail(&self.dir.join("out.log"), 40)
+        );
+    }
+
+    /// kill -9 of the node (and its epmd): its data stays on disk.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_group(&mut c);
+        }
+        // The Erlang VM runs apart from the script that started it: find it
+        // by its home, the test's own directory.
+        let home = format!("-home {} ", self.dir.display());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Command::new("pkill")
+            .args(["-9", "-f", "--", &home])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(Instant::now() < deadline, "RabbitMQ ({home}) does not die");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        while accepts(self.port) {
+            assert!(
+                Instant::now() < deadline,
+                "RabbitMQ still listens after kill -9"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("epmd")
+            .arg("-kill")
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Starts the node again on the same ports with the same data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RabbitMq {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A NATS server with JetStream, of the test's own.
+pub struct Nats {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Nats {
+    pub fn start(dir: &Path) -> Nats {
+        let dir = dir.join("nats");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut n = Nats {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let (out, err) = log_file(&self.dir.join("out.log"));
+        let child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
+            .arg("-sd")
+            .arg(self.dir.join("store"))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start nats-server (is it installed?)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if accepts(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "nats-server did not listen:\n{}",
+            tail(&self.dir.join("out.log"), 40)
+        );
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
