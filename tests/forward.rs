@@ -261,8 +261,11 @@ async fn nats_jetstream_gets_every_message_once_across_a_restart() {
 /// (attempt counts from 1) and keeps what it received.
 #[derive(Clone, Default)]
 struct Hook {
-    received: Arc<Mutex<Vec<(i64, HashMap<String, String>, Vec<u8>)>>>,
+    received: Arc<Mutex<Vec<Request>>>,
 }
+
+/// When a request came (epoch ms), its headers (lowercase names), its body.
+type Request = (i64, HashMap<String, String>, Vec<u8>);
 
 impl Hook {
     async fn start(self, answer: fn(&str, usize) -> u16) -> u16 {
