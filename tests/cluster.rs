@@ -124,8 +124,21 @@ async fn active_standby_failover_after_kill9() {
     );
     let active = Cluster::index_of(&owners[0]);
     let standby = 1 - active;
-    let admin = c.admin(standby).await;
-    assert_eq!(admin["leader"], owners[0].as_str(), "{admin}");
+    // The active node scans alone whether or not the standby has joined
+    // yet: wait for the standby to see it lead (a loaded machine can take
+    // seconds to connect a ZooKeeper session).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let admin = loop {
+        let admin = c.admin(standby).await;
+        if admin["leader"] == owners[0].as_str() && admin["nodes"].as_array().unwrap().len() == 2 {
+            break admin;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby never saw the leader: {admin}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(admin["mode"], "active-standby");
     assert_eq!(admin["nodes"].as_array().unwrap().len(), 2, "{admin}");
     // What Prometheus sees of the pair.
