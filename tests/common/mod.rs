@@ -13,6 +13,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cluster;
 pub mod mariadb;
 
