@@ -179,6 +179,10 @@ ensure_zookeeper() { ensure_apt_packages zookeeper; }
 # nginx: cluster/nginx runs it in front of the nodes.
 ensure_nginx() { ensure_apt_packages nginx; }
 
+# Chromium and chromedriver: tests/ui.rs drives the dashboard in a headless
+# browser over WebDriver.
+ensure_chromium() { ensure_apt_packages chromium chromium-driver; }
+
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
 # runs and one of its command-line arguments matches the extended regular
 # expression ERE (so a pid the kernel has since given to another program is

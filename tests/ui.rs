@@ -81,7 +81,7 @@ async fn pages_show_live_data(b: Backend) {
     }
 
     let browser = Browser::start().await;
-    browser.resize(1360, 900).await;
+    browser.resize(1360, 1060).await;
 
     // Overview: the pushed message's topic, with its count.
     browser.goto(&env.url("/ui")).await;
@@ -185,7 +185,7 @@ async fn requeue_by_clicking_behind_the_token() {
     assert!(browser.current_url().await.ends_with("/ui/dead/sms"));
     assert_eq!(
         browser.text(&format!("#dead-{id} td.body")).await.len(),
-        60 + "…".len()
+        40 + "…".len()
     );
     browser.screenshot(&dir.join("dead-letters.png")).await;
 

@@ -71,11 +71,11 @@ pub async fn page(
         let back = base.clone();
         let _ = write!(
             rows,
-            r#"<tr id="dead-{id}"><td><a class="mono" href="/ui/messages/{id}">{id}</a></td><td>{biz}</td><td class="num">{}</td><td>{}</td><td>{}</td><td class="body">{}</td><td class="actions">{}{}</td></tr>"#,
+            r#"<tr id="dead-{id}"><td><a class="mono" href="/ui/messages/{id}">{id}</a></td><td>{biz}</td><td class="num">{}</td><td>{}</td><td>{}</td><td class="body">{}</td><td class="actions"><div class="row-actions">{}{}</div></td></tr>"#,
             r.attempts,
             delivered.map_or(String::new(), |f| time(f.flow_time)),
             time(r.updated_time),
-            preview(&r.body, 60),
+            preview(&r.body, 40),
             viewer.button(
                 &format!("/ui/messages/{id}/requeue"),
                 "Requeue",

@@ -150,7 +150,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <div class="card"><span>Pushed</span><b>{}</b></div>
 <div class="card"><span>Delivered</span><b>{}</b></div>
 <div class="card"><span>Lateness, max</span><b>{lateness}</b></div>
-<div class="card"><span>Shards scanned here</span><b>{} / {}</b></div>
+<div class="card"><span>Shards here</span><b>{} / {}</b></div>
 </div>"#,
         totals.delaying,
         totals.ready,
