@@ -182,6 +182,9 @@ ensure_nginx() { ensure_apt_packages nginx; }
 # RabbitMQ and NATS: tests/forward.rs starts its own of each (binaries only;
 # apt's policy keeps the packaged RabbitMQ service from starting).
 ensure_brokers() { ensure_apt_packages rabbitmq-server nats-server; }
+# Chromium and chromedriver: tests/ui.rs drives the dashboard in a headless
+# browser over WebDriver.
+ensure_chromium() { ensure_apt_packages chromium chromium-driver; }
 
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
 # runs and one of its command-line arguments matches the extended regular

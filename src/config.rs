@@ -24,6 +24,7 @@
 //! | `--forward` | `DELAYQ_FORWARD` | none; `TOPIC=URL`, repeatable (rules separated by spaces in the variable), see [`crate::forward`] |
 //! | `--forward-secret` | `DELAYQ_FORWARD_SECRET` | none; signs webhook requests (HMAC-SHA256) |
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
+//! | `--ui-read-only` | `DELAYQ_UI_READ_ONLY` | off; the dashboard (`/ui`) shows everything and offers no action |
 //!
 //! Settings can also come from a TOML file, `--config PATH` (or
 //! `DELAYQ_CONFIG`), whose keys are the long flags (`redis-url = "…"`, or
@@ -234,6 +235,10 @@ pub struct ServeArgs {
     /// share the series topic="(other)", so the number of series stays bounded.
     #[arg(long, env = "DELAYQ_METRICS_TOPICS", default_value_t = crate::metrics::DEFAULT_TOPICS)]
     pub metrics_topics: usize,
+    /// The dashboard at /ui shows everything and offers no action: no
+    /// buttons, and its action routes answer 403.
+    #[arg(long, env = "DELAYQ_UI_READ_ONLY")]
+    pub ui_read_only: bool,
     /// Forward a topic's due messages to RabbitMQ, NATS JetStream or a
     /// webhook: TOPIC=amqp://…, TOPIC=nats://…, TOPIC=http(s)://…; repeat
     /// for more topics.

@@ -115,6 +115,7 @@ macro_rules! error_codes {
 error_codes! {
     BizKeyTaken = "biz_key_taken",
     BodyTooLarge = "body_too_large",
+    Forbidden = "forbidden",
     Internal = "internal",
     InvalidBatch = "invalid_batch",
     InvalidBizKey = "invalid_biz_key",
@@ -194,6 +195,10 @@ pub enum ApiError {
     Conflict { code: ErrorCode, message: String },
     #[error("this route needs an 'Authorization: Bearer TOKEN' header with the admin token")]
     Unauthorized,
+    /// Refused whoever asks: the dashboard's actions when it is read-only,
+    /// or from another site.
+    #[error("{message}")]
+    Forbidden { code: ErrorCode, message: String },
     #[error("{0}")]
     RedisUnavailable(String),
     #[error("{0}")]
@@ -221,7 +226,8 @@ impl ApiError {
             ApiError::Invalid { code, .. }
             | ApiError::TooLarge { code, .. }
             | ApiError::NotFound { code, .. }
-            | ApiError::Conflict { code, .. } => *code,
+            | ApiError::Conflict { code, .. }
+            | ApiError::Forbidden { code, .. } => *code,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
             ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
@@ -247,6 +253,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RedisUnavailable(_)
             | ApiError::JournalUnavailable(_)
             | ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -11,6 +11,8 @@
 //!   requeue) are in [`queue`], which the command line calls too. The
 //!   routes are one table, described by `GET /openapi.json` (generated
 //!   from the handlers and [`api::schema`]) and Swagger UI at `/docs`.
+//!   The dashboard at `/ui` ([`api::ui`]) shows the same state as pages
+//!   and acts through the same queue rules.
 //! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
 //!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
 //!   then is the push answered.

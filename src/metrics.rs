@@ -153,6 +153,9 @@ pub struct Metrics {
     forwarded: Family<ForwardLabels, Counter>,
     forward_failed: Family<ForwardLabels, Counter>,
     pub lateness: Histogram,
+    /// First deliveries, their lateness summed and the largest (ms), since
+    /// the dashboard's sampler last took them.
+    lateness_window: [AtomicU64; 3],
     pub journal_batch: Family<KindLabel, Histogram>,
     pub journal_commit: Family<KindLabel, Histogram>,
     journal_backlog: Gauge,
@@ -199,6 +202,7 @@ impl Metrics {
             forwarded: Family::default(),
             forward_failed: Family::default(),
             lateness: Histogram::new(LATENESS_BUCKETS),
+            lateness_window: Default::default(),
             journal_batch: Family::new_with_constructor(batch_histogram),
             journal_commit: Family::new_with_constructor(call_histogram),
             journal_backlog: Gauge::default(),
@@ -358,6 +362,52 @@ impl Metrics {
         TopicLabel {
             topic: self.topics.label(topic),
         }
+    }
+
+    /// One first delivery, `ms` after its due time.
+    pub fn delivered_late(&self, ms: i64) {
+        self.lateness.observe(ms as f64 / 1000.0);
+        let [count, sum, max] = &self.lateness_window;
+        let ms = ms.max(0) as u64;
+        count.fetch_add(1, Ordering::Relaxed);
+        sum.fetch_add(ms, Ordering::Relaxed);
+        max.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// First deliveries since the last call: how many, their lateness
+    /// summed and the largest (ms); and starts again.
+    pub fn take_lateness(&self) -> (u64, u64, u64) {
+        let [count, sum, max] = &self.lateness_window;
+        (
+            count.swap(0, Ordering::Relaxed),
+            sum.swap(0, Ordering::Relaxed),
+            max.swap(0, Ordering::Relaxed),
+        )
+    }
+
+    /// `(topic, pushed, delivered)` counted by this process, per topic
+    /// label (the shared `(other)` last, when used).
+    pub fn topic_totals(&self) -> Vec<(String, u64, u64)> {
+        let mut topics: Vec<String> = self
+            .topics
+            .known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        topics.sort();
+        topics.push(OTHER_TOPIC.to_string());
+        topics
+            .into_iter()
+            .filter_map(|topic| {
+                let label = TopicLabel { topic };
+                let pushed = self.pushed.get(&label).map(|c| c.get());
+                let delivered = self.delivered.get(&label).map(|c| c.get());
+                (pushed.is_some() || delivered.is_some())
+                    .then(|| (label.topic, pushed.unwrap_or(0), delivered.unwrap_or(0)))
+            })
+            .collect()
     }
 
     /// Counts `n` events of `topic` in `family`.

@@ -497,6 +497,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_id.clone(),
     ));
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
+    actix::spawn(api::ui::history::run());
     actix::spawn(crate::metrics::sample_shards(
         redis.clone(),
         cluster.clone(),
@@ -525,6 +526,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         max_body: args.max_body_bytes,
         admin_token: args.admin_token.clone(),
+        ui_read_only: args.ui_read_only,
         restore_status,
         reconciler,
     });

@@ -38,9 +38,9 @@ use crate::error::JournalError;
 use crate::journal::connection::{self, JournalUrl, Pool};
 use crate::journal::models::{FlowRow, MessageRow};
 use crate::journal::store::{
-    self, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
+    self, DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
 };
-use crate::message::{now_ms, IdGenerator, Message, MessageId};
+use crate::message::{now_ms, IdGenerator, Message, MessageId, Status};
 use crate::metrics::metrics;
 use crate::redis::keys::Keys;
 
@@ -109,6 +109,31 @@ pub struct DeadPage {
 pub struct RequeueDead {
     pub id: MessageId,
     pub now: i64,
+}
+
+/// End a dead message's life as Deleted (see [`store::delete_dead`]).
+#[derive(Message)]
+#[rtype(result = "Result<DeleteDeadOutcome, JournalError>")]
+pub struct DeleteDead {
+    pub id: MessageId,
+    pub now: i64,
+}
+
+/// One page of a topic's messages in one status (see [`store::topic_page`]).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<MessageRow>, JournalError>")]
+pub struct TopicPage {
+    pub topic: String,
+    pub status: Status,
+    pub after: i64,
+    pub limit: i64,
+}
+
+/// Messages per topic and status (see [`store::topic_counts`]).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<(String, i16, i64)>, JournalError>")]
+pub struct TopicCounts {
+    pub limit: i64,
 }
 
 /// Live messages by bizKey: the one holding `key`, or a page of those whose
@@ -309,6 +334,35 @@ impl Handler<RequeueDead> for JournalActor {
         let _writing = self.writing();
         let shard = self.delay_names[self.keys.shard_of(msg.id) as usize].clone();
         store::requeue_dead(&mut conn, &self.ids, &self.node, shard, msg.id, msg.now)
+    }
+}
+
+impl Handler<DeleteDead> for JournalActor {
+    type Result = Result<DeleteDeadOutcome, JournalError>;
+
+    fn handle(&mut self, msg: DeleteDead, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        let shard = self.delay_names[self.keys.shard_of(msg.id) as usize].clone();
+        store::delete_dead(&mut conn, &self.ids, &self.node, shard, msg.id, msg.now)
+    }
+}
+
+impl Handler<TopicPage> for JournalActor {
+    type Result = Result<Vec<MessageRow>, JournalError>;
+
+    fn handle(&mut self, msg: TopicPage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::topic_page(&mut conn, &msg.topic, msg.status, msg.after, msg.limit)
+    }
+}
+
+impl Handler<TopicCounts> for JournalActor {
+    type Result = Result<Vec<(String, i16, i64)>, JournalError>;
+
+    fn handle(&mut self, msg: TopicCounts, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::topic_counts(&mut conn, msg.limit)
     }
 }
 
@@ -748,6 +802,35 @@ impl Journal {
         now: i64,
     ) -> Result<RequeueOutcome, JournalError> {
         self.actor.send(RequeueDead { id, now }).await?
+    }
+
+    pub async fn delete_dead(
+        &self,
+        id: MessageId,
+        now: i64,
+    ) -> Result<DeleteDeadOutcome, JournalError> {
+        self.actor.send(DeleteDead { id, now }).await?
+    }
+
+    pub async fn topic_page(
+        &self,
+        topic: &str,
+        status: Status,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor
+            .send(TopicPage {
+                topic: topic.to_string(),
+                status,
+                after,
+                limit,
+            })
+            .await?
+    }
+
+    pub async fn topic_counts(&self, limit: i64) -> Result<Vec<(String, i16, i64)>, JournalError> {
+        self.actor.send(TopicCounts { limit }).await?
     }
 
     pub async fn live_by_biz_key(

@@ -51,6 +51,12 @@ pub async fn cluster(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
+    Ok(HttpResponse::Ok().json(cluster_view(&state).await?))
+}
+
+/// The cluster as this node sees it, with each shard's counts from Redis
+/// (`GET /admin/cluster`, and the dashboard's cluster page).
+pub(super) async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiError> {
     let view = state.cluster.view();
     let keys = state.redis.keys();
     let counts =
@@ -71,16 +77,16 @@ pub async fn cluster(
             oldest_overdue: c.oldest_overdue,
         });
     }
-    Ok(HttpResponse::Ok().json(ClusterReply {
-        mode: view.mode,
+    Ok(ClusterReply {
         in_good_standing: view.in_good_standing(),
+        mode: view.mode,
         node: view.node_id,
         session: view.session,
         leader: view.leader,
         worker_id: view.worker_id,
         nodes: view.nodes,
         shards,
-    }))
+    })
 }
 
 /// `POST /admin/rebalance`: spread the shards evenly over the live nodes.

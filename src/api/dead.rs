@@ -14,7 +14,6 @@ use crate::queue::dead;
 /// Most dead messages listed, or brought back, by one request.
 const MAX_LIST: u64 = 1_000;
 const MAX_REQUEUE: u64 = 10_000;
-const PAGE: i64 = 500;
 
 fn after_param(q: &Query) -> Result<i64, ApiError> {
     match q.get("after") {
@@ -69,22 +68,22 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(DeadPage { messages, next }))
 }
 
-/// Requeues one message; its result as the routes answer it.
-async fn requeue_one(state: &AppState, id: MessageId) -> Result<RequeueOne, ApiError> {
+/// One message's requeue as the routes answer it.
+fn requeue_view(id: MessageId, outcome: RequeueOutcome) -> RequeueOne {
     let one = |result, status, holder| RequeueOne {
         id,
         result,
         status,
         holder,
     };
-    Ok(match dead::requeue(&state.queue, id).await? {
+    match outcome {
         RequeueOutcome::Requeued(row) => one(RequeueResult::Requeued, Some(row.status()), None),
         RequeueOutcome::NotDead(status) => one(RequeueResult::NotDead, Some(status), None),
         RequeueOutcome::NotFound => one(RequeueResult::NotFound, None, None),
         RequeueOutcome::BizKeyTaken(holder) => {
             one(RequeueResult::BizKeyTaken, None, Some(MessageId(holder)))
         }
-    })
+    }
 }
 
 /// `POST /dead/{id}/requeue` and `POST /dead/{topic}/requeue?limit=N`: a
@@ -119,7 +118,7 @@ pub async fn requeue(
     state.require_admin(&req)?;
     let target = target.into_inner();
     if let Ok(id) = target.parse::<MessageId>() {
-        let r = requeue_one(&state, id).await?;
+        let r = requeue_view(id, dead::requeue(&state.queue, id).await?);
         match r.result {
             RequeueResult::Requeued => return Ok(HttpResponse::Ok().json(RequeueReply::One(r))),
             RequeueResult::NotDead => {
@@ -152,31 +151,16 @@ pub async fn requeue(
     }
     check_topic(&target)?;
     let limit = int_param(&q, "limit", MAX_REQUEUE, 1..=MAX_REQUEUE)? as usize;
-    let (mut requeued, mut skipped, mut after) = (0usize, Vec::new(), 0i64);
-    'pages: loop {
-        let page = state.journal.dead_page(&target, after, PAGE).await?;
-        let full = page.len() as i64 == PAGE;
-        for (row, _) in page {
-            if requeued + skipped.len() >= limit {
-                break 'pages;
-            }
-            after = row.id;
-            let r = requeue_one(&state, MessageId(row.id)).await?;
-            if r.result == RequeueResult::Requeued {
-                requeued += 1;
-            } else {
-                skipped.push(r);
-            }
-        }
-        if !full {
-            break;
-        }
-    }
-    let more = !state.journal.dead_page(&target, after, 1).await?.is_empty();
+    let run = dead::requeue_topic(&state.queue, &target, limit).await?;
+    let skipped = run
+        .skipped
+        .into_iter()
+        .map(|(id, o)| requeue_view(id, o))
+        .collect();
     Ok(HttpResponse::Ok().json(RequeueReply::Topic(RequeueTopic {
         topic: target,
-        requeued,
+        requeued: run.done,
         skipped,
-        more,
+        more: run.more,
     })))
 }

@@ -9,6 +9,9 @@
 //! Every route is in one table ([`ROUTES`]); `GET /openapi.json` describes
 //! them all (OpenAPI 3.1: each handler's `#[utoipa::path]`, the bodies'
 //! types in [`schema`]) and Swagger UI shows it at `/docs` (`docs.rs`).
+//! The dashboard's pages at `/ui` ([`ui`]) answer HTML, not the API's
+//! JSON: they are a table of their own ([`ui::UI_ROUTES`]), left out of
+//! the document.
 
 mod admin;
 mod body;
@@ -20,6 +23,7 @@ mod manage;
 mod metrics;
 mod produce;
 pub mod schema;
+pub mod ui;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +56,8 @@ pub struct AppState {
     pub cluster: ClusterHandle,
     pub max_body: usize,
     pub admin_token: Option<String>,
+    /// The dashboard shows everything and takes no action (`--ui-read-only`).
+    pub ui_read_only: bool,
     /// This node's current or last restore.
     pub restore_status: RestoreStatus,
     pub reconciler: Reconciler,
@@ -177,6 +183,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .error_handler(|err, _| ApiError::invalid(ErrorCode::InvalidPath, err.to_string()).into());
     cfg.app_data(payload).app_data(path);
     register(cfg);
+    ui::register(cfg);
     cfg.default_service(web::to(not_found));
 }
 
@@ -343,5 +350,30 @@ mod tests {
             .collect();
         assert_eq!(served.len(), ROUTES.len(), "a route is registered twice");
         assert_eq!(documented, served);
+    }
+
+    /// The dashboard's routes are apart: HTML pages (and forms) under
+    /// `/ui`, none of them an API route, none in the document.
+    #[test]
+    fn the_dashboard_routes_are_left_out_of_the_document() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for (method, path) in ui::UI_ROUTES {
+            assert!(path == &"/ui" || path.starts_with("/ui/"), "{path}");
+            assert!(
+                !paths.contains_key(&openapi_path(path)),
+                "{path} is documented"
+            );
+            assert!(
+                !ROUTES.contains(&(method, path)),
+                "{method} {path} is an API route too"
+            );
+            assert!(
+                seen.insert((method, path)),
+                "{method} {path} is registered twice"
+            );
+        }
+        assert!(!paths.keys().any(|p| p == "/ui" || p.starts_with("/ui/")));
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::error::JournalError;
 use crate::journal::connection::{JournalConn, JournalUrl};
-pub use store::{InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
+pub use store::{DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
 
 /// Runs the embedded migrations, waiting up to `wait` for the database to
 /// answer. Nodes of a cluster start together on a fresh database: when a

@@ -663,6 +663,112 @@ pub fn requeue_dead(
     .map_err(JournalError::from)
 }
 
+/// What deleting a dead message did.
+#[derive(Debug, Clone)]
+pub enum DeleteDeadOutcome {
+    /// Deleted now (its flow row written).
+    Deleted,
+    /// Not dead: its status.
+    NotDead(Status),
+    NotFound,
+}
+
+/// Ends a dead message's life as Deleted, and writes its flow row, in one
+/// transaction; only a message still Dead is changed. Redis holds nothing
+/// of a dead message but a tombstone, which this leaves to expire.
+pub fn delete_dead(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    shard: Arc<str>,
+    id: MessageId,
+    now: i64,
+) -> Result<DeleteDeadOutcome, JournalError> {
+    let flow_id = ids.next_id()?;
+    with_conn!(conn, c => c.transaction(|c| {
+        let Some(row) = message::table
+            .find(id.0)
+            .select(MessageRow::as_select())
+            .first(c)
+            .optional()? else {
+            return Ok(DeleteDeadOutcome::NotFound);
+        };
+        if row.status() != Status::Dead {
+            return Ok(DeleteDeadOutcome::NotDead(row.status()));
+        }
+        let changed = diesel::update(
+            message::table
+                .filter(message::id.eq(id.0))
+                .filter(message::status.eq(Status::Dead.code())),
+        )
+        .set((
+            message::status.eq(Status::Deleted.code()),
+            message::updated_time.eq(now),
+        ))
+        .execute(c)?;
+        if changed == 0 {
+            return Ok(DeleteDeadOutcome::NotDead(Status::WaitPut));
+        }
+        let change = StatusChange {
+            id,
+            status: Status::Deleted,
+            attempts: Some(row.attempts),
+            at: now,
+            due: None,
+            shard,
+            occurrence: None,
+        };
+        diesel::insert_into(message_flow::table)
+            .values(new_flow(flow_id, node, &change))
+            .execute(c)?;
+        Ok::<_, diesel::result::Error>(DeleteDeadOutcome::Deleted)
+    }))
+    .map_err(JournalError::from)
+}
+
+/// Messages of a topic in one status with ids above `after`, in id order
+/// (the `(status, topic, id)` index): one page of the dashboard's topic view.
+pub fn topic_page(
+    conn: &mut JournalConn,
+    topic: &str,
+    status: Status,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::status.eq(status.code()))
+        .filter(message::topic.eq(topic))
+        .filter(message::id.gt(after))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?)
+}
+
+/// How many messages each topic has in each status but Consumed and
+/// Deleted: `(topic, status code, count)`, topics in name order, at most
+/// `limit` rows. An index-only count over `(status, topic, id)`: it reads
+/// one index entry per live or dead message.
+pub fn topic_counts(
+    conn: &mut JournalConn,
+    limit: i64,
+) -> Result<Vec<(String, i16, i64)>, JournalError> {
+    let shown = [
+        Status::WaitPut.code(),
+        Status::Delaying.code(),
+        Status::Ready.code(),
+        Status::Consuming.code(),
+        Status::Dead.code(),
+    ];
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::status.eq_any(shown))
+        .group_by((message::topic, message::status))
+        .select((message::topic, message::status, diesel::dsl::count_star()))
+        .order((message::topic.asc(), message::status.asc()))
+        .limit(limit)
+        .load::<(String, i16, i64)>(c))?)
+}
+
 /// One page of the live messages of a topic whose bizKey starts with
 /// `prefix`, ids above `after`, in id order; with the id to continue after
 /// when there may be more.

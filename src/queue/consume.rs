@@ -83,8 +83,7 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
         // A message's (or occurrence's) first delivery: later ones are
         // late by design (a ttl passed, a nack).
         if c.attempts == 1 {
-            m.lateness
-                .observe((c.at - c.message.due_time) as f64 / 1000.0);
+            m.delivered_late(c.at - c.message.due_time);
         }
     }
     for (topic, n) in per_topic {

@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod brokers;
+pub mod browser;
 pub mod cluster;
 pub mod mariadb;
 

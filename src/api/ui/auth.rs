@@ -1,0 +1,360 @@
+//! Who may see and do what on the dashboard.
+//!
+//! - The session is a cookie (`delayq_ui`, HttpOnly, SameSite=Strict, path
+//!   `/ui`) holding its issue time, a random nonce and an HMAC-SHA256 of
+//!   both keyed with the admin token: any node of a cluster sharing the
+//!   token accepts it, and changing the token ends every session. It lasts
+//!   [`SESSION_MS`].
+//! - With `--admin-token`, a page without a valid session sends the
+//!   browser to the login form, which asks for the token once (compared in
+//!   constant time, as the API does). Without one, every visitor gets a
+//!   session on the first page: it anchors the CSRF token.
+//! - Every action is a POST form with a CSRF token, an HMAC of the session
+//!   cookie: a page of another site can neither read it nor (SameSite)
+//!   send the cookie. Actions are also refused when the browser says the
+//!   request comes from elsewhere (`Sec-Fetch-Site` other than
+//!   `same-origin`, or an `Origin` whose host is not this one).
+//! - `--ui-read-only`: no forms are shown and every action answers 403.
+
+use std::collections::HashMap;
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::{esc, layout, page, see_other, UiError};
+use crate::api::{constant_time_eq, AppState};
+use crate::error::{ApiError, ErrorCode};
+use crate::message::now_ms;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "delayq_ui";
+/// How long a session lasts: 12 hours.
+pub const SESSION_MS: i64 = 12 * 3600 * 1000;
+
+type Form = web::Form<HashMap<String, String>>;
+
+fn mac(state: &AppState, purpose: &str, text: &str) -> String {
+    let key = state.admin_token.as_deref().unwrap_or("");
+    let mut m = Hmac::<Sha256>::new_from_slice(format!("delayq-ui:{key}").as_bytes())
+        .expect("HMAC takes a key of any length");
+    m.update(purpose.as_bytes());
+    m.update(b"\0");
+    m.update(text.as_bytes());
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A new session's cookie value.
+fn issue(state: &AppState) -> String {
+    let body = format!("{}.{}", now_ms(), uuid::Uuid::new_v4().simple());
+    let sig = mac(state, "session", &body);
+    format!("{body}.{sig}")
+}
+
+/// Is `value` a session this server issued (under the current token), not
+/// yet expired?
+fn valid(state: &AppState, value: &str) -> bool {
+    let Some((body, sig)) = value.rsplit_once('.') else {
+        return false;
+    };
+    let Some(issued) = body.split('.').next().and_then(|t| t.parse::<i64>().ok()) else {
+        return false;
+    };
+    let age = now_ms() - issued;
+    (0..SESSION_MS).contains(&age)
+        && constant_time_eq(sig.as_bytes(), mac(state, "session", body).as_bytes())
+}
+
+/// The CSRF token of a session.
+fn csrf_of(state: &AppState, session: &str) -> String {
+    mac(state, "csrf", session)
+}
+
+fn cookie_of(req: &HttpRequest) -> Option<String> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_string())
+}
+
+fn set_cookie(value: &str, max_age_s: i64) -> String {
+    format!("{COOKIE}={value}; Path=/ui; Max-Age={max_age_s}; HttpOnly; SameSite=Strict")
+}
+
+/// Who is looking at a page, and what the page may offer them.
+pub struct Viewer {
+    /// The CSRF token for forms, when this viewer may act.
+    csrf: Option<String>,
+    /// A new session to set with this page.
+    new_session: Option<String>,
+    pub read_only: bool,
+    /// An admin token is configured (the header offers a logout).
+    login: bool,
+    pub node: String,
+    /// Notices passed on by the previous action (`?done=`, `?error=`).
+    pub done: Option<String>,
+    pub error: Option<String>,
+}
+
+impl Viewer {
+    /// The viewer of a page, or where to send them (the login form's URL).
+    pub fn of(state: &AppState, req: &HttpRequest) -> Result<Viewer, String> {
+        let login = state.admin_token.is_some();
+        let (session, new_session) = match cookie_of(req).filter(|c| valid(state, c)) {
+            Some(c) => (c, None),
+            None if login => {
+                let next = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("/ui", |p| p.as_str())
+                    .to_string();
+                return Err(format!("/ui/login?next={}", super::url_encode(&next)));
+            }
+            None => {
+                let c = issue(state);
+                (c.clone(), Some(c))
+            }
+        };
+        let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+            .map(|q| q.into_inner())
+            .unwrap_or_default();
+        Ok(Viewer {
+            csrf: (!state.ui_read_only).then(|| csrf_of(state, &session)),
+            new_session,
+            read_only: state.ui_read_only,
+            login,
+            node: state.cluster.view().node_id,
+            done: q.get("done").cloned(),
+            error: q.get("error").cloned(),
+        })
+    }
+
+    pub fn may_act(&self) -> bool {
+        self.csrf.is_some()
+    }
+
+    /// A POST form of one button (nothing when this viewer may not act):
+    /// `fields` are hidden inputs, `confirm` a question asked first.
+    pub fn button(
+        &self,
+        action: &str,
+        label: &str,
+        class: &str,
+        fields: &[(&str, &str)],
+        confirm: Option<&str>,
+    ) -> String {
+        let Some(csrf) = &self.csrf else {
+            return String::new();
+        };
+        let mut hidden = format!(r#"<input type="hidden" name="csrf" value="{csrf}">"#);
+        for (name, value) in fields {
+            hidden.push_str(&format!(
+                r#"<input type="hidden" name="{}" value="{}">"#,
+                esc(name),
+                esc(value)
+            ));
+        }
+        let confirm = confirm.map_or(String::new(), |q| format!(r#" data-confirm="{}""#, esc(q)));
+        format!(
+            r#"<form method="post" action="{}" class="inline"{confirm}>{hidden}<button type="submit" class="{class}">{}</button></form>"#,
+            esc(action),
+            esc(label)
+        )
+    }
+
+    /// The CSRF input for a form of its own (empty when this viewer may not act).
+    pub fn csrf_input(&self) -> String {
+        self.csrf.as_ref().map_or(String::new(), |c| {
+            format!(r#"<input type="hidden" name="csrf" value="{c}">"#)
+        })
+    }
+
+    /// The header's right side: node, mode, logout.
+    pub fn header(&self) -> String {
+        let mut out = format!(
+            r#"<span class="node">node <b>{}</b></span>"#,
+            esc(&self.node)
+        );
+        if self.read_only {
+            out.push_str(r#"<span class="badge ro">read-only</span>"#);
+        }
+        if self.login {
+            if let Some(csrf) = &self.csrf {
+                out.push_str(&format!(
+                    r#"<form method="post" action="/ui/logout" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" class="link">Log out</button></form>"#
+                ));
+            }
+        }
+        out
+    }
+
+    /// A page's answer, setting the session cookie when it is new.
+    pub fn respond(&self, status: StatusCode, html: String) -> HttpResponse {
+        let mut reply = super::secure(HttpResponse::build(status));
+        if let Some(c) = &self.new_session {
+            reply.insert_header((header::SET_COOKIE, set_cookie(c, SESSION_MS / 1000)));
+        }
+        reply.content_type(header::ContentType::html()).body(html)
+    }
+}
+
+fn forbidden(message: impl Into<String>) -> UiError {
+    UiError(ApiError::Forbidden {
+        code: ErrorCode::Forbidden,
+        message: message.into(),
+    })
+}
+
+/// The request comes from a page of this origin, as far as the browser
+/// says: `Sec-Fetch-Site` (when sent) is `same-origin`, and `Origin` (when
+/// sent) names the host the request was sent to.
+fn same_origin(req: &HttpRequest) -> Result<(), UiError> {
+    let h = req.headers();
+    if let Some(site) = h.get("Sec-Fetch-Site").and_then(|v| v.to_str().ok()) {
+        if site != "same-origin" {
+            return Err(forbidden(format!(
+                "a dashboard action must come from the dashboard's own pages (Sec-Fetch-Site: {site})"
+            )));
+        }
+    }
+    if let Some(origin) = h.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = h
+            .get("X-Forwarded-Host")
+            .or_else(|| h.get(header::HOST))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if host.is_empty() || origin_host != host {
+            return Err(forbidden(format!(
+                "a dashboard action must come from the dashboard's own pages (Origin: {origin})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an action's request: not read-only, from this origin, a valid
+/// session, and its form's CSRF token.
+pub fn check_action(
+    state: &AppState,
+    req: &HttpRequest,
+    form: &HashMap<String, String>,
+) -> Result<(), UiError> {
+    if state.ui_read_only {
+        return Err(forbidden(
+            "the dashboard is read-only (--ui-read-only): it takes no actions",
+        ));
+    }
+    same_origin(req)?;
+    let Some(session) = cookie_of(req).filter(|c| valid(state, c)) else {
+        return Err(UiError(ApiError::Unauthorized));
+    };
+    let given = form.get("csrf").map(String::as_str).unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), csrf_of(state, &session).as_bytes()) {
+        return Err(forbidden(
+            "the form's CSRF token is missing or does not match this session; reload the page and try again",
+        ));
+    }
+    Ok(())
+}
+
+/// Where a form sends the browser back to: a dashboard path, or `default`.
+pub fn back(form: &HashMap<String, String>, default: &str) -> String {
+    match form.get("back") {
+        Some(b) if b.starts_with("/ui") && !b.contains("//") && !b.contains('\\') => b.clone(),
+        _ => default.to_string(),
+    }
+}
+
+fn login_form(next: &str, wrong: bool) -> String {
+    let notice = if wrong {
+        r#"<p class="notice err">That is not the admin token.</p>"#
+    } else {
+        ""
+    };
+    format!(
+        r#"<section class="login"><h1>Log in</h1>{notice}<p>This node has an admin token (<code>--admin-token</code>). Enter it to use the dashboard.</p>
+<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}"><label>Admin token <input type="password" name="token" id="token" autocomplete="current-password" autofocus required></label> <button type="submit" id="login">Log in</button></form></section>"#,
+        next = esc(next)
+    )
+}
+
+fn anonymous(state: &AppState) -> Viewer {
+    Viewer {
+        csrf: None,
+        new_session: None,
+        read_only: state.ui_read_only,
+        login: false,
+        node: state.cluster.view().node_id,
+        done: None,
+        error: None,
+    }
+}
+
+/// `GET /ui/login`.
+pub async fn login_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    if state.admin_token.is_none() {
+        return see_other("/ui");
+    }
+    let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let next = back(
+        &HashMap::from([("back".into(), q.get("next").cloned().unwrap_or_default())]),
+        "/ui",
+    );
+    page(&anonymous(&state), "Log in", "", &login_form(&next, false))
+}
+
+/// `POST /ui/login`: the admin token for a session cookie.
+pub async fn login(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: Form,
+) -> Result<HttpResponse, UiError> {
+    same_origin(&req)?;
+    let Some(token) = &state.admin_token else {
+        return Ok(see_other("/ui"));
+    };
+    let next = back(
+        &HashMap::from([("back".into(), form.get("next").cloned().unwrap_or_default())]),
+        "/ui",
+    );
+    let given = form.get("token").map(String::as_str).unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        tracing::warn!("dashboard login with a wrong admin token");
+        return Ok(anonymous(&state).respond(
+            StatusCode::UNAUTHORIZED,
+            layout(&anonymous(&state), "Log in", "", &login_form(&next, true)),
+        ));
+    }
+    Ok(HttpResponse::SeeOther()
+        .insert_header((
+            header::SET_COOKIE,
+            set_cookie(&issue(&state), SESSION_MS / 1000),
+        ))
+        .insert_header((header::LOCATION, next))
+        .finish())
+}
+
+/// `POST /ui/logout`: the session cookie is cleared.
+pub async fn logout(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: Form,
+) -> Result<HttpResponse, UiError> {
+    check_action(&state, &req, &form)?;
+    Ok(HttpResponse::SeeOther()
+        .insert_header((header::SET_COOKIE, set_cookie("", 0)))
+        .insert_header((header::LOCATION, "/ui/login"))
+        .finish())
+}

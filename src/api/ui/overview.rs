@@ -1,0 +1,200 @@
+//! The overview: every topic with its counts per status and its rates,
+//! the node at a glance, and the lateness and rate charts.
+//!
+//! Counts come from the journal: one grouped count per topic and status
+//! over the `(status, topic, id)` index (it reads one index entry per live
+//! or dead message), at most [`MAX_ROWS`] rows, and kept for
+//! [`COUNTS_FRESH`] so that dashboards refreshing together run it once.
+//! The journal follows Redis within milliseconds (`GET /admin/journal`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::{esc, history, url_encode, UiError, Viewer};
+use crate::api::AppState;
+use crate::error::ApiError;
+use crate::message::Status;
+
+/// Most (topic, status) rows read.
+const MAX_ROWS: i64 = 5_000;
+/// How long a count is shown before it is read again.
+const COUNTS_FRESH: Duration = Duration::from_secs(2);
+
+/// A topic's messages per status.
+#[derive(Debug, Default, Clone)]
+pub struct TopicCounts {
+    pub waiting: i64,
+    pub delaying: i64,
+    pub ready: i64,
+    pub in_flight: i64,
+    pub dead: i64,
+}
+
+type Counts = BTreeMap<String, TopicCounts>;
+
+static CACHE: LazyLock<Mutex<Option<(Instant, Counts, bool)>>> = LazyLock::new(Default::default);
+
+/// Counts per topic, and whether the list was cut at [`MAX_ROWS`].
+pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> {
+    if let Some((at, counts, cut)) = &*CACHE.lock().unwrap_or_else(|p| p.into_inner()) {
+        if at.elapsed() < COUNTS_FRESH {
+            return Ok((counts.clone(), *cut));
+        }
+    }
+    let rows = state.journal.topic_counts(MAX_ROWS).await?;
+    let cut = rows.len() as i64 == MAX_ROWS;
+    let mut counts = Counts::new();
+    for (topic, status, n) in rows {
+        let c = counts.entry(topic).or_default();
+        match Status::from_code(status) {
+            Some(Status::WaitPut) => c.waiting += n,
+            Some(Status::Delaying) => c.delaying += n,
+            Some(Status::Ready) => c.ready += n,
+            Some(Status::Consuming) => c.in_flight += n,
+            Some(Status::Dead) => c.dead += n,
+            _ => {}
+        }
+    }
+    *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
+    Ok((counts, cut))
+}
+
+fn rate(r: f64) -> String {
+    if r == 0.0 {
+        "–".into()
+    } else if r < 10.0 {
+        format!("{r:.1}/s")
+    } else {
+        format!("{r:.0}/s")
+    }
+}
+
+fn count(n: i64) -> String {
+    if n == 0 {
+        r#"<span class="zero">0</span>"#.into()
+    } else {
+        n.to_string()
+    }
+}
+
+/// The topics table (refreshed in place every few seconds).
+fn topics_table(counts: &Counts, cut: bool) -> String {
+    let mut rows = String::new();
+    for (topic, c) in counts {
+        let (pushed, delivered) = history::rates(topic);
+        let dead = if c.dead > 0 {
+            format!(
+                r#"<a class="dead" href="/ui/dead/{}">{}</a>"#,
+                url_encode(topic),
+                c.dead
+            )
+        } else {
+            count(0)
+        };
+        let _ = write!(
+            rows,
+            r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
+            count(c.waiting),
+            count(c.delaying),
+            count(c.ready),
+            count(c.in_flight),
+            rate(pushed),
+            rate(delivered),
+            u = url_encode(topic),
+            t = esc(topic),
+        );
+    }
+    if counts.is_empty() {
+        rows.push_str(r#"<tr><td colspan="8" class="empty">No messages yet: push one with <code>POST /push</code>.</td></tr>"#);
+    }
+    let note = if cut {
+        format!(
+            r#"<p class="hint">Only the first {MAX_ROWS} topic and status counts are shown.</p>"#
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r##"<div id="topics" hx-get="/ui" hx-select="#topics" hx-target="this" hx-swap="outerHTML" hx-trigger="every 5s"><table class="grid"><thead><tr><th>Topic</th><th class="num">Waiting</th><th class="num">Delaying</th><th class="num">Ready</th><th class="num">In flight</th><th class="num">Dead</th><th class="num">Pushed</th><th class="num">Delivered</th></tr></thead><tbody>{rows}</tbody></table>{note}</div>"##
+    )
+}
+
+/// `GET /ui`.
+pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
+    let viewer = viewer!(state, req);
+    let (counts, cut) = topic_counts(&state).await?;
+    let view = state.cluster.view();
+    let samples = history::samples();
+    let last = samples.last();
+    let totals = counts.values().fold(TopicCounts::default(), |mut a, c| {
+        a.waiting += c.waiting;
+        a.delaying += c.delaying;
+        a.ready += c.ready;
+        a.in_flight += c.in_flight;
+        a.dead += c.dead;
+        a
+    });
+    let lateness = last
+        .and_then(|s| s.lateness_max_ms)
+        .map_or("–".to_string(), |ms| format!("{ms:.0} ms"));
+    let cards = format!(
+        r#"<div class="cards">
+<div class="card"><span>Delaying</span><b>{}</b></div>
+<div class="card"><span>Ready</span><b>{}</b></div>
+<div class="card"><span>In flight</span><b>{}</b></div>
+<div class="card"><span>Dead</span><b>{}</b></div>
+<div class="card"><span>Pushed</span><b>{}</b></div>
+<div class="card"><span>Delivered</span><b>{}</b></div>
+<div class="card"><span>Lateness, max</span><b>{lateness}</b></div>
+<div class="card"><span>Shards here</span><b>{} / {}</b></div>
+</div>"#,
+        totals.delaying,
+        totals.ready,
+        totals.in_flight,
+        totals.dead,
+        rate(last.map_or(0.0, |s| s.pushed_per_s)),
+        rate(last.map_or(0.0, |s| s.delivered_per_s)),
+        view.owned.len(),
+        state.redis.keys().shards(),
+    );
+    let body = format!(
+        r#"<h1>Overview</h1>
+<p class="sub">Mode <b>{mode}</b> · leader <b>{leader}</b> · journal backlog <b>{backlog}</b> status changes</p>
+{cards}
+<h2>Topics</h2>
+{table}
+<h2>Lateness and rates on this node</h2>
+<p class="hint">Sampled from this process's metrics every {every} s, kept for an hour: lateness of first deliveries (due time to hand-out), pushes and deliveries per second.</p>
+<div class="charts"><div id="chart-lateness" class="chart" data-src="/ui/chart.json" data-kind="lateness"></div><div id="chart-rates" class="chart" data-src="/ui/chart.json" data-kind="rates"></div></div>"#,
+        mode = esc(view.mode),
+        leader = esc(view.leader.as_deref().unwrap_or("none")),
+        backlog = state.journal.backlog_pending(),
+        table = topics_table(&counts, cut),
+        every = history::EVERY.as_secs(),
+    );
+    Ok(super::page(&viewer, "Overview", "/ui", &body))
+}
+
+/// `GET /ui/chart.json`: the samples as columns, for uPlot.
+pub async fn chart(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    if let Err(login) = Viewer::of(&state, &req) {
+        return super::see_other(&login);
+    }
+    let s = history::samples();
+    let col = |f: &dyn Fn(&history::Sample) -> Option<f64>| -> Vec<Option<f64>> {
+        s.iter().map(f).collect()
+    };
+    HttpResponse::Ok()
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+        .json(serde_json::json!({
+            "time": s.iter().map(|x| x.at as f64 / 1000.0).collect::<Vec<_>>(),
+            "latenessMeanMs": col(&|x| x.lateness_mean_ms),
+            "latenessMaxMs": col(&|x| x.lateness_max_ms),
+            "pushedPerS": col(&|x| Some(x.pushed_per_s)),
+            "deliveredPerS": col(&|x| Some(x.delivered_per_s)),
+        }))
+}

@@ -1,0 +1,134 @@
+//! A topic's messages in one status, a page at a time in id order, and a
+//! search by id or bizKey.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::{badge, esc, preview, see_other, time, url_encode, UiError};
+use crate::api::{check_topic, AppState};
+use crate::message::{MessageId, Status};
+
+/// Messages per page.
+pub const PAGE: i64 = 50;
+
+/// The statuses a topic's messages are listed by, as their tabs read.
+const TABS: &[(Status, &str)] = &[
+    (Status::Delaying, "delaying"),
+    (Status::Ready, "ready"),
+    (Status::Consuming, "in-flight"),
+    (Status::Dead, "dead"),
+    (Status::WaitPut, "waiting"),
+    (Status::Consumed, "consumed"),
+    (Status::Deleted, "deleted"),
+];
+
+/// `GET /ui/topics/{topic}?status=&after=&q=`.
+pub async fn page(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    topic: web::Path<String>,
+    q: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, UiError> {
+    let mut viewer = viewer!(state, req);
+    let topic = topic.into_inner();
+    check_topic(&topic)?;
+    let base = format!("/ui/topics/{}", url_encode(&topic));
+    if let Some(search) = q.get("q").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        if let Some(found) = search_one(&state, &topic, search).await? {
+            return Ok(see_other(&format!("/ui/messages/{found}")));
+        }
+        viewer.error = Some(format!(
+            "No message has id {search}, and no live message of topic {topic} has bizKey {search}."
+        ));
+    }
+    let (status, tab) = q
+        .get("status")
+        .and_then(|s| TABS.iter().find(|(_, name)| name == s))
+        .copied()
+        .unwrap_or(TABS[0]);
+    let after = q
+        .get("after")
+        .and_then(|a| a.parse::<MessageId>().ok())
+        .map_or(0, |id| id.0);
+    let rows = state
+        .journal
+        .topic_page(&topic, status, after, PAGE)
+        .await?;
+
+    let mut tabs = String::new();
+    for (_, name) in TABS {
+        let class = if *name == tab { r#" class="on""# } else { "" };
+        let _ = write!(tabs, r#"<a href="{base}?status={name}"{class}>{name}</a>"#);
+    }
+    let mut list = String::new();
+    for r in &rows {
+        let _ = write!(
+            list,
+            r#"<tr><td><a class="mono" href="/ui/messages/{id}">{id}</a></td><td>{biz}</td><td>{}</td><td class="num">{}</td><td class="num">{}/{}</td><td>{}</td><td class="body">{}</td></tr>"#,
+            time(r.due_time),
+            r.priority,
+            r.attempts,
+            r.max_attempts,
+            badge(r.status()),
+            preview(&r.body, 80),
+            id = r.id,
+            biz = r.biz_key.as_deref().map_or(String::new(), esc),
+        );
+    }
+    if rows.is_empty() {
+        let _ = write!(
+            list,
+            r#"<tr><td colspan="7" class="empty">No {tab} messages{}.</td></tr>"#,
+            if after > 0 { " after this point" } else { "" }
+        );
+    }
+    let mut pager = String::new();
+    if after > 0 {
+        let _ = write!(pager, r#"<a href="{base}?status={tab}">« First</a>"#);
+    }
+    if rows.len() as i64 == PAGE {
+        let last = rows.last().map_or(0, |r| r.id);
+        let _ = write!(
+            pager,
+            r#"<a href="{base}?status={tab}&amp;after={last}">Next »</a>"#
+        );
+    }
+    let body = format!(
+        r#"<h1>Topic <span class="mono">{t}</span></h1>
+<form class="search" method="get" action="{base}"><input type="search" name="q" placeholder="Message id or bizKey" aria-label="Message id or bizKey" value=""><button type="submit">Find</button></form>
+<nav class="tabs">{tabs}</nav>
+<table class="grid"><thead><tr><th>Id</th><th>bizKey</th><th>Due</th><th class="num">Priority</th><th class="num">Attempts</th><th>Status</th><th>Body</th></tr></thead><tbody>{list}</tbody></table>
+<p class="pager">{pager}</p>"#,
+        t = esc(&topic),
+    );
+    Ok(super::page(
+        &viewer,
+        &format!("Topic {topic}"),
+        "/ui",
+        &body,
+    ))
+}
+
+/// The message a search names: an id (of any topic), or the bizKey of a
+/// live message of this topic.
+async fn search_one(
+    state: &AppState,
+    topic: &str,
+    search: &str,
+) -> Result<Option<MessageId>, UiError> {
+    if let Ok(id) = search.parse::<MessageId>() {
+        if state.journal.find(id).await?.is_some() {
+            return Ok(Some(id));
+        }
+    }
+    let (rows, _) = state
+        .journal
+        .live_by_biz_key(crate::actors::journal::LiveByBizKey::Exact {
+            topic: topic.to_string(),
+            key: search.to_string(),
+        })
+        .await?;
+    Ok(rows.first().map(|r| MessageId(r.id)))
+}
