@@ -41,6 +41,7 @@ macro_rules! error_codes {
 error_codes! {
     BizKeyTaken = "biz_key_taken",
     BodyTooLarge = "body_too_large",
+    Forbidden = "forbidden",
     Internal = "internal",
     InvalidBatch = "invalid_batch",
     InvalidBizKey = "invalid_biz_key",
