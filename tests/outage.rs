@@ -205,8 +205,16 @@ async fn redis_outage_loses_nothing(b: Backend) {
     env.wait_readiness(200).await;
     let r = env.get_path("/reStore?expire=true").await;
     let report = r.assert_ok();
-    // Redis came back empty: both the accepted messages are restored.
-    assert_eq!(report["restored"], 2, "{report}");
+    // Redis came back empty: both the accepted messages are restored, by
+    // this call or by the node's own restore (it notices the missing data
+    // set marker within a second). When the node's restore is under way,
+    // this call resumes after its cursor and finds nothing left to do.
+    let restored =
+        report["restored"].as_u64().unwrap() + report["alreadyPresent"].as_u64().unwrap();
+    assert!(
+        restored == 2 || !report["resumedAfter"].is_null(),
+        "{report}"
+    );
 
     let got = env.collect("out", 1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "{got:?}");
