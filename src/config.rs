@@ -14,6 +14,7 @@
 //! | `--zk-session-timeout` | `DELAYQ_ZK_SESSION_TIMEOUT` | `6s` |
 //! | `--advertise` | `DELAYQ_ADVERTISE` | `http://` + the bind address |
 //! | `--admin-token` | `DELAYQ_ADMIN_TOKEN` | none |
+//! | `--read-token` | `DELAYQ_READ_TOKEN` | none |
 //! | `--max-body-bytes` | `DELAYQ_MAX_BODY_BYTES` | `1048576` |
 //! | `--workers` | `DELAYQ_WORKERS` | number of cores (HTTP worker threads) |
 //! | `--journal-backlog` | `DELAYQ_JOURNAL_BACKLOG` | `200000` status changes |
@@ -134,6 +135,18 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Compare the journal with Redis message by message (and repair), then exit.
     Reconcile(ReconcileCmdArgs),
+    /// Move a stopped deployment's Redis data set to another shard count
+    /// (--shards: the new count), then exit.
+    Reshard(ReshardArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReshardArgs {
+    /// Records moved per step.
+    #[arg(long, default_value_t = crate::reshard::PAGE, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub page: u64,
+    #[command(flatten)]
+    pub redis: RedisArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -208,9 +221,17 @@ pub struct ServeArgs {
     /// HTTP address to listen on.
     #[arg(long, env = "DELAYQ_BIND", default_value = "127.0.0.1:7070")]
     pub bind: SocketAddr,
-    /// When set, /reStore* and /delete need 'Authorization: Bearer TOKEN'.
+    /// When set, /admin/*, /reStore*, /delete, /cancel, requeues and the
+    /// dashboard need 'Authorization: Bearer TOKEN' (the dashboard a login
+    /// with it); so do the routes that show message bodies, unless
+    /// --read-token is set.
     #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// When set, the routes that show message bodies (GET /messages/{id},
+    /// GET /dead/{topic}) need 'Authorization: Bearer TOKEN' with this
+    /// token or the admin token.
+    #[arg(long, env = "DELAYQ_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
     /// Largest message body accepted, in bytes.
     #[arg(long, env = "DELAYQ_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,

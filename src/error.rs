@@ -84,8 +84,10 @@ pub enum ShardError {
     Redis(#[from] redis::RedisError),
     #[error("redis holds a record delayq cannot read: {0}")]
     BadRecord(String),
-    #[error("shard {0} is owned by a newer epoch elsewhere")]
-    StaleEpoch(u32),
+    /// Redis holds a higher epoch for the shard (`stored`) than the
+    /// caller's.
+    #[error("shard {shard} is fenced by a higher epoch ({stored}) than this owner's")]
+    StaleEpoch { shard: u32, stored: i64 },
     #[error("router unreachable: {0}")]
     Mailbox(#[from] actix::MailboxError),
 }
@@ -132,11 +134,13 @@ error_codes! {
     InvalidParameter = "invalid_parameter",
     InvalidPath = "invalid_path",
     InvalidPriority = "invalid_priority",
+    InvalidReceipt = "invalid_receipt",
     InvalidRepeat = "invalid_repeat",
     InvalidRetry = "invalid_retry",
     InvalidShard = "invalid_shard",
     InvalidTopic = "invalid_topic",
     InvalidTtl = "invalid_ttl",
+    JournalBehind = "journal_behind",
     JournalRefused = "journal_refused",
     JournalUnavailable = "journal_unavailable",
     MissingBody = "missing_body",
@@ -153,6 +157,7 @@ error_codes! {
     NotPossible = "not_possible",
     PayloadTooLarge = "payload_too_large",
     RedisUnavailable = "redis_unavailable",
+    StaleDelivery = "stale_delivery",
     Unauthorized = "unauthorized",
     UnknownField = "unknown_field",
     UnknownParameter = "unknown_parameter",
@@ -321,6 +326,10 @@ impl From<crate::queue::QueueError> for ApiError {
             Q::NotFound(id) => ApiError::NotFound {
                 code: ErrorCode::NotFound,
                 message: format!("no message {id}"),
+            },
+            e @ Q::JournalBehind(_) => ApiError::Conflict {
+                code: ErrorCode::JournalBehind,
+                message: e.to_string(),
             },
         }
     }

@@ -17,7 +17,8 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::message::{now_ms, MessageId};
+use crate::clock::local_ms as now_ms;
+use crate::message::MessageId;
 
 /// How far ahead of the clock a renewal reserves milliseconds.
 pub const RESERVE_AHEAD_MS: i64 = 10_000;

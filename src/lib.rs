@@ -36,6 +36,10 @@
 //! - [`restore`]: rebuilds Redis from the journal.
 //! - [`reconcile`]: compares the journal with Redis message by message and
 //!   puts differences right, run by the leader on a timer (self-repair).
+//! - [`reshard`]: `delayq reshard`, a stopped deployment's data set moved to
+//!   another shard count (the count is part of the data set).
+//! - [`clock`]: the one clock every due time and deadline is measured on
+//!   (Redis's; the scripts read it, the node estimates it).
 //! - [`node`]: start-up and shutdown, and the command-line restore and
 //!   reconcile, which show their progress with [`progress`]; [`config`]:
 //!   flags, their `DELAYQ_*` twins and the config file; [`error`]: the
@@ -44,9 +48,11 @@
 
 pub mod actors;
 pub mod api;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod faults;
 pub mod forward;
 pub mod ids;
 pub mod journal;
@@ -59,6 +65,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod redis;
 pub mod repeat;
+pub mod reshard;
 pub mod restore;
 pub mod retry;
 

@@ -33,6 +33,11 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        Command::Reshard(args) => {
+            let report = actix_web::rt::System::new().block_on(delayq::node::reshard(args))?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
         Command::Reconcile(args) => {
             let report = actix_web::rt::System::new().block_on(delayq::node::reconcile(args))?;
             println!("{}", serde_json::to_string(&report)?);

@@ -17,9 +17,11 @@ pub const MAX_TTL_MS: i64 = 24 * 3600 * 1000;
 pub const MAX_TOPIC_LEN: usize = 128;
 pub const MAX_BIZ_KEY_LEN: usize = 256;
 
-/// Current wall-clock time in epoch milliseconds.
+/// The cluster's clock (Redis's, as this node estimates it), epoch ms: what
+/// every due time, deadline and status change is measured on (see
+/// [`crate::clock`]).
 pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    crate::clock::now_ms()
 }
 
 /// A message's place in its life, with the numeric code the journal stores.
@@ -167,11 +169,19 @@ pub struct Message {
 }
 
 impl Message {
-    /// A recurring message moved on to its next occurrence, due at `due`:
-    /// what it becomes when the current occurrence is acked.
-    pub fn next_occurrence(&self) -> Option<Message> {
+    /// A recurring message moved on to its next occurrence: what it
+    /// becomes when the current occurrence is acked at `now` (the cluster's
+    /// clock). The next one follows the schedule; when that is already due
+    /// the series fell behind, and unless its misfire policy is `all` it
+    /// goes on at its first time after `now`.
+    pub fn next_occurrence(&self, now: i64) -> Option<Message> {
         let (repeat, occ) = (self.repeat.as_ref()?, self.occurrence?);
-        let due = repeat.next(occ.number, occ.due_time)?;
+        let due = match repeat.next(occ.number, occ.due_time)? {
+            due if due <= now && repeat.misfire() != crate::repeat::Misfire::All => {
+                repeat.next_after(occ.number, occ.due_time, now)?
+            }
+            due => due,
+        };
         let mut next = self.clone();
         next.due_time = due;
         next.occurrence = Some(Occurrence {
@@ -194,6 +204,70 @@ pub struct MessageView {
     pub message: Message,
     pub status: Status,
     pub attempts: i32,
+    /// On a hand-out: the receipt naming this delivery, to ack or nack it
+    /// with (a later delivery of the same message has another).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "1-1795320984364")]
+    pub receipt: Option<Receipt>,
+}
+
+/// Names one delivery of a message: its attempt number and ack deadline
+/// (unique per delivery: two deliveries of a message never share a
+/// deadline), and for a recurring message the occurrence. Written
+/// `ATTEMPTS-DEADLINE[-OCCURRENCE]`; clients treat it as opaque text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    pub attempts: i32,
+    /// The delivery's ack deadline (epoch ms, Redis's clock).
+    pub deadline: i64,
+    pub occurrence: Option<i32>,
+}
+
+impl Receipt {
+    /// What the scripts compare: `ATTEMPTS-DEADLINE`.
+    pub fn delivery(&self) -> String {
+        format!("{}-{}", self.attempts, self.deadline)
+    }
+}
+
+impl std::fmt::Display for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.attempts, self.deadline)?;
+        if let Some(o) = self.occurrence {
+            write!(f, "-{o}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Receipt {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad =
+            || format!("{s:?} is not a receipt (ATTEMPTS-DEADLINE[-OCCURRENCE], as handed out)");
+        let mut parts = s.split('-');
+        let attempts: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let deadline: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let occurrence = match parts.next() {
+            None => None,
+            Some(p) => Some(p.parse::<i32>().ok().filter(|o| *o >= 1).ok_or_else(bad)?),
+        };
+        if parts.next().is_some() || attempts < 1 || deadline < 0 {
+            return Err(bad());
+        }
+        Ok(Receipt {
+            attempts,
+            deadline,
+            occurrence,
+        })
+    }
+}
+
+impl Serialize for Receipt {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// What a producer asked for, checked but not yet given an id.

@@ -37,6 +37,9 @@
 //! | `delayq_cluster_leader` | gauge | | 1 on the leader |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
+//! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]) |
+//! | `delayq_shard_scan_refused_total` | counter | shard, reason (`stale_epoch`, `error`) | scans of an owned shard that Redis refused or that failed |
+//! | `delayq_shard_unscannable` | gauge | shard | 1 while an owned shard cannot be scanned (its scans keep failing) |
 //!
 //! Topic labels are bounded: the first `--metrics-topics` topics (100 by
 //! default) seen by a process get their own series, later ones share the
@@ -130,6 +133,12 @@ pub struct ShardLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardReasonLabels {
+    pub shard: u32,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SessionLabel {
     pub state: &'static str,
 }
@@ -170,6 +179,9 @@ pub struct Metrics {
     cluster_leader: Gauge,
     cluster_nodes: Gauge,
     owned_shards: Gauge,
+    clock_offset: FloatGauge,
+    shard_scan_refused: Family<ShardReasonLabels, Counter>,
+    shard_unscannable: Family<ShardLabel, Gauge>,
 }
 
 fn batch_histogram() -> Histogram {
@@ -217,6 +229,9 @@ impl Metrics {
             cluster_leader: Gauge::default(),
             cluster_nodes: Gauge::default(),
             owned_shards: Gauge::default(),
+            clock_offset: FloatGauge::default(),
+            shard_scan_refused: Family::default(),
+            shard_unscannable: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -348,8 +363,42 @@ impl Metrics {
                 "Shards this node scans",
                 m.owned_shards.clone(),
             );
+            d.register(
+                "clock_offset_seconds",
+                "Redis's clock minus this node's wall clock",
+                m.clock_offset.clone(),
+            );
+            d.register(
+                "shard_scan_refused",
+                "Scans of an owned shard that Redis refused (stale epoch) or that failed",
+                m.shard_scan_refused.clone(),
+            );
+            d.register(
+                "shard_unscannable",
+                "1 while an owned shard cannot be scanned",
+                m.shard_unscannable.clone(),
+            );
         }
         m
+    }
+
+    /// Redis's clock minus this node's wall clock, in ms.
+    pub fn clock_offset(&self, ms: i64) {
+        self.clock_offset.set(ms as f64 / 1000.0);
+    }
+
+    /// A scan of `shard` was refused or failed.
+    pub fn scan_refused(&self, shard: u32, reason: &'static str) {
+        self.shard_scan_refused
+            .get_or_create(&ShardReasonLabels { shard, reason })
+            .inc();
+    }
+
+    /// Whether `shard` is owned here and cannot be scanned.
+    pub fn set_unscannable(&self, shard: u32, yes: bool) {
+        self.shard_unscannable
+            .get_or_create(&ShardLabel { shard })
+            .set(yes as i64);
     }
 
     /// Sets how many topics get their own series (before any is counted).

@@ -40,6 +40,13 @@ async fn open_journal(url: &str) -> anyhow::Result<JournalUrl> {
 }
 
 async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSchedule> {
+    let redis = connect_redis(args, node_id).await?;
+    check_shard_count(&redis).await?;
+    Ok(redis)
+}
+
+/// Connects to Redis (waiting up to [`STARTUP_WAIT`]) and reads its clock.
+async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSchedule> {
     let keys = Keys::new(&args.key_prefix, args.shards);
     let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
     loop {
@@ -48,13 +55,41 @@ async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSche
             RedisSchedule::new(con, keys.clone(), node_id).await
         };
         match attempt.await {
-            Ok(r) => return Ok(r),
+            Ok(r) => {
+                // The cluster's clock is Redis's: read it before anything
+                // is scheduled or stamped.
+                r.probe_clock().await?;
+                return Ok(r);
+            }
             Err(e) if tokio::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, url = %redact(&args.redis_url), "Redis not reachable yet; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => bail!("cannot reach Redis at {}: {e}", redact(&args.redis_url)),
         }
+    }
+}
+
+/// The shard count is part of the data set: recorded in Redis the first
+/// time a node (or tool) opens it, and a node started with another count
+/// refuses to start (its messages would go to shards nobody scans, and the
+/// others' messages would sit in shards it does not know).
+async fn check_shard_count(redis: &RedisSchedule) -> anyhow::Result<()> {
+    let mine = redis.keys().shards();
+    if let Some(moving) = redis.resharding().await? {
+        bail!(
+            "a reshard of this data set ({moving} shards) is under way or was interrupted; \
+             finish it with `delayq reshard --shards N` (N: the count it moves to) before starting nodes"
+        );
+    }
+    match redis.record_shard_count().await? {
+        recorded if recorded == mine => Ok(()),
+        recorded => bail!(
+            "this Redis data set (key prefix '{}') was written with --shards {recorded}, not {mine}: \
+             start every node with --shards {recorded}, or stop every node and move the data set \
+             with `delayq reshard --shards {mine}` (shard count is fixed for a data set's life)",
+            redis.keys().prefix()
+        ),
     }
 }
 
@@ -89,8 +124,7 @@ async fn check_eviction(redis: &RedisSchedule) {
 /// again what Redis lost with its data set marker intact (see
 /// [`crate::reconcile`]). While the marker is missing the data set watch
 /// restores everything instead.
-/// How long a node's word that its journal is behind counts.
-const BEHIND_FRESH_MS: i64 = 5_000;
+use crate::redis::schedule::BEHIND_FRESH_MS;
 
 /// Every node says in Redis, each second, whether its journal is behind
 /// (see [`Journal::behind`]): acks and cancels it applied in Redis may not
@@ -128,16 +162,6 @@ async fn publish_journal_behind(redis: RedisSchedule, journal: Journal, node_id:
     }
 }
 
-/// Nodes whose journal is behind, by their recent word.
-async fn journals_behind(redis: &RedisSchedule) -> redis::RedisResult<Vec<String>> {
-    redis::cmd("ZRANGEBYSCORE")
-        .arg(redis.keys().journal_behind())
-        .arg(now_ms() - BEHIND_FRESH_MS)
-        .arg("+inf")
-        .query_async(&mut redis.connection())
-        .await
-}
-
 async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
@@ -150,7 +174,7 @@ async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, 
         // A message a node acked or cancelled in Redis while its journal was
         // down still looks live in the journal, and once its tombstone is
         // gone, missing from Redis: repairing it would deliver it again.
-        match journals_behind(&reconciler.redis).await {
+        match reconciler.redis.journals_behind().await {
             Ok(nodes) if nodes.is_empty() => {}
             Ok(nodes) => {
                 tracing::info!(?nodes, "a node's journal is behind; reconciling later");
@@ -179,6 +203,19 @@ async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, 
                  (GET /admin/reconcile?repair=true puts the rest right)"
             ),
             Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
+        }
+    }
+}
+
+/// Reads Redis's clock every [`crate::clock::PROBE`], so this node's
+/// estimate of the cluster's clock follows it (see [`crate::clock`]).
+async fn probe_clock(redis: RedisSchedule) {
+    let mut every = tokio::time::interval(crate::clock::PROBE);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = redis.probe_clock().await {
+            tracing::debug!(error = %e, "cannot read Redis's clock");
         }
     }
 }
@@ -355,7 +392,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ids = Arc::new(IdGenerator::leased());
     let journal = Journal::start(
         &db_url,
-        redis.keys().clone(),
+        redis.clone(),
         node,
         ids.clone(),
         JournalOptions {
@@ -491,6 +528,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             handle
         }
     };
+    actix::spawn(probe_clock(redis.clone()));
     actix::spawn(publish_journal_behind(
         redis.clone(),
         journal.clone(),
@@ -498,6 +536,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
     actix::spawn(api::ui::history::run());
+    actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
     actix::spawn(crate::metrics::sample_shards(
         redis.clone(),
         cluster.clone(),
@@ -511,13 +550,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let state = web::Data::new(AppState {
-        queue: crate::queue::Queue {
-            journal: journal.clone(),
-            router: router.clone(),
-            redis: redis.clone(),
-            waiters: waiters.clone(),
-            ids: ids.clone(),
-        },
+        queue: crate::queue::Queue::new(
+            journal.clone(),
+            router.clone(),
+            redis.clone(),
+            waiters.clone(),
+            ids.clone(),
+        ),
         journal: journal.clone(),
         router,
         redis: redis.clone(),
@@ -526,6 +565,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         max_body: args.max_body_bytes,
         admin_token: args.admin_token.clone(),
+        read_token: args.read_token.clone(),
         ui_read_only: args.ui_read_only,
         restore_status,
         reconciler,
@@ -621,13 +661,7 @@ impl Tool {
             let worker_id = lease.acquire().await?;
             leased = Some((worker_id, actix::spawn(lease.keep())));
         }
-        let journal = Journal::start(
-            &db_url,
-            redis.keys().clone(),
-            info,
-            ids,
-            JournalOptions::default(),
-        );
+        let journal = Journal::start(&db_url, redis.clone(), info, ids, JournalOptions::default());
         let (stale, _) = tokio::sync::mpsc::unbounded_channel();
         let (r, j) = (redis.clone(), journal.clone());
         let router = RouterActor::create(move |_| {
@@ -699,6 +733,15 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
     // The Delaying rows of what was restored, before the lease goes.
     tool.close().await?;
     report
+}
+
+/// `delayq reshard --shards N`: moves a stopped deployment's data set to `N`
+/// shards (see [`crate::reshard`]); the report as one JSON line.
+pub async fn reshard(
+    args: crate::config::ReshardArgs,
+) -> anyhow::Result<crate::reshard::ReshardReport> {
+    let redis = connect_redis(&args.redis, &host_name()).await?;
+    crate::reshard::reshard(&redis, args.page as usize).await
 }
 
 /// `delayq reconcile`: the report of `GET /admin/reconcile`, with progress

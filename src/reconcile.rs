@@ -33,9 +33,11 @@
 //! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead | removed from Redis, leaving a tombstone (purge.lua) |
 //! | `statusMismatch` | both hold it live, in different statuses | the journal follows Redis (the live state): a status change is recorded |
 //! | `unknown` | Redis holds it; the journal has no such row | reported only: the journal may have lost the row (a database restored from a backup) and Redis holds the only copy |
+//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back |
 //!
-//! The leader runs it every `--reconcile-interval` and repairs what keeps
-//! messages from being delivered (`missing`, `unscheduled`) by itself;
+//! The leader runs it every `--reconcile-interval` and repairs by itself
+//! what keeps messages from being delivered (`missing`, `unscheduled`) and
+//! what would bring an ended one back (`unjournaled`);
 //! `GET /admin/reconcile?repair=true` and `delayq reconcile --repair`
 //! repair every kind but `unknown`.
 
@@ -53,7 +55,7 @@ use crate::journal::store::RowState;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::queue::QueueError;
-use crate::redis::inspect::{Held, Place};
+use crate::redis::inspect::{End, Held, Place};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 /// Differences looked at again together.
@@ -72,7 +74,8 @@ const FLOW_SHARD: &str = "reconcile";
 pub enum Repair {
     /// Report only.
     None,
-    /// What keeps messages from being delivered: `missing`, `unscheduled`.
+    /// What keeps messages from being delivered (`missing`,
+    /// `unscheduled`) or would bring an ended one back (`unjournaled`).
     Delivery,
     /// Every kind but `unknown`.
     All,
@@ -82,7 +85,10 @@ impl Repair {
     fn covers(self, kind: &Kind) -> bool {
         match self {
             Repair::None => false,
-            Repair::Delivery => matches!(kind, Kind::Missing | Kind::Unscheduled),
+            Repair::Delivery => matches!(
+                kind,
+                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_)
+            ),
             Repair::All => !matches!(kind, Kind::Unknown),
         }
     }
@@ -140,6 +146,7 @@ pub struct ReconcileReport {
     pub finished_in_journal: Difference,
     pub unknown: Difference,
     pub status_mismatch: Difference,
+    pub unjournaled: Difference,
     pub grace_ms: u64,
     pub started_at: i64,
     pub elapsed_ms: u64,
@@ -157,6 +164,7 @@ impl ReconcileReport {
             + self.finished_in_journal.count
             + self.unknown.count
             + self.status_mismatch.count
+            + self.unjournaled.count
     }
 
     fn of(&mut self, kind: &Kind) -> &mut Difference {
@@ -166,6 +174,7 @@ impl ReconcileReport {
             Kind::FinishedInJournal => &mut self.finished_in_journal,
             Kind::Unknown => &mut self.unknown,
             Kind::StatusMismatch { .. } => &mut self.status_mismatch,
+            Kind::Unjournaled(_) => &mut self.unjournaled,
         }
     }
 }
@@ -184,6 +193,8 @@ enum Kind {
         redis: Status,
         due: Option<i64>,
     },
+    /// Redis ended it; the journal did not record the end.
+    Unjournaled(End),
 }
 
 /// Compares one message's journal row (None: no row) with what Redis holds
@@ -193,6 +204,13 @@ fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
     let Some(row) = row else {
         return matches!(held, Held::Record(_)).then_some(Kind::Unknown);
     };
+    if let Held::Unjournaled(end) = held {
+        // An end the node that made it has not journaled yet, or never
+        // will (it stopped): once it is older than the grace period, the
+        // journal is told, whatever it says now (a terminal row only
+        // needs Redis to forget the entry).
+        return (end.at < cutoff).then_some(Kind::Unjournaled(end));
+    }
     if row.updated_time >= cutoff {
         return None;
     }
@@ -202,6 +220,7 @@ fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
     }
     let place = match held {
         Held::Absent => return Some(Kind::Missing),
+        Held::Unjournaled(_) => unreachable!("handled above"),
         // Acked or cancelled in Redis lately: the journal is catching up.
         Held::Finished => return None,
         Held::Record(Place::Nowhere) => return Some(Kind::Unscheduled),
@@ -276,6 +295,15 @@ impl Reconciler {
         progress: impl Fn(&ReconcileReport),
     ) -> Result<ReconcileReport, QueueError> {
         let _one_at_a_time = self.running.lock().await;
+        // A repair trusts the journal's live rows to be live: not while a
+        // node's journal is behind (the periodic run, the API, the
+        // dashboard and the command line alike).
+        if repair != Repair::None {
+            let behind = self.redis.journals_behind().await?;
+            if !behind.is_empty() {
+                return Err(QueueError::JournalBehind(behind));
+            }
+        }
         let start = Instant::now();
         let grace_ms = self.options.grace.as_millis() as i64;
         let mut report = ReconcileReport {
@@ -288,6 +316,7 @@ impl Reconciler {
             finished_in_journal: Difference::default(),
             unknown: Difference::default(),
             status_mismatch: Difference::default(),
+            unjournaled: Difference::default(),
             grace_ms: grace_ms as u64,
             started_at: now_ms(),
             elapsed_ms: 0,
@@ -406,6 +435,7 @@ impl Reconciler {
             ("finished_in_journal", &report.finished_in_journal),
             ("unknown", &report.unknown),
             ("status_mismatch", &report.status_mismatch),
+            ("unjournaled", &report.unjournaled),
         ] {
             if d.repaired > 0 {
                 m.repaired
@@ -521,6 +551,36 @@ impl Reconciler {
                     .filter(|o| matches!(o, Scheduled::Added { .. }))
                     .count() as u64;
             }
+        }
+
+        let ended: Vec<(MessageId, End)> = found
+            .iter()
+            .filter_map(|(id, k)| match k {
+                Kind::Unjournaled(end) => Some((*id, *end)),
+                _ => None,
+            })
+            .collect();
+        if !ended.is_empty() {
+            // The journal takes the end Redis applied (an end never turns
+            // back: a row already ended keeps its own), then Redis forgets
+            // the entry and the tombstone expires as usual.
+            let shard: Arc<str> = FLOW_SHARD.into();
+            let changes: Vec<StatusChange> = ended
+                .iter()
+                .map(|(id, end)| StatusChange {
+                    id: *id,
+                    status: end.status,
+                    attempts: Some(end.attempts),
+                    at: end.at,
+                    due: None,
+                    shard: shard.clone(),
+                    occurrence: None,
+                })
+                .collect();
+            self.journal.record_durable(changes).await?;
+            let ids: Vec<MessageId> = ended.iter().map(|(id, _)| *id).collect();
+            self.redis.journaled(&ids).await?;
+            report.unjournaled.repaired += ids.len() as u64;
         }
 
         let unscheduled = of(|k| matches!(k, Kind::Unscheduled));

@@ -19,6 +19,16 @@
 //!   after it; a fall-back overlap runs once);
 //! - `times` (occurrences in all) and `until` (epoch ms: no occurrence after
 //!   it) end a series; without either it runs until cancelled.
+//! - `misfire` says what happens to occurrences missed while nothing
+//!   delivered them (the cluster down, a consumer away): an occurrence is
+//!   *missed* when the one after it is due before it is handed out.
+//!   `one` (the default): the occurrence waiting when the series fell
+//!   behind is delivered, late, as its one catch-up, and the series goes on
+//!   at its first time in the future. `all`: every missed occurrence is
+//!   delivered, back to back (due times follow the schedule). `skip`: a
+//!   missed occurrence is not delivered at all; the series goes on at its
+//!   first time in the future. Skipped occurrences are not counted:
+//!   occurrence numbers and `times` count the occurrences delivered.
 
 use std::str::FromStr;
 
@@ -49,6 +59,23 @@ pub struct Repeat {
     pub times: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<i64>,
+    /// What missed occurrences come to (`one` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<Misfire>,
+}
+
+/// What a recurring message's missed occurrences come to (see the module
+/// doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Misfire {
+    /// One catch-up delivery, then the first time in the future.
+    #[default]
+    One,
+    /// Every missed occurrence, back to back.
+    All,
+    /// None: the first time in the future.
+    Skip,
 }
 
 /// Which occurrence of its series a recurring message is at.
@@ -115,6 +142,25 @@ impl Repeat {
         self.within(number as i64 + 1, t)
     }
 
+    pub fn misfire(&self) -> Misfire {
+        self.misfire.unwrap_or_default()
+    }
+
+    /// The first time of the schedule after both `at` (a time of the
+    /// schedule) and `now` (ms), for occurrence `number + 1`: what a series
+    /// that fell behind goes on with. `None` when the series ends first.
+    pub fn next_after(&self, number: i32, at: i64, now: i64) -> Option<i64> {
+        let t = match self.every {
+            Some(every) if now >= at => {
+                let steps = (now - at) / every + 1;
+                at.checked_add(steps.checked_mul(every)?)?
+            }
+            Some(every) => at.checked_add(every)?,
+            None => self.cron_after(at.max(now), false)?,
+        };
+        self.within(number as i64 + 1, t)
+    }
+
     fn within(&self, number: i64, t: i64) -> Option<i64> {
         if self.times.is_some_and(|n| number > n) || self.until.is_some_and(|u| t > u) {
             None
@@ -150,7 +196,7 @@ pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> 
             "repeat must be an object: {\"every\": ms} or {\"cron\": \"…\", \"tz\": \"Area/City\"}, with \"times\" or \"until\" optional",
         )),
     };
-    const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until"];
+    const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until", "misfire"];
     if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(invalid(format!(
             "unknown field 'repeat.{k}'; repeat has {}",
@@ -162,6 +208,17 @@ pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> 
     let tz = string(obj, "tz")?;
     let times = int(obj, "times")?;
     let until = int(obj, "until")?;
+    let misfire = match string(obj, "misfire")? {
+        None => None,
+        Some("one") => Some(Misfire::One),
+        Some("all") => Some(Misfire::All),
+        Some("skip") => Some(Misfire::Skip),
+        Some(other) => {
+            return Err(invalid(format!(
+                "repeat.misfire must be \"one\", \"all\" or \"skip\", got {other:?}"
+            )))
+        }
+    };
     match (every, cron) {
         (Some(_), Some(_)) => return Err(invalid("give repeat.every or repeat.cron, not both")),
         (None, None) => return Err(invalid("repeat needs every (ms) or cron")),
@@ -212,6 +269,7 @@ pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> 
         tz: tz.map(str::to_string),
         times,
         until,
+        misfire,
     }))
 }
 
@@ -232,6 +290,26 @@ mod tests {
 
     fn repeat(v: Value) -> Repeat {
         parse_repeat(&v, NOW).unwrap().unwrap()
+    }
+
+    #[test]
+    fn missed_occurrences_follow_the_misfire_policy() {
+        let r = repeat(json!({"every": 1000}));
+        // Occurrence 3 was due at NOW; it is acked 5.5 s later.
+        assert_eq!(r.next_after(3, NOW, NOW + 5_500), Some(NOW + 6_000));
+        assert_eq!(r.next_after(3, NOW, NOW + 500), Some(NOW + 1_000));
+        assert_eq!(r.misfire(), Misfire::One);
+        let r = repeat(json!({"every": 1000, "until": NOW + 5_000, "misfire": "skip"}));
+        assert_eq!(r.next_after(3, NOW, NOW + 5_500), None);
+        assert_eq!(r.misfire(), Misfire::Skip);
+        let c = repeat(json!({"cron": "0 * * * * *", "misfire": "all"}));
+        assert_eq!(c.misfire(), Misfire::All);
+        let at = ms(2027, 3, 1, 9, 5, 0, "UTC");
+        assert_eq!(
+            c.next_after(1, at, at + 150_000),
+            Some(ms(2027, 3, 1, 9, 8, 0, "UTC"))
+        );
+        assert!(parse_repeat(&json!({"every": 1000, "misfire": "some"}), NOW).is_err());
     }
 
     #[test]

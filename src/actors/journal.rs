@@ -43,6 +43,7 @@ use crate::journal::store::{
 use crate::message::{now_ms, IdGenerator, Message, MessageId, Status};
 use crate::metrics::metrics;
 use crate::redis::keys::Keys;
+use crate::redis::schedule::RedisSchedule;
 
 /// Insert messages as WaitPut in one transaction (a group commit).
 #[derive(Message)]
@@ -458,6 +459,9 @@ const MAX_INSERT_BATCH: usize = 2_000;
 /// Most status changes in one flow write, and how long the first waits.
 const MAX_FLOW_BATCH: usize = 2_000;
 const FLOW_WINDOW: Duration = Duration::from_millis(5);
+/// A flow write waiting this long for the database means the journal is
+/// behind (see [`Journal::behind`]).
+const HUNG_WRITE_MS: i64 = 1_000;
 /// How long a caller waits for its status change to be durable.
 const DURABLE_WAIT: Duration = Duration::from_secs(2);
 
@@ -509,6 +513,10 @@ struct Backlog {
     /// Since when flow writes have been failing for want of the database
     /// (epoch ms; 0: they are not).
     failing_since: std::sync::atomic::AtomicI64,
+    /// Since when the flow write under way has been waiting for the
+    /// database (epoch ms; 0: none is under way): a database that hangs
+    /// rather than fails.
+    writing_since: std::sync::atomic::AtomicI64,
 }
 
 impl Backlog {
@@ -544,11 +552,12 @@ impl Journal {
     /// [`Journal::lagging`]).
     pub fn start(
         url: &JournalUrl,
-        keys: Keys,
+        redis: RedisSchedule,
         node: NodeInfo,
         ids: Arc<IdGenerator>,
         options: JournalOptions,
     ) -> Journal {
+        let keys = redis.keys().clone();
         let writers = url.parallel_writers();
         // One thread per parallel insert batch, one for the changes callers
         // wait for, two for reads; and one for the other changes.
@@ -602,8 +611,13 @@ impl Journal {
             ..Default::default()
         });
         actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
-        actix::spawn(run_flows(background, flow_rx, backlog.clone()));
-        actix::spawn(run_flows(actor.clone(), urgent_rx, backlog.clone()));
+        actix::spawn(run_flows(
+            background,
+            flow_rx,
+            backlog.clone(),
+            redis.clone(),
+        ));
+        actix::spawn(run_flows(actor.clone(), urgent_rx, backlog.clone(), redis));
         Journal {
             actor,
             inserts,
@@ -629,7 +643,10 @@ impl Journal {
     /// takes no writes), or more wait than the backlog allows: Redis is
     /// ahead of the journal by more than the usual milliseconds.
     pub fn behind(&self) -> bool {
-        self.backlog.failing_since.load(Ordering::Acquire) != 0 || self.lagging()
+        let writing = self.backlog.writing_since.load(Ordering::Acquire);
+        self.backlog.failing_since.load(Ordering::Acquire) != 0
+            || self.lagging()
+            || (writing != 0 && now_ms() - writing > HUNG_WRITE_MS)
     }
 
     /// Status changes waiting to be written.
@@ -942,6 +959,7 @@ async fn run_flows(
     actor: Addr<JournalActor>,
     mut rx: mpsc::UnboundedReceiver<FlowRequest>,
     backlog: Arc<Backlog>,
+    redis: RedisSchedule,
 ) {
     while let Some(first) = rx.recv().await {
         let mut changes = Vec::new();
@@ -972,7 +990,23 @@ async fn run_flows(
             }
         }
         let (n, began) = (changes.len(), std::time::Instant::now());
+        // The ends (acked, cancelled, dead) in this batch: once written,
+        // Redis no longer needs to keep them for the journal.
+        let ends: Vec<MessageId> = changes
+            .iter()
+            .filter(|c| c.status.is_terminal())
+            .map(|c| c.id)
+            .collect();
         let written = write_flows(&actor, changes, &backlog).await;
+        if !ends.is_empty() && matches!(written, Written::All) {
+            let redis = redis.clone();
+            actix::spawn(async move {
+                if let Err(e) = redis.journaled(&ends).await {
+                    // Left for the reconciler, which finds the journal has them.
+                    tracing::debug!(error = %e, "cannot tell Redis the journal has these ends");
+                }
+            });
+        }
         if n > 0 {
             metrics().journal_committed("flow", n, began);
         }
@@ -1027,7 +1061,15 @@ async fn write_flows(
         let mut refusals = 0;
         let mut first_refused = 0;
         loop {
-            let (err, refusal) = match actor.send(RecordFlow(part.clone())).await {
+            let _ = backlog.writing_since.compare_exchange(
+                0,
+                now_ms(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            let sent = actor.send(RecordFlow(part.clone())).await;
+            backlog.writing_since.store(0, Ordering::Release);
+            let (err, refusal) = match sent {
                 Ok(Ok(())) => {
                     backlog.last_write_ok.store(now_ms(), Ordering::Release);
                     backlog.failing_since.store(0, Ordering::Release);

@@ -11,7 +11,7 @@
 //! raises the shard's stored epoch, and Redis refuses a scan with an older
 //! one. A refused actor reports [`Stale`] to the cluster module and stops.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot};
@@ -36,11 +36,14 @@ const PERMIT_RETRY_MS: i64 = 20;
 /// How soon a scan held back by the journal's backlog looks again.
 const BACKLOG_RETRY_MS: i64 = 50;
 
-/// A shard actor found a newer owner's epoch in Redis and stopped.
+/// A shard actor found a higher epoch than its own in Redis and stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stale {
     pub shard: u32,
+    /// The actor's epoch.
     pub epoch: i64,
+    /// The epoch Redis holds.
+    pub stored: i64,
 }
 
 /// Wake up at `at_ms` at the latest.
@@ -110,10 +113,9 @@ impl ZsetShardActor {
         if let Some((_, handle)) = self.timer.take() {
             ctx.cancel_future(handle);
         }
-        let now_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or(0);
+        // Due times are on the cluster's clock (Redis's): the sleep is
+        // measured against this node's estimate of it, not its wall clock.
+        let now_us = crate::clock::now_us();
         let wait = Duration::from_micros((at_ms * 1000 - now_us).max(0) as u64);
         let handle = ctx.run_later(wait, |act, ctx| {
             act.timer = None;
@@ -154,7 +156,7 @@ impl ZsetShardActor {
         self.scanning = true;
         self.rescan = false;
         let (redis, shard, epoch) = (self.redis.clone(), self.shard, self.epoch);
-        let step = async move { redis.tick(shard, now_ms(), BATCH, epoch).await };
+        let step = async move { redis.tick(shard, BATCH, epoch).await };
         ctx.spawn(step.into_actor(self).map(|res, act, ctx| {
             act.scanning = false;
             if !act.releasing.is_empty() {
@@ -168,22 +170,34 @@ impl ZsetShardActor {
             match res {
                 Ok(t) => {
                     act.backoff = Duration::from_millis(50);
+                    crate::cluster::health::scan_ok(act.shard);
                     act.after_scan(t, ctx);
                 }
-                Err(ShardError::StaleEpoch(_)) => {
-                    tracing::error!(
-                        shard = act.shard,
-                        epoch = act.epoch,
-                        "a newer owner raised this shard's epoch; stopping its scan"
-                    );
+                Err(ShardError::StaleEpoch { stored, .. }) => {
+                    metrics().scan_refused(act.shard, "stale_epoch");
+                    crate::cluster::health::scan_failed(act.shard, "stale epoch");
+                    if let Some(suppressed) = crate::cluster::health::may_log(act.shard, "stale") {
+                        tracing::error!(
+                            shard = act.shard,
+                            epoch = act.epoch,
+                            stored,
+                            suppressed,
+                            "Redis holds a higher epoch for this shard than this owner's; stopping its scan"
+                        );
+                    }
                     let _ = act.stale.send(Stale {
                         shard: act.shard,
                         epoch: act.epoch,
+                        stored,
                     });
                     ctx.stop();
                 }
                 Err(e) => {
-                    tracing::warn!(shard = act.shard, error = %e, "shard scan failed; retrying");
+                    metrics().scan_refused(act.shard, "error");
+                    crate::cluster::health::scan_failed(act.shard, "scan failing");
+                    if let Some(suppressed) = crate::cluster::health::may_log(act.shard, "error") {
+                        tracing::warn!(shard = act.shard, error = %e, suppressed, "shard scan failed; retrying");
+                    }
                     let retry = now_ms() + act.backoff.as_millis() as i64;
                     act.backoff = (act.backoff * 2).min(MAX_BACKOFF);
                     act.schedule_at(retry, ctx);
@@ -287,6 +301,11 @@ impl Actor for ZsetShardActor {
             epoch = self.epoch,
             "stopped scanning shard"
         );
+        if !self.releasing.is_empty() {
+            // Let go of: whether it could be scanned is no longer this
+            // node's concern.
+            crate::cluster::health::forget(self.shard);
+        }
         for done in self.releasing.drain(..) {
             let _ = done.send(());
         }

@@ -86,6 +86,7 @@ pub(super) async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiEr
         worker_id: view.worker_id,
         nodes: view.nodes,
         shards,
+        clock: crate::clock::view(),
     })
 }
 
@@ -171,6 +172,8 @@ pub async fn move_shard(
         (status = 200, description = "The differences found, per kind (and repaired)", body = ReconcileReport),
         (status = 400, description = "A bad parameter", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 403, description = "From another site, as the browser says (`forbidden`): this route changes data", body = ErrorBody),
+        (status = 409, description = "A repair while a node's journal is behind Redis (`journal_behind`)", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
 )]
@@ -181,6 +184,7 @@ pub async fn reconcile(
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let repair = if bool_param(&q, "repair", false)? {
+        super::refuse_cross_site(&req)?;
         Repair::All
     } else {
         Repair::None

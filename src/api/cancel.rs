@@ -29,6 +29,7 @@ pub const MAX_CANCEL_IDS: usize = 1_000;
         (status = 200, description = "A definite outcome: `deleted`, `in_flight` (handed to a consumer: left alone), `already_consumed` or `dead`", body = CancelOne),
         (status = 400, description = "No id, or a bad one", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 403, description = "From another site, as the browser says (`forbidden`): this route changes data", body = ErrorBody),
         (status = 404, description = "No such message (`not_found`, with the id and result)", body = DeleteNotFound),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
@@ -39,11 +40,12 @@ pub async fn delete(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
+    super::refuse_cross_site(&req)?;
     let raw = q.get("id").ok_or_else(|| {
         ApiError::invalid(ErrorCode::MissingId, "give the message id: /delete?id=ID")
     })?;
     let id = parse_id(raw)?;
-    match cancel::cancel_many(&state.queue, &[id]).await?[0] {
+    match state.queue.cancel_one(id).await? {
         // An unknown id is a client error (404), still with a definite result.
         CancelOutcome::NotFound => Ok(HttpResponse::NotFound().json(DeleteNotFound {
             error: ErrorCode::NotFound,

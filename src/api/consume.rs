@@ -8,11 +8,11 @@ use super::schema::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
     AckResultKind, NackBatchReply, NackRequest, NackResult, NackResultKind, PollReply,
 };
-use super::{batch_ids, check_topic, int_param, parse_id, AppState, Query};
+use super::{batch_deliveries, check_topic, int_param, parse_id, parse_receipt, AppState, Query};
 use crate::error::ApiError;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::message::{whole_number, MessageId, Status};
-use crate::queue::consume::{self, AckJournal, AckOutcome, NackOutcome};
+use crate::queue::consume::{self, Ack, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;
 use crate::retry::MAX_RETRY_MS;
 
@@ -51,8 +51,12 @@ pub async fn get(
     }))
 }
 
-/// `POST /ack/{id}[?occurrence=N]`: the message is consumed (a recurring
-/// message: occurrence N, or the one handed out, is).
+/// `POST /ack/{id}[?receipt=R][&occurrence=N]`: the message is consumed (a
+/// recurring message: occurrence N, or the one handed out, is). With the
+/// receipt of the delivery acked, an ack of any other delivery than the
+/// one in hand (or the last one, when its deadline passed and nobody holds
+/// it) is refused (409 `stale_delivery`) and changes nothing; without one
+/// it applies to the current delivery.
 #[utoipa::path(
     post,
     path = "/ack/{id}",
@@ -60,12 +64,13 @@ pub async fn get(
     params(
         ("id" = MessageId, Path),
         ("occurrence" = Option<u64>, Query, minimum = 1, maximum = 2147483647, description = "A recurring message: the occurrence acked"),
+        ("receipt" = Option<String>, Query, description = "The receipt the delivery was handed out with"),
     ),
     responses(
-        (status = 200, description = "Consumed once the journal committed it (acking twice is fine); a recurring message with occurrences to come is `Delaying` for the next", body = AckReply),
+        (status = 200, description = "Consumed: applied in Redis, its end kept there until the journal has it (within milliseconds), so it never comes undone while Redis keeps its data; acking twice is fine. A recurring message with occurrences to come is `Delaying` for the next", body = AckReply),
         (status = 400, description = "A bad id or parameter", body = ErrorBody),
         (status = 404, description = "No such message", body = ErrorBody),
-        (status = 409, description = "Not handed out to a consumer (`not_in_flight`)", body = ErrorBody),
+        (status = 409, description = "Not handed out to a consumer (`not_in_flight`), or the receipt names another delivery (`stale_delivery`)", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
 )]
@@ -80,9 +85,22 @@ pub async fn ack(
         None => None,
         Some(_) => Some(int_param(&q, "occurrence", 1, 1..=i32::MAX as u64)? as i32),
     };
-    match consume::ack_occurrences(&state.queue, &[(id, occurrence)], AckJournal::Committed).await?
-        [0]
+    if let Some(unknown) = q
+        .keys()
+        .find(|k| !["occurrence", "receipt"].contains(&k.as_str()))
     {
+        return Err(ApiError::invalid(
+            ErrorCode::UnknownParameter,
+            format!("unknown parameter {unknown:?}; POST /ack/{{id}} takes receipt, occurrence"),
+        ));
+    }
+    let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
+    let acks = [Ack {
+        id,
+        occurrence,
+        receipt,
+    }];
+    match state.queue.ack_one(acks[0]).await? {
         AckOutcome::Consumed => Ok(HttpResponse::Ok().json(AckReply {
             id,
             status: Status::Consumed,
@@ -103,10 +121,27 @@ pub async fn ack(
             code: ErrorCode::NotInFlight,
             message: format!("message {id} is {status} and cannot be acked"),
         }),
+        AckOutcome::Stale(status) => Err(stale(id, status)),
         AckOutcome::NotFound => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
+    }
+}
+
+/// 409 `stale_delivery`: the receipt names another delivery than the
+/// message's current one.
+fn stale(id: MessageId, now: Status) -> ApiError {
+    let whose = match now {
+        Status::Consuming => "is handed to another consumer now",
+        Status::Delaying => "is scheduled again (Delaying) after a later delivery",
+        _ => "is waiting (Ready) after a later delivery",
+    };
+    ApiError::Conflict {
+        code: ErrorCode::StaleDelivery,
+        message: format!(
+            "message {id} {whose}: the receipt names an earlier delivery, which ended; nothing changed (status {now})"
+        ),
     }
 }
 
@@ -140,9 +175,23 @@ pub async fn ack_batch(
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids"])?;
-    let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
-    let outcomes = consume::ack(&state.queue, &ids, AckJournal::Committed).await?;
+    let given = batch_deliveries("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
+    let (ids, acks) = acks_of(&given);
+    let outcomes = consume::ack_deliveries(&state.queue, &acks, AckJournal::Committed).await?;
     Ok(HttpResponse::Ok().json(ack_report(&ids, &outcomes)))
+}
+
+fn acks_of(given: &[(MessageId, Option<crate::message::Receipt>)]) -> (Vec<MessageId>, Vec<Ack>) {
+    let ids = given.iter().map(|(id, _)| *id).collect();
+    let acks = given
+        .iter()
+        .map(|&(id, receipt)| Ack {
+            id,
+            occurrence: None,
+            receipt,
+        })
+        .collect();
+    (ids, acks)
 }
 
 /// `POST /get/{topic}` with `{"ack": [...], "count": N, "timeout": S}`: acks
@@ -179,18 +228,21 @@ pub async fn ack_and_get(
     let topic = topic.into_inner();
     check_topic(&topic)?;
     let body = object(&body, &["ack", "count", "timeout"])?;
-    let ids = batch_ids("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
+    let given = batch_deliveries("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
+    let (ids, acks) = acks_of(&given);
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
     let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     // The acks and the poll run side by side, so a batch costs one wait
-    // for Redis less. An error of either answers at once; messages the poll
-    // claimed just then come back after their ttl, like any unacked
-    // delivery.
-    let (outcomes, mut messages) = futures::future::try_join(
-        consume::ack(&state.queue, &ids, AckJournal::Queued),
+    // for Redis less. Both run to their end (what the acks applied in Redis
+    // is journaled whatever the poll met); an error of either is answered
+    // then, and messages the poll claimed come back after their ttl, like
+    // any unacked delivery.
+    let (outcomes, messages) = futures::future::join(
+        consume::ack_deliveries(&state.queue, &acks, AckJournal::Queued),
         consume::poll(&state.queue, &topic, count, timeout),
     )
-    .await?;
+    .await;
+    let (outcomes, mut messages) = (outcomes?, messages?);
     // A message whose ack deadline passed is ready again: the poll may have
     // claimed it while the ack consumed it. Consumed, it is not handed out
     // (a recurring message's next occurrence still is).
@@ -282,12 +334,13 @@ fn nack_delay(raw: Option<&serde_json::Value>) -> Result<Option<i64>, ApiError> 
     params(
         ("id" = MessageId, Path),
         ("delay" = Option<i64>, Query, minimum = 0, maximum = 86400000, description = "Ms until it is delivered again (0: ready at once); without it, by the message's retry policy"),
+        ("receipt" = Option<String>, Query, description = "The receipt the delivery was handed out with"),
     ),
     responses(
         (status = 200, description = "Back to `Delaying` or `Ready`, or `Dead` after its last attempt", body = NackResult),
         (status = 400, description = "A bad id or parameter", body = ErrorBody),
         (status = 404, description = "No such message", body = ErrorBody),
-        (status = 409, description = "Not handed out to a consumer (`not_in_flight`)", body = ErrorBody),
+        (status = 409, description = "Not handed out to a consumer (`not_in_flight`), or the receipt names an earlier delivery (`stale_delivery`)", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
 )]
@@ -297,12 +350,16 @@ pub async fn nack(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    if let Some(unknown) = q.keys().find(|k| k.as_str() != "delay") {
+    if let Some(unknown) = q
+        .keys()
+        .find(|k| !["delay", "receipt"].contains(&k.as_str()))
+    {
         return Err(ApiError::invalid(
             ErrorCode::UnknownParameter,
-            format!("unknown parameter {unknown:?}; POST /nack/{{id}} takes delay"),
+            format!("unknown parameter {unknown:?}; POST /nack/{{id}} takes delay, receipt"),
         ));
     }
+    let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
     let delay = match q.get("delay") {
         None => None,
         Some(raw) => nack_delay(Some(
@@ -316,7 +373,7 @@ pub async fn nack(
                 })?,
         ))?,
     };
-    match consume::nack(&state.queue, &[(id, delay)]).await?[0] {
+    match consume::nack(&state.queue, &[(id, delay, receipt)]).await?[0] {
         outcome @ NackOutcome::Failed { .. } => {
             Ok(HttpResponse::Ok().json(nack_result(outcome, id)))
         }
@@ -330,6 +387,7 @@ pub async fn nack(
             code: ErrorCode::NotInFlight,
             message: format!("message {id} is {status} and cannot be nacked"),
         }),
+        NackOutcome::Stale(status) => Err(stale(id, status)),
         NackOutcome::NotFound => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
@@ -357,9 +415,13 @@ pub async fn nack_batch(
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let body = object(&body, &["ids", "delay"])?;
-    let ids = batch_ids("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
+    let given = batch_deliveries("ids", body.get("ids"), 1..=MAX_COUNT as usize)?;
     let delay = nack_delay(body.get("delay"))?;
-    let nacks: Vec<(MessageId, Option<i64>)> = ids.iter().map(|&id| (id, delay)).collect();
+    let ids: Vec<MessageId> = given.iter().map(|(id, _)| *id).collect();
+    let nacks: Vec<_> = given
+        .iter()
+        .map(|&(id, receipt)| (id, delay, receipt))
+        .collect();
     let outcomes = consume::nack(&state.queue, &nacks).await?;
     let nacked = outcomes
         .iter()
@@ -378,6 +440,7 @@ fn ack_result(outcome: AckOutcome, id: MessageId) -> AckResult {
         AckOutcome::Consumed => (AckResultKind::Consumed, None, None),
         AckOutcome::Next(next) => (AckResultKind::Consumed, None, Some(next)),
         AckOutcome::NotInFlight(status) => (AckResultKind::NotInFlight, Some(status), None),
+        AckOutcome::Stale(now) => (AckResultKind::StaleDelivery, Some(Some(now)), None),
         AckOutcome::NotFound => (AckResultKind::NotFound, None, None),
     };
     AckResult {
@@ -414,6 +477,10 @@ fn nack_result(outcome: NackOutcome, id: MessageId) -> NackResult {
         NackOutcome::NotInFlight(status) => NackResult {
             status: Some(status),
             ..result(NackResultKind::NotInFlight)
+        },
+        NackOutcome::Stale(now) => NackResult {
+            status: Some(Some(now)),
+            ..result(NackResultKind::StaleDelivery)
         },
         NackOutcome::NotFound => result(NackResultKind::NotFound),
     }

@@ -39,17 +39,21 @@ fn after_param(q: &Query) -> Result<i64, ApiError> {
         ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "Page size (default 100)"),
         ("after" = Option<MessageId>, Query, description = "The `next` of the previous page"),
     ),
+    security((), ("readToken" = []), ("adminToken" = [])),
     responses(
         (status = 200, description = "Dead messages of the topic in id order, each with its history", body = DeadPage),
         (status = 400, description = "A bad topic or parameter", body = ErrorBody),
+        (status = 401, description = "A read or admin token is set and was not given", body = ErrorBody),
         (status = 503, description = "The journal unavailable", body = ErrorBody),
     ),
 )]
 pub async fn list(
     state: web::Data<AppState>,
+    req: HttpRequest,
     topic: web::Path<String>,
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
+    state.require_reader(&req)?;
     let topic = topic.into_inner();
     check_topic(&topic)?;
     let limit = int_param(&q, "limit", 100, 1..=MAX_LIST)? as i64;

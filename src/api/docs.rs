@@ -55,6 +55,17 @@ impl utoipa::Modify for AdminToken {
                     .build(),
             ),
         );
+        components.add_security_scheme(
+            "readToken",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The server's --read-token (or its --admin-token): the routes that show message bodies need it when either is set",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 

@@ -24,6 +24,7 @@ use crate::restore::RestoreReport;
         (status = 200, description = "Every live message of the journal is in Redis again; the counts", body = RestoreReport),
         (status = 400, description = "A bad parameter", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 403, description = "From another site, as the browser says (`forbidden`): this route changes data", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
 )]
@@ -33,6 +34,7 @@ pub async fn restore_all(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
+    super::refuse_cross_site(&req)?;
     let expire = bool_param(&q, "expire", false)?;
     let dry_run = bool_param(&q, "dryRun", false)?;
     let report = state.restorer().all(expire, dry_run, |_| {}).await?;
@@ -54,6 +56,7 @@ pub async fn restore_all(
         (status = 200, description = "The counts, and the message's status", body = RestoreOneReply),
         (status = 400, description = "A bad id or parameter", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 403, description = "From another site, as the browser says (`forbidden`): this route changes data", body = ErrorBody),
         (status = 404, description = "No such message", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
@@ -65,6 +68,7 @@ pub async fn restore_one(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
+    super::refuse_cross_site(&req)?;
     let id = parse_id(&id)?;
     let expire = bool_param(&q, "expire", true)?;
     let (report, status) = state.restorer().one(id, expire).await?;
@@ -76,18 +80,22 @@ pub async fn restore_one(
     get,
     path = "/messages/{id}",
     tag = "inspect",
+    security((), ("readToken" = []), ("adminToken" = [])),
     params(("id" = MessageId, Path)),
     responses(
         (status = 200, description = "The message, its status and its history", body = MessageReply),
         (status = 400, description = "A bad id", body = ErrorBody),
+        (status = 401, description = "A read or admin token is set and was not given", body = ErrorBody),
         (status = 404, description = "No such message", body = ErrorBody),
         (status = 503, description = "The journal unavailable", body = ErrorBody),
     ),
 )]
 pub async fn message(
     state: web::Data<AppState>,
+    req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    state.require_reader(&req)?;
     let id = parse_id(&id)?;
     match state.journal.find(id).await? {
         None => Err(ApiError::NotFound {
@@ -153,7 +161,8 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // A member whose worker-id lease lapsed (not confirmed in time) takes
     // no pushes until it is confirmed again.
     let member = view.in_good_standing() && state.ids.worker().is_some();
-    let ok = redis.is_ok() && journal.is_ok() && member;
+    let unscannable = crate::cluster::health::unscannable();
+    let ok = redis.is_ok() && journal.is_ok() && member && unscannable.is_empty();
     let body = ReadyReply {
         redis: show(redis.map_err(|e| e.to_string())),
         journal: show(journal.map_err(|e| e.to_string())),
@@ -170,6 +179,20 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         mode: view.mode,
         leader: view.leader,
         scanning: view.owned.len(),
+        shards: if unscannable.is_empty() {
+            "ok".to_string()
+        } else {
+            unscannable
+                .iter()
+                .map(|(s, d, why)| {
+                    format!(
+                        "shard {s} cannot be scanned for {:.1} s ({why})",
+                        d.as_secs_f64()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
         redis_maxmemory_policy: policy,
         warnings,
     };

@@ -56,6 +56,8 @@ pub struct AppState {
     pub cluster: ClusterHandle,
     pub max_body: usize,
     pub admin_token: Option<String>,
+    /// Reads message bodies (`--read-token`); the admin token does too.
+    pub read_token: Option<String>,
     /// The dashboard shows everything and takes no action (`--ui-read-only`).
     pub ui_read_only: bool,
     /// This node's current or last restore.
@@ -78,16 +80,72 @@ impl AppState {
         let Some(token) = &self.admin_token else {
             return Ok(());
         };
-        let given = req
-            .headers()
-            .get("Authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match given {
+        match bearer(req) {
             Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
             _ => Err(ApiError::Unauthorized),
         }
     }
+
+    /// A route that shows message bodies: with a read token, it or the
+    /// admin token; else with an admin token, that one; else anyone.
+    fn require_reader(&self, req: &HttpRequest) -> Result<(), ApiError> {
+        let Some(read) = &self.read_token else {
+            return self.require_admin(req);
+        };
+        let given = bearer(req).unwrap_or("");
+        let admin = self
+            .admin_token
+            .as_ref()
+            .is_some_and(|t| constant_time_eq(given.as_bytes(), t.as_bytes()));
+        if constant_time_eq(given.as_bytes(), read.as_bytes()) || admin {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header.
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("Authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The original routes that change state on a GET (`/delete`, `/reStore`,
+/// a repairing `/admin/reconcile`) refuse a request a browser says comes
+/// from another site (`Sec-Fetch-Site: cross-site` or `same-site`, or an
+/// `Origin` naming another host): without an admin token a page elsewhere
+/// could otherwise make a visitor's browser cancel messages. Clients that
+/// are not browsers send neither header and are not affected.
+fn refuse_cross_site(req: &HttpRequest) -> Result<(), ApiError> {
+    let h = req.headers();
+    let refused = |why: String| {
+        Err(ApiError::Forbidden {
+            code: ErrorCode::Forbidden,
+            message: format!(
+                "this route changes data and refuses requests from other sites ({why})"
+            ),
+        })
+    };
+    if let Some(site) = h.get("Sec-Fetch-Site").and_then(|v| v.to_str().ok()) {
+        if site == "cross-site" || site == "same-site" {
+            return refused(format!("Sec-Fetch-Site: {site}"));
+        }
+    }
+    if let Some(origin) = h.get("Origin").and_then(|v| v.to_str().ok()) {
+        let host = h
+            .get("X-Forwarded-Host")
+            .or_else(|| h.get("Host"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+        if origin == "null" || origin_host != host {
+            return refused(format!("Origin: {origin}"));
+        }
+    }
+    Ok(())
 }
 
 /// Compares a presented token with the configured one: every byte of the
@@ -260,6 +318,66 @@ fn batch_ids(
         ids.push(id);
     }
     Ok(ids)
+}
+
+/// A list of deliveries to ack or nack (`field` of a request body): each
+/// element a message id (as [`batch_ids`] reads it), or
+/// `{"id": ID, "receipt": RECEIPT}` naming the delivery by the receipt it
+/// was handed out with. Each message once.
+fn batch_deliveries(
+    field: &str,
+    value: Option<&serde_json::Value>,
+    count: std::ops::RangeInclusive<usize>,
+) -> Result<Vec<(MessageId, Option<crate::message::Receipt>)>, ApiError> {
+    let Some(serde_json::Value::Array(list)) = value else {
+        return Ok(batch_ids(field, value, count)?
+            .into_iter()
+            .map(|id| (id, None))
+            .collect());
+    };
+    let mut plain = Vec::with_capacity(list.len());
+    let mut receipts = Vec::with_capacity(list.len());
+    for v in list {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(unknown) = o.keys().find(|k| *k != "id" && *k != "receipt") {
+                    return Err(ApiError::invalid(
+                        ErrorCode::InvalidIds,
+                        format!("{field} holds an object with {unknown:?}; give {{\"id\", \"receipt\"}}"),
+                    ));
+                }
+                let Some(id) = o.get("id") else {
+                    return Err(ApiError::invalid(
+                        ErrorCode::InvalidIds,
+                        format!("{field} holds an object without \"id\""),
+                    ));
+                };
+                plain.push(id.clone());
+                receipts.push(match o.get("receipt") {
+                    None => None,
+                    Some(serde_json::Value::String(r)) => Some(parse_receipt(r)?),
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            ErrorCode::InvalidReceipt,
+                            format!("a receipt is a string as handed out, not {other}"),
+                        ))
+                    }
+                });
+            }
+            other => {
+                plain.push(other.clone());
+                receipts.push(None);
+            }
+        }
+    }
+    let ids = batch_ids(field, Some(&serde_json::Value::Array(plain)), count)?;
+    Ok(ids.into_iter().zip(receipts).collect())
+}
+
+/// A receipt as handed out with a delivery.
+fn parse_receipt(text: &str) -> Result<crate::message::Receipt, ApiError> {
+    text.parse()
+        .map_err(|e: String| ApiError::invalid(ErrorCode::InvalidReceipt, e))
 }
 
 fn check_topic(topic: &str) -> Result<(), ApiError> {

@@ -132,12 +132,41 @@ impl PartialSchema for IdInput {
 
 impl ToSchema for IdInput {}
 
+/// A delivery to ack or nack in a batch: the message's id (as
+/// [`IdInput`]), or `{"id", "receipt"}` with the receipt it was handed out
+/// with.
+pub struct DeliveryInput;
+
+impl PartialSchema for DeliveryInput {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(IdInput::schema())
+            .item(
+                ObjectBuilder::new()
+                    .property("id", IdInput::schema())
+                    .required("id")
+                    .property(
+                        "receipt",
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some("^[1-9][0-9]*-[0-9]+(-[1-9][0-9]*)?$")),
+                    )
+                    .additional_properties(Some(
+                        utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                    )),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for DeliveryInput {}
+
 /// `POST /ack` and `POST /cancel` by ids: each id once.
 #[allow(dead_code)] // described, not built: batch_ids reads the JSON
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckRequest {
-    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 100)]
+    #[schema(value_type = BTreeSet<DeliveryInput>, min_items = 1, max_items = 100)]
     ids: Vec<serde_json::Value>,
 }
 
@@ -147,7 +176,7 @@ pub struct AckRequest {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NackRequest {
-    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 100)]
+    #[schema(value_type = BTreeSet<DeliveryInput>, min_items = 1, max_items = 100)]
     ids: Vec<serde_json::Value>,
     /// Ms until the messages are delivered again (0: ready at once; at most
     /// one day).
@@ -160,9 +189,10 @@ pub struct NackRequest {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckAndGetRequest {
-    /// Ids to ack first (each once).
+    /// Deliveries to ack first (each message once): ids, or
+    /// `{"id", "receipt"}`.
     #[serde(default)]
-    #[schema(value_type = BTreeSet<IdInput>, max_items = 100)]
+    #[schema(value_type = BTreeSet<DeliveryInput>, max_items = 100)]
     ack: Vec<serde_json::Value>,
     /// Most messages to hand out (default 1).
     #[schema(minimum = 1, maximum = 100)]
@@ -262,6 +292,9 @@ pub struct AckReply {
 pub enum AckResultKind {
     Consumed,
     NotInFlight,
+    /// The receipt names another delivery; nothing changed (`status`: where
+    /// the message is now).
+    StaleDelivery,
     NotFound,
 }
 
@@ -299,6 +332,8 @@ pub enum NackResultKind {
     /// A recurring message cancelled while an occurrence was out: it ends.
     Deleted,
     NotInFlight,
+    /// The receipt names an earlier delivery; nothing changed.
+    StaleDelivery,
     NotFound,
 }
 
@@ -479,6 +514,9 @@ pub struct ReadyReply {
     pub leader: Option<String>,
     /// Shards this node scans.
     pub scanning: usize,
+    /// Owned shards whose scans keep failing (`ok` when none): nothing of
+    /// theirs is delivered.
+    pub shards: String,
     /// Redis's `maxmemory-policy`; null when its CONFIG command is disabled.
     pub redis_maxmemory_policy: Option<String>,
     pub warnings: Vec<String>,
@@ -515,6 +553,8 @@ pub struct ClusterReply {
     pub worker_id: Option<u16>,
     pub nodes: Vec<Member>,
     pub shards: Vec<ShardView>,
+    /// This node's wall clock against the cluster's (Redis's).
+    pub clock: crate::clock::ClockView,
 }
 
 /// The leader's assignment: per shard, its node.

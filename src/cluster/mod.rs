@@ -19,6 +19,7 @@
 //! and the rebalance and move commands.
 
 pub mod assign;
+pub mod health;
 pub mod standalone;
 pub mod worker;
 pub mod zk;

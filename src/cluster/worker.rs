@@ -17,8 +17,8 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::local_ms as now_ms;
 use crate::ids::{IdGenerator, RESERVE_AHEAD_MS};
-use crate::message::now_ms;
 use crate::redis::schedule::{LeaseOp, RedisSchedule};
 
 /// Worker ids of nodes.

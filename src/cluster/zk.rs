@@ -7,6 +7,7 @@
 //! | `/nodes/ID` | ephemeral | a live node: [`Member`] as JSON |
 //! | `/leader/_c_…-latch-N` | ephemeral sequential | the leader election (Curator-compatible lock: each contender watches its predecessor only) |
 //! | `/assignment` | persistent | the leader's [`AssignmentDoc`]: shard → node |
+//! | `/shards` | persistent | the cluster's shard count; a node started with another one stops |
 //! | `/owners/S` | ephemeral | shard S is scanned by the node named in its data; its creation zxid is the shard's fencing epoch |
 //! | `/workers/N` | ephemeral | Snowflake worker id N is leased by the node named in its data |
 //!
@@ -158,8 +159,12 @@ type Watch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 struct SessionState {
     client: zk::Client,
     worker: u16,
-    /// Shards scanned here, with their epochs (owner nodes' czxid).
+    /// Shards scanned here, with their epochs (owner nodes' czxid, or the
+    /// epoch a takeover raised Redis's to).
     owned: BTreeMap<u32, i64>,
+    /// Shards let go of whose owner node could not be deleted yet: retried
+    /// every step, so a failed delete never leaves a shard nobody scans.
+    releasing: BTreeSet<u32>,
     /// Paused by a disconnection: owned, but not scanning.
     paused: bool,
     assignment: AssignmentDoc,
@@ -174,6 +179,12 @@ struct SessionState {
     /// Owner nodes of shards assigned here that another node still holds:
     /// the shard is taken the moment that node lets go, not at the next tick.
     owner_watches: BTreeMap<u32, Watch>,
+    /// Since when this node has not reached Redis.
+    redis_down_since: Option<Instant>,
+    /// Redis unreachable for longer than the session timeout: this node
+    /// left the membership (its shards and leadership went to others) and
+    /// keeps only its session, until Redis answers again.
+    withdrawn: bool,
 }
 
 impl Node {
@@ -366,12 +377,37 @@ impl Node {
             Ok(_) | Err(zk::Error::NodeExists) => {}
             Err(e) => return Err(zk_err(e)),
         }
+        // The shard count is the cluster's, for its life: a node started
+        // with another one would scan shards no other node writes to.
+        let count = self.cfg.shards.to_string();
+        match client
+            .create("/shards", count.as_bytes(), &persistent())
+            .await
+        {
+            Ok(_) => {}
+            Err(zk::Error::NodeExists) => {
+                let (data, _) = client.get_data("/shards").await.map_err(zk_err)?;
+                let recorded = String::from_utf8_lossy(&data).to_string();
+                if recorded != count {
+                    tracing::error!(
+                        recorded = %recorded,
+                        shards = self.cfg.shards,
+                        "this cluster runs with --shards {recorded}, this node was started with --shards {count}: \
+                         start it with --shards {recorded} (moving a deployment to another count: stop every node, \
+                         run `delayq reshard --shards N`, and remove the cluster's /shards node in ZooKeeper); stopping"
+                    );
+                    std::process::exit(2);
+                }
+            }
+            Err(e) => return Err(zk_err(e)),
+        }
         let worker = self.lease_worker(&client).await?;
         self.register(&client).await?;
         let mut st = SessionState {
             client,
             worker,
             owned: BTreeMap::new(),
+            releasing: BTreeSet::new(),
             paused: false,
             assignment: AssignmentDoc::default(),
             assignment_version: -1,
@@ -382,6 +418,8 @@ impl Node {
             assignment_watch: None,
             nodes_watch: None,
             owner_watches: BTreeMap::new(),
+            redis_down_since: None,
+            withdrawn: false,
         };
         self.contend(&mut st);
         self.handle.update(|v| {
@@ -410,7 +448,7 @@ impl Node {
                         &self.ids,
                         n,
                         true,
-                        sent + self.valid_for(),
+                        sent + self.valid_for(client),
                     )
                     .await
                     .map_err(|e| {
@@ -429,27 +467,47 @@ impl Node {
         ))
     }
 
-    /// How long a confirmed session lets this node issue ids.
-    fn valid_for(&self) -> Duration {
-        self.cfg.session_timeout / 3
+    /// How long a confirmed session lets this node issue ids and scan: a
+    /// third of the session timeout the servers granted (they clamp what
+    /// was asked for to their own bounds), so the permit always lapses
+    /// before the session could expire.
+    fn valid_for(&self, client: &zk::Client) -> Duration {
+        client.session_timeout().min(self.cfg.session_timeout) / 3
     }
 
-    /// Registers `/nodes/ID`. A node of the same id from a dead session
-    /// (this node killed and restarted) is removed first.
+    /// Registers `/nodes/ID`. A registration of the same id held by another
+    /// session is never removed: it may be a live process (paused, or a
+    /// second process started with the same `--node-id`), not only this
+    /// node's previous run. Its session ends by itself when that process is
+    /// gone; until then this node waits (for about a session timeout, then
+    /// tries again in a new session) and is not ready.
     async fn register(&self, client: &zk::Client) -> Result<(), ClusterError> {
         let path = format!("/nodes/{}", self.me.id);
         let data = serde_json::to_vec(&self.me).expect("a member serializes");
+        let deadline = Instant::now() + self.cfg.session_timeout + Duration::from_secs(1);
+        let mut said = false;
         loop {
             match client.create(&path, &data, &ephemeral()).await {
                 Ok(_) => return Ok(()),
                 Err(zk::Error::NodeExists) => {
                     match client.check_stat(&path).await.map_err(zk_err)? {
                         Some(stat) if stat.ephemeral_owner != client.session_id().0 => {
-                            tracing::warn!(node = %self.me.id, "removing this node id's registration left by a previous run");
-                            match client.delete(&path, Some(stat.version)).await {
-                                Ok(()) | Err(zk::Error::NoNode) => {}
-                                Err(e) => return Err(zk_err(e)),
+                            if !said {
+                                tracing::warn!(
+                                    node = %self.me.id,
+                                    session = format!("{:#x}", stat.ephemeral_owner),
+                                    "another session holds this node id's registration (a previous run not yet expired, \
+                                     or another process with the same --node-id); waiting for it to end"
+                                );
+                                said = true;
                             }
+                            if Instant::now() >= deadline {
+                                return Err(ClusterError::NotPossible(format!(
+                                    "node id {} is registered by another live session",
+                                    self.me.id
+                                )));
+                            }
+                            tokio::time::sleep(Duration::from_millis(250)).await;
                         }
                         Some(_) => return Ok(()),
                         None => {}
@@ -485,9 +543,68 @@ impl Node {
         st.lock_wait = Some(rx);
     }
 
+    /// A node that reaches ZooKeeper but not Redis scans nothing, yet its
+    /// owner nodes would keep every other node from its shards: once Redis
+    /// has not answered for the session timeout, the node leaves the
+    /// membership (stops its scans, deletes its owner nodes and its
+    /// registration, gives up the leadership), so the leader hands its
+    /// shards to nodes that can scan them. It comes back when Redis
+    /// answers again. Returns whether the node is withdrawn now.
+    async fn watch_redis(&self, st: &mut SessionState) -> Result<bool, ClusterError> {
+        let answers = matches!(
+            tokio::time::timeout(Duration::from_secs(1), self.redis.ping()).await,
+            Ok(Ok(()))
+        );
+        if answers {
+            st.redis_down_since = None;
+            if st.withdrawn {
+                tracing::warn!("Redis answers again; rejoining the cluster");
+                self.register(&st.client).await?;
+                self.contend(st);
+                st.withdrawn = false;
+                st.nodes_watch = None;
+                st.assignment_watch = None;
+            }
+            return Ok(false);
+        }
+        let since = *st.redis_down_since.get_or_insert_with(Instant::now);
+        if !st.withdrawn && since.elapsed() >= self.cfg.session_timeout {
+            tracing::error!(
+                down_ms = since.elapsed().as_millis() as u64,
+                "Redis has not answered for the session timeout; leaving the cluster's membership \
+                 so other nodes scan this node's shards"
+            );
+            self.let_go_of_all(st).await;
+            st.lock_wait = None;
+            match st
+                .client
+                .delete(&format!("/nodes/{}", self.me.id), None)
+                .await
+            {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(zk_err(e)),
+            }
+            st.withdrawn = true;
+            self.handle.update(|v| {
+                v.owned.clear();
+                v.leader = None;
+            });
+        } else if st.withdrawn {
+            for shard in std::mem::take(&mut st.releasing) {
+                if self.delete_owner(st, shard).await.is_err() {
+                    st.releasing.insert(shard);
+                }
+            }
+        }
+        Ok(st.withdrawn)
+    }
+
     /// One look at the cluster: confirm the lease, read the assignment and
     /// the members, (leader) recompute, then take and release shards.
     async fn step(&self, st: &mut SessionState) -> Result<(), ClusterError> {
+        if self.watch_redis(st).await? {
+            return Ok(());
+        }
         // The worker lease, confirmed by a server round trip.
         let sent = Instant::now();
         match st
@@ -496,14 +613,15 @@ impl Node {
             .await
         {
             Ok(Some(stat)) if stat.ephemeral_owner == st.client.session_id().0 => {
-                self.permit.extend(sent + self.valid_for());
+                let valid_for = self.valid_for(&st.client);
+                self.permit.extend(sent + valid_for);
                 if self.ids.worker() != Some(st.worker) {
                     worker::reserve_and_grant(
                         &self.redis,
                         &self.ids,
                         st.worker,
                         true,
-                        sent + self.valid_for(),
+                        sent + valid_for,
                     )
                     .await
                     .map_err(|e| ClusterError::NotPossible(e.to_string()))?;
@@ -512,7 +630,7 @@ impl Node {
                     &self.ids,
                     st.worker,
                     false,
-                    sent + self.valid_for(),
+                    sent + valid_for,
                 )
                 .await
                 {
@@ -702,8 +820,31 @@ impl Node {
             // goes, so the next owner starts only after this one stopped.
             let _ = self.router.send(StopShard { shard }).await;
             st.owned.remove(&shard);
-            self.delete_owner(st, shard).await?;
-            tracing::info!(shard, "handed the shard off");
+            st.releasing.insert(shard);
+        }
+        // Owner nodes of shards let go of: deleted now, or, when the delete
+        // fails, at the next step (the shard is not scanned here meanwhile,
+        // and nobody else can take it until its node is gone).
+        let mut first_error = None;
+        for shard in std::mem::take(&mut st.releasing) {
+            if mine.contains(&shard) {
+                continue;
+            }
+            let deleted = if crate::faults::once("zk_delete_owner_fails") {
+                Err(ClusterError::ZooKeeper(
+                    "injected fault: delete failed".into(),
+                ))
+            } else {
+                self.delete_owner(st, shard).await
+            };
+            match deleted {
+                Ok(()) => tracing::info!(shard, "handed the shard off"),
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "cannot delete the shard's owner node; trying again");
+                    st.releasing.insert(shard);
+                    first_error.get_or_insert(e);
+                }
+            }
         }
         for shard in mine {
             if st.owned.contains_key(&shard) {
@@ -714,7 +855,10 @@ impl Node {
                 self.router.do_send(StartShard { shard, epoch });
             }
         }
-        Ok(())
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Creates `/owners/S` if no other live session holds it; its czxid is
@@ -747,16 +891,10 @@ impl Node {
                 if stat.ephemeral_owner == st.client.session_id().0 {
                     return Ok(Some(stat.czxid));
                 }
-                if data == self.me.id.as_bytes() {
-                    // This node id's previous run (killed): its session is dead.
-                    tracing::warn!(
-                        shard,
-                        "removing the shard's owner node left by this node id's previous run"
-                    );
-                    let _ = st.client.delete(&path, Some(stat.version)).await;
-                }
-                // Otherwise the previous owner still holds it: wait for it
-                // to let go (or for its session to expire).
+                // Another session holds it (even one that names this node
+                // id: a previous run not yet expired, or a live process
+                // paused): wait for it to let go or for its session to end.
+                let _ = data;
                 Ok(None)
             }
             Err(e) => Err(zk_err(e)),
@@ -824,22 +962,82 @@ impl Node {
         self.handle.update(|v| v.owned.clear());
     }
 
+    /// Redis refused a scan: it holds a higher epoch than this owner's.
+    /// Either another node scanned the shard after this one took it (then
+    /// ZooKeeper no longer says this session owns it, and the shard is let
+    /// go), or ZooKeeper itself was rebuilt or restored from an older
+    /// snapshot, so its zxids (the epochs) start again below what Redis
+    /// keeps. In that case this session holds the shard's owner node, and
+    /// takes the shard past the stored epoch in one fenced step: with a
+    /// permit freshly confirmed by the round trip that read the owner node,
+    /// it raises the epoch to the stored one + 1 only if the stored one is
+    /// still the one it was refused by (takeover.lua). A paused old owner
+    /// cannot do the same: its permit has lapsed, and its session no longer
+    /// holds the owner node.
     async fn on_stale(&self, st: &mut SessionState, s: Stale) {
         if st.owned.get(&s.shard) != Some(&s.epoch) {
             return;
         }
-        // Redis holds a higher epoch than this owner node's: someone else
-        // scanned the shard after this node took it. Let go; if the owner
-        // node is still ours, the next step takes the shard again with a new,
-        // higher czxid.
-        tracing::error!(
-            shard = s.shard,
-            epoch = s.epoch,
-            "the shard's epoch in Redis is above this owner's; re-taking it"
-        );
         st.owned.remove(&s.shard);
-        if let Err(e) = self.delete_owner(st, s.shard).await {
-            tracing::warn!(error = %e, shard = s.shard, "cannot delete the owner node");
+        let path = format!("/owners/{}", s.shard);
+        let sent = Instant::now();
+        let ours = match st.client.check_stat(&path).await {
+            Ok(Some(stat)) => stat.ephemeral_owner == st.client.session_id().0,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, shard = s.shard, "cannot read the shard's owner node; trying again");
+                return;
+            }
+        };
+        if !ours {
+            if crate::cluster::health::may_log(s.shard, "let-go").is_some() {
+                tracing::error!(
+                    shard = s.shard,
+                    epoch = s.epoch,
+                    stored = s.stored,
+                    "another owner raised the shard's epoch; letting the shard go"
+                );
+            }
+            if let Err(e) = self.delete_owner(st, s.shard).await {
+                tracing::warn!(error = %e, shard = s.shard, "cannot delete the owner node");
+            }
+            return;
+        }
+        self.permit.extend(sent + self.valid_for(&st.client));
+        if !self.permit.valid() {
+            return;
+        }
+        let next = s.stored.saturating_add(1);
+        match self.redis.take_over(s.shard, s.stored, next).await {
+            Ok(true) => {
+                tracing::warn!(
+                    shard = s.shard,
+                    owner_epoch = s.epoch,
+                    stored = s.stored,
+                    epoch = next,
+                    "ZooKeeper says this node owns the shard but its epoch is below Redis's \
+                     (the ensemble was rebuilt or restored); took the shard past the stored epoch"
+                );
+                st.owned.insert(s.shard, next);
+                self.router.do_send(StartShard {
+                    shard: s.shard,
+                    epoch: next,
+                });
+            }
+            Ok(false) => {
+                if crate::cluster::health::may_log(s.shard, "takeover").is_some() {
+                    tracing::warn!(
+                        shard = s.shard,
+                        stored = s.stored,
+                        "the shard's epoch moved during a takeover; trying again"
+                    );
+                }
+            }
+            Err(e) => {
+                if crate::cluster::health::may_log(s.shard, "takeover").is_some() {
+                    tracing::warn!(shard = s.shard, error = %e, "cannot take the shard past the stored epoch; trying again");
+                }
+            }
         }
     }
 
@@ -916,14 +1114,29 @@ impl Node {
         Ok(next)
     }
 
-    /// Clean shutdown: stop the scans, free the owner nodes, leave.
-    async fn leave(&self, st: &mut SessionState) {
-        let owned: Vec<u32> = st.owned.keys().copied().collect();
+    /// Stops every scan, deletes this session's owner nodes (one whose
+    /// delete fails stays in `releasing`, tried again later) and gives up
+    /// the leadership.
+    async fn let_go_of_all(&self, st: &mut SessionState) {
+        let owned: Vec<u32> = st
+            .owned
+            .keys()
+            .copied()
+            .chain(std::mem::take(&mut st.releasing))
+            .collect();
         self.stop_all(st).await;
         for shard in owned {
-            let _ = self.delete_owner(st, shard).await;
+            if let Err(e) = self.delete_owner(st, shard).await {
+                st.releasing.insert(shard);
+                tracing::warn!(shard, error = %e, "cannot delete the owner node; trying again");
+            }
         }
         st.lock = None;
+    }
+
+    /// Clean shutdown: stop the scans, free the owner nodes, leave.
+    async fn leave(&self, st: &mut SessionState) {
+        self.let_go_of_all(st).await;
         let _ = st
             .client
             .delete(&format!("/nodes/{}", self.me.id), None)

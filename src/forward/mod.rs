@@ -328,13 +328,19 @@ async fn run(queue: Queue, rule: Rule, secret: Option<String>, mut stop: watch::
         for ((v, _), outcome) in messages.iter().zip(outcomes) {
             let id = v.message.id;
             match outcome {
-                Ok(()) => acks.push((id, v.message.occurrence.map(|o| o.number))),
+                // The delivery's receipt: a forward that outlived its ttl
+                // (the message handed out again meanwhile) acks nothing.
+                Ok(()) => acks.push(consume::Ack {
+                    id,
+                    occurrence: v.message.occurrence.map(|o| o.number),
+                    receipt: v.receipt,
+                }),
                 Err(e) => {
                     if matches!(e, ForwardError::Unreachable(_)) {
                         unreachable += 1;
                     }
                     tracing::warn!(topic, sink = kind, id = %id, attempts = v.attempts, error = %e, "forwarding failed; the message is tried again by its retry policy");
-                    nacks.push((id, retry_wait(v)));
+                    nacks.push((id, retry_wait(v), v.receipt));
                 }
             }
         }
@@ -368,11 +374,11 @@ fn retry_wait(v: &MessageView) -> Option<i64> {
 async fn settle(
     queue: &Queue,
     topic: &str,
-    acks: &[(MessageId, Option<i32>)],
-    nacks: &[(MessageId, Option<i64>)],
+    acks: &[consume::Ack],
+    nacks: &[(MessageId, Option<i64>, Option<crate::message::Receipt>)],
 ) {
     if !acks.is_empty() {
-        if let Err(e) = consume::ack_occurrences(queue, acks, AckJournal::Queued).await {
+        if let Err(e) = consume::ack_deliveries(queue, acks, AckJournal::Queued).await {
             tracing::warn!(topic, error = %e, count = acks.len(), "forwarded messages not acked; they are forwarded again after their ttl");
         }
     }

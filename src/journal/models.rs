@@ -63,6 +63,7 @@ impl MessageRow {
 
     pub fn view(&self) -> MessageView {
         MessageView {
+            receipt: None,
             message: self.message(),
             status: self.status(),
             attempts: self.attempts,

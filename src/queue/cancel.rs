@@ -50,6 +50,8 @@ async fn cancel_in_redis(
     let redis = &state.redis;
     Ok(match redis.cancel(id, false).await? {
         CancelResult::InFlight => (CancelOutcome::InFlight, None),
+        // Ended in Redis, the journal not told yet: the end says how.
+        CancelResult::Finished(end) => (ended(end.status), None),
         // A recurring message in flight: that delivery is its last.
         CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
             (CancelOutcome::Deleted, Some(attempts))
@@ -71,12 +73,22 @@ async fn cancel_in_redis(
                         CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
                             (CancelOutcome::Deleted, Some(attempts))
                         }
+                        CancelResult::Finished(end) => (ended(end.status), None),
                         CancelResult::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
                     }
                 }
             },
         },
     })
+}
+
+/// The outcome of cancelling a message that already ended as `status`.
+fn ended(status: Status) -> CancelOutcome {
+    match status {
+        Status::Consumed => CancelOutcome::AlreadyConsumed,
+        Status::Dead => CancelOutcome::Dead,
+        _ => CancelOutcome::Deleted,
+    }
 }
 
 /// Cancels messages, a few at a time, and answers once the journal

@@ -9,7 +9,7 @@ use crate::actors::router::Touch;
 use crate::actors::router::Touch as WakeShard;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, MessageId, MessageView, Status};
+use crate::message::{now_ms, MessageId, MessageView, Receipt, Status};
 use crate::metrics::metrics;
 use crate::redis::record;
 use crate::redis::schedule::{AckResult, Advanced, AfterFailure, Claimed, NackResult};
@@ -35,6 +35,7 @@ pub async fn poll(
         tokio::pin!(woken);
         woken.as_mut().enable();
         let claimed = claim(state, topic, count).await?;
+        let claimed = skip_missed(state, claimed).await?;
         if !claimed.is_empty() {
             return Ok(deliver(state, claimed));
         }
@@ -60,12 +61,79 @@ async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>,
         for (_, shard, _) in &picks {
             *per_shard.entry(*shard).or_default() += 1;
         }
-        let claimed = state.redis.claim(topic, &per_shard, now_ms()).await?;
+        let claimed = state.redis.claim(topic, &per_shard).await?;
         if !claimed.is_empty() {
             return Ok(claimed);
         }
     }
     Ok(Vec::new())
+}
+
+/// Occurrences of recurring messages with `misfire: "skip"` that were
+/// missed (the next occurrence was due before this one was handed out) are
+/// not delivered: each moves on to its series' first time in the future.
+/// Returns the rest, to hand out.
+async fn skip_missed(state: &Queue, claimed: Vec<Claimed>) -> Result<Vec<Claimed>, QueueError> {
+    let missed = |c: &Claimed| {
+        let (Some(r), Some(occ)) = (c.message.repeat.as_ref(), c.message.occurrence) else {
+            return false;
+        };
+        r.misfire() == crate::repeat::Misfire::Skip
+            && r.next(occ.number, occ.due_time)
+                .is_some_and(|next| next <= c.at)
+    };
+    if !claimed.iter().any(missed) {
+        return Ok(claimed);
+    }
+    let (skipped, keep): (Vec<Claimed>, Vec<Claimed>) = claimed.into_iter().partition(missed);
+    let items: Vec<(MessageId, String, Option<crate::message::Message>)> = skipped
+        .iter()
+        .map(|c| {
+            (
+                c.message.id,
+                c.record.clone(),
+                c.message.next_occurrence(c.at),
+            )
+        })
+        .collect();
+    let advanced = state.redis.advance_many(&items).await?;
+    let keys = state.redis.keys();
+    let mut changes = Vec::new();
+    for (c, ((id, _, next), done)) in skipped.iter().zip(items.into_iter().zip(advanced)) {
+        let shard: std::sync::Arc<str> = keys.inflight(c.shard).into();
+        match (done, next) {
+            (Advanced::Next { at }, Some(next)) => {
+                let occ = next.occurrence.expect("a next occurrence has its number");
+                tracing::debug!(id = %id, skipped = ?c.message.occurrence, next = occ.number, "missed occurrence skipped (misfire: skip)");
+                changes.push(StatusChange {
+                    id,
+                    status: Status::Delaying,
+                    attempts: Some(0),
+                    at,
+                    due: Some(next.due_time),
+                    shard,
+                    occurrence: Some(occ),
+                });
+                state.router.do_send(WakeShard {
+                    shard: c.shard,
+                    at_ms: next.due_time,
+                });
+            }
+            (Advanced::Ended { at } | Advanced::Next { at }, _) => changes.push(StatusChange {
+                id,
+                status: Status::Consumed,
+                attempts: Some(c.attempts),
+                at,
+                due: None,
+                shard,
+                occurrence: None,
+            }),
+            // Changed meanwhile (cancelled): left as it is.
+            (Advanced::Changed, _) => {}
+        }
+    }
+    state.journal.record(changes);
+    Ok(keep)
 }
 
 fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
@@ -104,10 +172,16 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
                 .clone(),
             occurrence: None,
         });
+        let receipt = Receipt {
+            attempts: c.attempts,
+            deadline: c.at + c.message.ttl,
+            occurrence: c.message.occurrence.map(|o| o.number),
+        };
         views.push(MessageView {
             message: c.message,
             status: Status::Consuming,
             attempts: c.attempts,
+            receipt: Some(receipt),
         });
     }
     for (shard, at_ms) in deadlines {
@@ -128,7 +202,36 @@ pub enum AckOutcome {
     /// Not handed out: scheduled, ready for its first delivery, or ended
     /// some other way (the status says which).
     NotInFlight(Option<Status>),
+    /// The receipt names another delivery than the one in hand, or than
+    /// the last one when none is: nothing changed. The status is where the
+    /// message is now.
+    Stale(Status),
     NotFound,
+}
+
+/// One ack: the message, and what the consumer says of the delivery it
+/// acks (a recurring message's occurrence, the delivery's receipt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub id: MessageId,
+    pub occurrence: Option<i32>,
+    pub receipt: Option<Receipt>,
+}
+
+impl Ack {
+    pub fn id(id: MessageId) -> Ack {
+        Ack {
+            id,
+            occurrence: None,
+            receipt: None,
+        }
+    }
+
+    /// The occurrence acked: as said, or as the receipt names it.
+    fn occurrence(&self) -> Option<i32> {
+        self.occurrence
+            .or_else(|| self.receipt.and_then(|r| r.occurrence))
+    }
 }
 
 impl AckOutcome {
@@ -157,19 +260,21 @@ pub async fn ack(
     ids: &[MessageId],
     journal: AckJournal,
 ) -> Result<Vec<AckOutcome>, QueueError> {
-    let acks: Vec<(MessageId, Option<i32>)> = ids.iter().map(|&id| (id, None)).collect();
-    ack_occurrences(state, &acks, journal).await
+    let acks: Vec<Ack> = ids.iter().map(|&id| Ack::id(id)).collect();
+    ack_deliveries(state, &acks, journal).await
 }
 
-/// Like [`ack`], each id with the occurrence the consumer was handed, when
-/// it says: an ack of an earlier occurrence (retried after its answer was
-/// lost) then never acks a later one that is handed out by now.
-pub async fn ack_occurrences(
+/// Like [`ack`], each id with what the consumer says of the delivery it
+/// acks: its receipt (an ack of another delivery than the one in hand is
+/// `Stale` and changes nothing), a recurring message's occurrence (an ack
+/// of an earlier occurrence, retried after its answer was lost, never acks
+/// a later one that is handed out by now).
+pub async fn ack_deliveries(
     state: &Queue,
-    acks: &[(MessageId, Option<i32>)],
+    acks: &[Ack],
     journal: AckJournal,
 ) -> Result<Vec<AckOutcome>, QueueError> {
-    let ids: Vec<MessageId> = acks.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<MessageId> = acks.iter().map(|a| a.id).collect();
     let ids = &ids[..];
     let keys = state.redis.keys();
     let now = now_ms();
@@ -194,6 +299,8 @@ pub async fn ack_occurrences(
     };
     let mut outcomes = vec![AckOutcome::NotInFlight(None); ids.len()];
     let mut changes = Vec::new();
+    let mut lookup_error: Option<QueueError> = None;
+    let mut absent: Vec<(usize, MessageId, i32)> = Vec::new();
     let mut pending: Vec<usize> = (0..ids.len()).collect();
     // A recurring message is read, then moved on only if its record is
     // still the one read; one changed in between (its deadline passed, its
@@ -202,8 +309,18 @@ pub async fn ack_occurrences(
         if pending.is_empty() {
             break;
         }
-        let round: Vec<MessageId> = pending.iter().map(|&i| ids[i]).collect();
-        let results = state.redis.ack_many(&round).await?;
+        let round: Vec<(MessageId, Option<Receipt>)> =
+            pending.iter().map(|&i| (ids[i], acks[i].receipt)).collect();
+        let results = match state.redis.ack_many(&round).await {
+            Ok(r) => r,
+            Err(e) => {
+                // What earlier rounds applied in Redis still reaches the
+                // journal.
+                // What Redis applied before the error still reaches the journal
+                state.journal.record(changes);
+                return Err(e.into());
+            }
+        };
         // (index, attempts, (id, record read, next occurrence))
         let mut advancing = Vec::new();
         for (&i, result) in pending.iter().zip(results) {
@@ -216,12 +333,12 @@ pub async fn ack_occurrences(
                 }
                 AckResult::Recurring { attempts, record } => {
                     let (_, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
-                    match (acks[i].1, msg.occurrence) {
+                    match (acks[i].occurrence(), msg.occurrence) {
                         // The consumer acks an earlier occurrence: that one
                         // was acked already, this one is someone else's.
                         (Some(said), Some(occ)) if said < occ.number => AckOutcome::Next(occ),
                         _ => {
-                            advancing.push((i, attempts, (id, record, msg.next_occurrence())));
+                            advancing.push((i, attempts, (id, record, msg.next_occurrence(now))));
                             continue;
                         }
                     }
@@ -235,9 +352,11 @@ pub async fn ack_occurrences(
                         // this acks an earlier one again (its answer was
                         // lost). The journal catches up with the occurrence.
                         Some(occ)
-                            if acks[i].1.map_or(attempts == 0 && occ.number > 1, |said| {
-                                said < occ.number
-                            }) =>
+                            if acks[i]
+                                .occurrence()
+                                .map_or(attempts == 0 && occ.number > 1, |said| {
+                                    said < occ.number
+                                }) =>
                         {
                             changes.push(moved_on(id, occ, msg.due_time, now));
                             AckOutcome::Next(occ)
@@ -246,42 +365,105 @@ pub async fn ack_occurrences(
                     }
                 }
                 AckResult::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
+                AckResult::Stale {
+                    state: now,
+                    recurring,
+                    ..
+                } => {
+                    // A recurring message's earlier occurrence, acked
+                    // again (its answer lost): done already.
+                    let earlier = recurring.as_deref().and_then(|r| {
+                        let (_, msg) = record::decode(r).ok()?;
+                        let occ = msg.occurrence?;
+                        (acks[i].occurrence()? < occ.number).then_some(occ)
+                    });
+                    match earlier {
+                        Some(occ) => AckOutcome::Next(occ),
+                        None => AckOutcome::Stale(now),
+                    }
+                }
+                // Ended in Redis and not journaled yet: the end says how.
+                AckResult::Finished(Some(end)) => match end.status {
+                    Status::Consumed => AckOutcome::Consumed,
+                    other => AckOutcome::NotInFlight(Some(other)),
+                },
                 // Redis does not hold it: the journal knows how its life went.
-                AckResult::Absent | AckResult::Finished => match state.journal.find(id).await? {
-                    None => AckOutcome::NotFound,
-                    Some((row, _)) => match row.status() {
-                        Status::Consumed => AckOutcome::Consumed,
-                        // Handed out, and Redis no longer holds it: an earlier
-                        // ack got as far as Redis but was answered 503 before the
-                        // journal committed (or Redis lost its data). The
-                        // consumer is done with it.
-                        Status::Consuming => {
-                            changes.push(consumed(id, row.attempts, now));
-                            AckOutcome::Consumed
-                        }
-                        // Redis let go of it lately (its tombstone) and the
-                        // journal never heard why: an earlier ack reached Redis
-                        // and the node stopped before the journal recorded the
-                        // delivery and the ack. Only a consumer that was handed
-                        // the message knows its id to ack it; the journal ends
-                        // Consumed, so no restore delivers it again.
-                        Status::WaitPut | Status::Delaying | Status::Ready
-                            if result == AckResult::Finished =>
-                        {
-                            changes.push(consumed(id, row.attempts.max(1), now));
-                            AckOutcome::Consumed
-                        }
-                        other => AckOutcome::NotInFlight(Some(other)),
+                AckResult::Absent | AckResult::Finished(None) => match find(state, id).await {
+                    Err(e) => {
+                        lookup_error.get_or_insert(e);
+                        continue;
+                    }
+                    Ok(found) => match found {
+                        None => AckOutcome::NotFound,
+                        Some((row, _)) => match row.status() {
+                            Status::Consumed => AckOutcome::Consumed,
+                            // Handed out, and Redis no longer holds it: an earlier
+                            // ack got as far as Redis but was answered 503 before the
+                            // journal committed (or Redis lost its data). The
+                            // consumer is done with it.
+                            Status::Consuming => {
+                                absent.push((i, id, row.attempts));
+                                continue;
+                            }
+                            // Redis let go of it lately (its tombstone) and the
+                            // journal never heard why: an earlier ack reached Redis
+                            // and the node stopped before the journal recorded the
+                            // delivery and the ack. Only a consumer that was handed
+                            // the message knows its id to ack it; the journal ends
+                            // Consumed, so no restore delivers it again.
+                            Status::WaitPut | Status::Delaying | Status::Ready
+                                if result == AckResult::Finished(None) =>
+                            {
+                                absent.push((i, id, row.attempts.max(1)));
+                                continue;
+                            }
+                            other => AckOutcome::NotInFlight(Some(other)),
+                        },
                     },
                 },
             };
         }
         pending.clear();
+        // Acks of messages Redis does not hold and the journal says are
+        // live end in Redis too (a tombstone, the end for the journal),
+        // so a restore running now cannot schedule them again; one a
+        // restore put back meanwhile is acked again, the usual way.
+        if !absent.is_empty() {
+            let ends: Vec<(MessageId, Status, i32)> = absent
+                .iter()
+                .map(|&(_, id, attempts)| (id, Status::Consumed, attempts))
+                .collect();
+            match state.redis.end_absent(&ends).await {
+                Ok(flags) => {
+                    for ((i, id, attempts), ended) in absent.drain(..).zip(flags) {
+                        if ended {
+                            metrics().acked.inc();
+                            changes.push(consumed(id, attempts, now));
+                            outcomes[i] = AckOutcome::Consumed;
+                        } else {
+                            pending.push(i);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // What Redis applied before the error still reaches the journal
+                    state.journal.record(changes);
+                    return Err(e.into());
+                }
+            }
+        }
         if advancing.is_empty() {
-            break;
+            continue;
         }
         let items: Vec<_> = advancing.iter().map(|(_, _, item)| item.clone()).collect();
-        let advanced = state.redis.advance_many(&items).await?;
+        let advanced = match state.redis.advance_many(&items).await {
+            Ok(a) => a,
+            Err(e) => {
+                // What Redis applied before the error still reaches the journal
+                state.journal.record(changes);
+                return Err(e.into());
+            }
+        };
         for ((i, attempts, (id, _, next)), done) in advancing.into_iter().zip(advanced) {
             match (done, next) {
                 (Advanced::Next { at }, Some(next)) => {
@@ -303,11 +485,30 @@ pub async fn ack_occurrences(
             }
         }
     }
+    // Every change Redis applied goes to the journal, even when another
+    // id's lookup failed.
     match journal {
         AckJournal::Committed => state.journal.record_durable(changes).await?,
         AckJournal::Queued => state.journal.record(changes),
     }
-    Ok(outcomes)
+    match lookup_error {
+        Some(e) => Err(e),
+        None => Ok(outcomes),
+    }
+}
+
+/// The journal's row of a message Redis no longer holds.
+async fn find(
+    state: &Queue,
+    id: MessageId,
+) -> Result<
+    Option<(
+        crate::journal::models::MessageRow,
+        Vec<crate::journal::models::FlowRow>,
+    )>,
+    QueueError,
+> {
+    Ok(state.journal.find(id).await?)
 }
 
 /// Rounds of reading and moving on a recurring message an ack makes before
@@ -325,21 +526,26 @@ pub enum NackOutcome {
     },
     /// Not handed out, or ended (the status says how, when known).
     NotInFlight(Option<Status>),
+    /// The receipt names an earlier delivery; nothing changed. The status
+    /// is where the message is now.
+    Stale(Status),
     NotFound,
 }
 
 /// Gives back delivered messages, each with its own wait (`None`: its retry
-/// policy), and answers once the journal committed what became of them.
+/// policy) and the receipt of the delivery given back when the consumer
+/// has one, and answers once the journal committed what became of them.
 pub async fn nack(
     state: &Queue,
-    nacks: &[(MessageId, Option<i64>)],
+    nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
 ) -> Result<Vec<NackOutcome>, QueueError> {
     let results = state.redis.nack_many(nacks).await?;
     let keys = state.redis.keys();
     let mut outcomes = Vec::with_capacity(nacks.len());
     let mut changes = Vec::new();
     let mut ready_topics: Vec<String> = Vec::new();
-    for (&(id, _), result) in nacks.iter().zip(results) {
+    let mut lookup_error: Option<QueueError> = None;
+    for (&(id, _, _), result) in nacks.iter().zip(results) {
         outcomes.push(match result {
             NackResult::Failed {
                 attempts,
@@ -379,9 +585,14 @@ pub async fn nack(
                 NackOutcome::Failed { attempts, then }
             }
             NackResult::NotInFlight => NackOutcome::NotInFlight(None),
-            NackResult::Absent => match state.journal.find(id).await? {
-                None => NackOutcome::NotFound,
-                Some((row, _)) => NackOutcome::NotInFlight(Some(row.status())),
+            NackResult::Stale { state: now } => NackOutcome::Stale(now),
+            NackResult::Absent => match find(state, id).await {
+                Err(e) => {
+                    lookup_error.get_or_insert(e);
+                    NackOutcome::NotFound
+                }
+                Ok(None) => NackOutcome::NotFound,
+                Ok(Some((row, _))) => NackOutcome::NotInFlight(Some(row.status())),
             },
         });
     }
@@ -391,5 +602,8 @@ pub async fn nack(
         state.waiters.notify(topic);
     }
     state.journal.record_durable(changes).await?;
-    Ok(outcomes)
+    match lookup_error {
+        Some(e) => Err(e),
+        None => Ok(outcomes),
+    }
 }

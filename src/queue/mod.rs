@@ -9,6 +9,7 @@
 //! [`QueueError`] is for what stopped an operation (an outage, a refusal).
 
 pub mod cancel;
+pub mod coalesce;
 pub mod consume;
 pub mod dead;
 pub mod produce;
@@ -32,6 +33,70 @@ pub struct Queue {
     pub redis: RedisSchedule,
     pub waiters: Topics,
     pub ids: Arc<IdGenerator>,
+    /// Single acks (`POST /ack/{id}`), applied together with their
+    /// neighbours.
+    acks: Option<coalesce::Coalesce<consume::Ack, consume::AckOutcome>>,
+    /// Single cancels (`GET /delete`), likewise.
+    cancels: Option<coalesce::Coalesce<MessageId, cancel::CancelOutcome>>,
+}
+
+/// Most acks or cancels applied in one batch.
+const COALESCE: usize = 500;
+
+impl Queue {
+    /// The queue of a serving node: single acks and cancels are batched
+    /// with their neighbours (must run inside the actix system).
+    pub fn new(
+        journal: Journal,
+        router: Addr<RouterActor>,
+        redis: RedisSchedule,
+        waiters: Topics,
+        ids: Arc<IdGenerator>,
+    ) -> Queue {
+        let mut q = Queue {
+            journal,
+            router,
+            redis,
+            waiters,
+            ids,
+            acks: None,
+            cancels: None,
+        };
+        let (a, c) = (q.clone(), q.clone());
+        q.acks = Some(coalesce::Coalesce::start(COALESCE, move |acks| {
+            let q = a.clone();
+            async move { consume::ack_deliveries(&q, &acks, consume::AckJournal::Queued).await }
+        }));
+        q.cancels = Some(coalesce::Coalesce::start(COALESCE, move |ids| {
+            let q = c.clone();
+            async move { cancel::cancel_many(&q, &ids).await }
+        }));
+        q
+    }
+
+    /// Acks one delivery, batched with the acks queued beside it; answered
+    /// once Redis applied it (its end is kept in Redis until the journal
+    /// has it, see [`crate::redis::keys`]'s `unjournaled`).
+    pub async fn ack_one(&self, ack: consume::Ack) -> Result<consume::AckOutcome, QueueError> {
+        match &self.acks {
+            Some(c) => c.call(ack).await,
+            None => Ok(
+                consume::ack_deliveries(self, &[ack], consume::AckJournal::Queued)
+                    .await?
+                    .remove(0),
+            ),
+        }
+    }
+
+    /// Cancels one message, batched with the cancels queued beside it (one
+    /// Redis round trip and one journal commit for the batch); answered
+    /// once the journal committed it, so its bizKey is free at once.
+    pub async fn cancel_one(&self, id: MessageId) -> Result<cancel::CancelOutcome, QueueError> {
+        match &self.cancels {
+            Some(c) => c.call(id).await,
+            None => Ok(cancel::cancel_many(self, &[id]).await?.remove(0)),
+        }
+    }
 }
 
 /// What stopped an operation of the queue.
@@ -53,4 +118,8 @@ pub enum QueueError {
     /// The journal holds no such message.
     #[error("no message {0}")]
     NotFound(MessageId),
+    /// A repair was refused: these nodes' journals are behind Redis (ends
+    /// applied in Redis and not yet journaled look live in the journal).
+    #[error("the journal of node(s) {} is behind Redis: repairing now could bring back messages acked or cancelled meanwhile; try again once they caught up", .0.join(", "))]
+    JournalBehind(Vec<String>),
 }

@@ -22,7 +22,48 @@ impl Queue {
     /// schedules them. A message whose `(topic, bizKey)` is live already
     /// answers with that message.
     pub async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
-        let outcomes = self.journal.insert(messages.clone()).await?;
+        let mut outcomes = self.journal.insert(messages.clone()).await?;
+        // A bizKey's holder may have ended in Redis (an ack answered before
+        // its journal write) with its end still on its way to the journal:
+        // it is not live. Its end is written first, then the push is tried
+        // again, so a key freed by an answered ack is free.
+        let held: Vec<(usize, MessageId)> = outcomes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| match o {
+                InsertOutcome::Duplicate(row) => Some((i, MessageId(row.id))),
+                InsertOutcome::Inserted => None,
+            })
+            .collect();
+        if !held.is_empty() {
+            let holders: Vec<MessageId> = held.iter().map(|(_, id)| *id).collect();
+            let ends = self.redis.pending_ends(&holders).await?;
+            let mut again = Vec::new();
+            let mut changes = Vec::new();
+            for ((i, id), end) in held.iter().zip(ends) {
+                if let Some(end) = end {
+                    let shard = self.redis.keys().shard_of(*id);
+                    changes.push(crate::journal::StatusChange {
+                        id: *id,
+                        status: end.status,
+                        attempts: Some(end.attempts),
+                        at: end.at,
+                        due: None,
+                        shard: self.redis.keys().inflight(shard).into(),
+                        occurrence: None,
+                    });
+                    again.push(*i);
+                }
+            }
+            if !again.is_empty() {
+                self.journal.record_durable(changes).await?;
+                let retry: Vec<Message> = again.iter().map(|&i| messages[i].clone()).collect();
+                let redone = self.journal.insert(retry).await?;
+                for (&i, o) in again.iter().zip(redone) {
+                    outcomes[i] = o;
+                }
+            }
+        }
         let mut accepted = Vec::with_capacity(messages.len());
         let mut to_schedule = Vec::new();
         let mut seen = HashSet::new();

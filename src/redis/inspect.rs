@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use redis::Value;
 
 use crate::error::ShardError;
-use crate::message::{now_ms, MessageId};
+use crate::message::MessageId;
 use crate::redis::keys::due_of_score;
 use crate::redis::schedule::{opt_score, text, RedisSchedule};
 use crate::redis::scripts::evalsha;
@@ -34,8 +34,36 @@ pub enum Held {
     Record(Place),
     /// No record, but it was acked or cancelled lately (a tombstone).
     Finished,
+    /// No record, and an end Redis applied that the journal has not
+    /// confirmed (the unjournaled hash): the node that made it stopped
+    /// before its journal did.
+    Unjournaled(End),
     /// Nothing at all.
     Absent,
+}
+
+/// An end of a message's life Redis applied (`{P:s}:unjournaled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    pub status: crate::message::Status,
+    pub attempts: i32,
+    /// When, by Redis's clock (ms).
+    pub at: i64,
+}
+
+impl End {
+    /// Reads `status|attempts|at`.
+    pub fn parse(text: &str) -> Option<End> {
+        let mut parts = text.split('|');
+        let status = crate::message::Status::from_code(parts.next()?.parse().ok()?)?;
+        let attempts = parts.next()?.parse().ok()?;
+        let at = parts.next()?.parse().ok()?;
+        Some(End {
+            status,
+            attempts,
+            at,
+        })
+    }
 }
 
 /// The header of a stored record (see [`crate::redis::record`]).
@@ -103,12 +131,13 @@ impl RedisSchedule {
                 .zscore(k.delay(s), &id)
                 .zscore(k.inflight(s), &id)
                 .zscore(k.ready(s, topic), &id)
-                .zscore(k.finished(s), &id);
+                .zscore(k.finished(s), &id)
+                .hget(k.unjournaled(s), &id);
         }
         let replies: Vec<Value> = pipe.query_async(&mut self.con.clone()).await?;
         let mut out = Vec::with_capacity(items.len());
-        for r in replies.chunks(5) {
-            if r.len() < 5 {
+        for r in replies.chunks(6) {
+            if r.len() < 6 {
                 return Err(ShardError::BadRecord(format!("locate returned {r:?}")));
             }
             let held = if to_i64(&r[0]) == Some(1) {
@@ -123,6 +152,8 @@ impl RedisSchedule {
                 } else {
                     Place::Nowhere
                 })
+            } else if let Some(end) = text(&r[5]).ok().as_deref().and_then(End::parse) {
+                Held::Unjournaled(end)
             } else if opt_score(&r[4]).is_some() {
                 Held::Finished
             } else {
@@ -196,10 +227,9 @@ impl RedisSchedule {
     pub async fn purge(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
         let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
-        let now = now_ms().to_string();
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
-            let mut args = vec![k.ready_prefix(shard), now.clone()];
+            let mut args = vec![k.ready_prefix(shard)];
             args.extend(idx.iter().map(|&i| ids[i].to_string()));
             pipe.add_command(evalsha(
                 &self.scripts.purge,

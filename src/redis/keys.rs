@@ -10,13 +10,17 @@
 //! | `{P:s}:ready:TOPIC` | zset | due ids of one topic waiting for a consumer, same score |
 //! | `{P:s}:inflight` | zset | ids handed to a consumer, scored by ack deadline (epoch ms) |
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
+//! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
+//! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
+//! | `{P}:resharding` | string | `FROM>TO` while `delayq reshard` moves the data set (nodes refuse to start) |
 //! | `{P}:restore` | hash | keyset cursor of the restore under way (or interrupted), so a restore run again resumes; gone with the data set |
 //! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
 //! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
+//! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
 //!
 //! Pub/sub channels (not keys): `{P:s}:wake` carries the due time (ms) of a
@@ -83,12 +87,26 @@ impl Keys {
         format!("{}:finished", self.tag(shard))
     }
 
+    pub fn unjournaled(&self, shard: u32) -> String {
+        format!("{}:unjournaled", self.tag(shard))
+    }
+
     pub fn epoch(&self, shard: u32) -> String {
         format!("{}:epoch", self.tag(shard))
     }
 
     pub fn dataset_marker(&self) -> String {
         format!("{{{}}}:dataset", self.prefix)
+    }
+
+    /// The shard count the data set was written with.
+    pub fn shard_count(&self) -> String {
+        format!("{{{}}}:shards", self.prefix)
+    }
+
+    /// `FROM>TO` while a reshard moves the data set.
+    pub fn resharding(&self) -> String {
+        format!("{{{}}}:resharding", self.prefix)
     }
 
     /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
@@ -174,6 +192,8 @@ mod tests {
         assert_eq!(k.inflight(0), "{dq:0}:inflight");
         assert_eq!(k.epoch(7), "{dq:7}:epoch");
         assert_eq!(k.finished(2), "{dq:2}:finished");
+        assert_eq!(k.unjournaled(2), "{dq:2}:unjournaled");
+        assert_eq!(k.shard_count(), "{dq}:shards");
         assert_eq!(k.dataset_marker(), "{dq}:dataset");
         assert_eq!(k.restore_cursor(), "{dq}:restore");
         assert_eq!(k.wake_channel(5), "{dq:5}:wake");

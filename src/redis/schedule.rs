@@ -9,8 +9,8 @@ use redis::aio::ConnectionManager;
 use redis::Value;
 
 use crate::error::ShardError;
-use crate::message::{now_ms, Message, MessageId, Status};
-use crate::redis::keys::{due_of_score, max_due_score, score, Keys};
+use crate::message::{now_ms, Message, MessageId, Receipt, Status};
+use crate::redis::keys::{due_of_score, score, Keys};
 use crate::redis::record;
 use crate::redis::scripts::{evalsha, Scripts};
 
@@ -41,6 +41,9 @@ pub struct ShardCounts {
 /// a repeated push) from scheduling it again: far longer than a restore
 /// takes between reading a journal page and writing it to Redis.
 pub const TOMBSTONE_MS: i64 = 120_000;
+
+/// How long a node's word that its journal is behind counts.
+pub const BEHIND_FRESH_MS: i64 = 5_000;
 
 /// What to do with a lease (see lease.lua).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +140,9 @@ pub enum NackResult {
     },
     /// Scheduled or ready: not handed out.
     NotInFlight,
+    /// The receipt names an earlier delivery; nothing changed. `state`:
+    /// where the message is now.
+    Stale { state: Status },
     /// This shard does not hold it.
     Absent,
 }
@@ -149,6 +155,9 @@ pub struct Claimed {
     pub at: i64,
     pub attempts: i32,
     pub message: Message,
+    /// The record as the claim left it (what [`RedisSchedule::advance_many`]
+    /// checks is unchanged).
+    pub record: String,
 }
 
 /// What an ack did; with the message's delivery count where Redis held it.
@@ -169,8 +178,16 @@ pub enum AckResult {
     NotInFlight {
         recurring: Option<String>,
     },
-    /// Not held, and acked or cancelled lately (a tombstone).
-    Finished,
+    /// The receipt names another delivery than the one in hand (or the
+    /// last one); nothing changed. `state`: where the message is now.
+    Stale {
+        state: Status,
+        attempts: i32,
+        recurring: Option<String>,
+    },
+    /// Not held, and acked or cancelled lately (a tombstone); with the
+    /// end while the journal has not recorded it yet.
+    Finished(Option<crate::redis::inspect::End>),
     Absent,
 }
 
@@ -196,6 +213,9 @@ pub enum CancelResult {
         attempts: i32,
     },
     InFlight,
+    /// Not held: this shard ended it lately and the journal has not
+    /// recorded the end yet.
+    Finished(crate::redis::inspect::End),
     Absent,
 }
 
@@ -210,7 +230,7 @@ pub(in crate::redis) fn text(v: &Value) -> Result<String, ShardError> {
     redis::from_redis_value_ref::<String>(v).map_err(|e| ShardError::BadRecord(e.to_string()))
 }
 
-pub(in crate::redis) fn opt_score(v: &Value) -> Option<f64> {
+pub(crate) fn opt_score(v: &Value) -> Option<f64> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         Value::SimpleString(s) => s.parse().ok(),
@@ -227,6 +247,26 @@ fn ran_at(reply: &mut Vec<Value>, default: i64) -> i64 {
         .pop()
         .and_then(|v| opt_score(&v))
         .map_or(default, |t| t as i64)
+}
+
+/// A receipt as the scripts compare it ('' for none). The fault
+/// `ignore_receipts` (see [`crate::faults`]) drops it: the planted bug a
+/// fault checker must catch.
+fn receipt_arg(receipt: Option<Receipt>) -> String {
+    match receipt {
+        Some(r) if !crate::faults::on("ignore_receipts") => r.delivery(),
+        _ => String::new(),
+    }
+}
+
+/// The status a script's place name (`in_flight`, `ready`, `delaying`)
+/// stands for.
+fn place_status(place: &str) -> Status {
+    match place {
+        "in_flight" => Status::Consuming,
+        "delaying" => Status::Delaying,
+        _ => Status::Ready,
+    }
 }
 
 fn parse_id(v: &Value) -> Result<MessageId, ShardError> {
@@ -332,11 +372,11 @@ impl RedisSchedule {
     ) -> Result<Vec<Scheduled>, ShardError> {
         let mut pipe = redis::pipe();
         for m in messages {
-            pipe.zrem(
-                self.keys.finished(self.keys.shard_of(m.id)),
-                m.id.to_string(),
-            )
-            .ignore();
+            let shard = self.keys.shard_of(m.id);
+            pipe.zrem(self.keys.finished(shard), m.id.to_string())
+                .ignore()
+                .hdel(self.keys.unjournaled(shard), m.id.to_string())
+                .ignore();
         }
         let _: () = pipe.query_async(&mut self.con.clone()).await?;
         let batch: Vec<(Message, i32)> = messages.iter().map(|m| (m.clone(), 0)).collect();
@@ -360,6 +400,113 @@ impl RedisSchedule {
             .query_async(&mut self.con.clone())
             .await?;
         Ok(stored.unwrap_or(0) + 1)
+    }
+
+    /// Raises shard `shard`'s epoch from `stored` to `next` if it is still
+    /// `stored` (takeover.lua): whether it did.
+    pub async fn take_over(&self, shard: u32, stored: i64, next: i64) -> Result<bool, ShardError> {
+        let cmd = evalsha(
+            &self.scripts.takeover,
+            &[self.keys.epoch(shard)],
+            &[stored, next],
+        );
+        let (done, _now): (i64, String) = self
+            .scripts
+            .run("takeover", &mut self.con.clone(), &cmd)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// The ends these messages reached in Redis that the journal has not
+    /// recorded yet (the shards' unjournaled hashes), in input order.
+    pub async fn pending_ends(
+        &self,
+        ids: &[MessageId],
+    ) -> Result<Vec<Option<crate::redis::inspect::End>>, ShardError> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hget(
+                self.keys.unjournaled(self.keys.shard_of(*id)),
+                id.to_string(),
+            );
+        }
+        let found: Vec<Option<String>> = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(found
+            .iter()
+            .map(|t| t.as_deref().and_then(crate::redis::inspect::End::parse))
+            .collect())
+    }
+
+    /// Nodes whose journal is behind Redis, by their word of the last
+    /// [`BEHIND_FRESH_MS`].
+    pub async fn journals_behind(&self) -> Result<Vec<String>, ShardError> {
+        Ok(redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.journal_behind())
+            .arg(now_ms() - BEHIND_FRESH_MS)
+            .arg("+inf")
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The journal has recorded these messages' ends: Redis no longer keeps
+    /// them in the shards' unjournaled hashes (their tombstones then expire
+    /// as usual).
+    pub async fn journaled(&self, ids: &[MessageId]) -> Result<(), ShardError> {
+        let by_shard = self.by_shard(ids.iter().copied());
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let members: Vec<String> = idx.iter().map(|&i| ids[i].to_string()).collect();
+            pipe.hdel(self.keys.unjournaled(shard), members).ignore();
+        }
+        let _: () = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(())
+    }
+
+    /// Ends messages Redis does not hold while the journal says they are
+    /// live (end_absent.lua): `(id, the end, attempts)`. Whether each was
+    /// ended (false: it is back in Redis meanwhile), in input order.
+    pub async fn end_absent(
+        &self,
+        ends: &[(MessageId, Status, i32)],
+    ) -> Result<Vec<bool>, ShardError> {
+        let by_shard = self.by_shard(ends.iter().map(|(id, _, _)| *id));
+        let k = &self.keys;
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let mut args = Vec::with_capacity(idx.len() * 3);
+            for &i in idx {
+                let (id, status, attempts) = ends[i];
+                args.push(id.to_string());
+                args.push(status.code().to_string());
+                args.push(attempts.to_string());
+            }
+            pipe.add_command(evalsha(
+                &self.scripts.end_absent,
+                &[k.messages(shard), k.finished(shard), k.unjournaled(shard)],
+                &args,
+            ));
+        }
+        let replies: Vec<Vec<i64>> = self
+            .scripts
+            .run_pipe("end_absent", &mut self.con.clone(), &pipe)
+            .await?;
+        let mut out = vec![false; ends.len()];
+        for ((_, idx), flags) in by_shard.iter().zip(replies) {
+            for (&i, f) in idx.iter().zip(flags) {
+                out[i] = f == 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads Redis's clock (`TIME`) and notes it ([`crate::clock`]).
+    pub async fn probe_clock(&self) -> Result<(), ShardError> {
+        let sent = std::time::Instant::now();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.con.clone())
+            .await?;
+        crate::clock::observe(sent, secs * 1_000_000 + micros);
+        Ok(())
     }
 
     /// Counts of one shard, each O(1) in Redis: every message Redis holds is
@@ -397,13 +544,12 @@ impl RedisSchedule {
         })
     }
 
-    /// One scan step of a shard at `now_ms`: moves up to `limit` due
-    /// messages to their ready queues and returns up to `limit` expired
-    /// in-flight ones.
+    /// One scan step of a shard, now by Redis's clock: moves up to `limit`
+    /// due messages to their ready queues and returns up to `limit`
+    /// expired in-flight ones.
     pub async fn tick(
         &self,
         shard: u32,
-        now_ms: i64,
         limit: usize,
         epoch: i64,
     ) -> Result<TickResult, ShardError> {
@@ -416,22 +562,30 @@ impl RedisSchedule {
                 k.inflight(shard),
                 k.epoch(shard),
                 k.finished(shard),
+                k.unjournaled(shard),
             ],
             &[
-                (max_due_score(now_ms) as i64).to_string(),
-                now_ms.to_string(),
                 limit.to_string(),
                 k.ready_prefix(shard),
                 epoch.to_string(),
-                (now_ms - TOMBSTONE_MS).to_string(),
+                TOMBSTONE_MS.to_string(),
                 k.ready_channel(),
                 self.node.to_string(),
             ],
         );
+        let sent = std::time::Instant::now();
         let reply: Value = match self.scripts.run("tick", &mut self.con.clone(), &cmd).await {
-            Err(e) if e.code() == Some("STALE_EPOCH") => return Err(ShardError::StaleEpoch(shard)),
+            Err(e) if e.code() == Some("STALE_EPOCH") => {
+                let stored = e
+                    .detail()
+                    .and_then(|d| d.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(i64::MAX);
+                return Err(ShardError::StaleEpoch { shard, stored });
+            }
             other => other?,
         };
+        let now_ms = crate::clock::now_ms();
         let parts = ids_and_topics(&reply);
         if parts.len() != 5 {
             return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
@@ -457,6 +611,7 @@ impl RedisSchedule {
         out.next_due = opt_score(&parts[2]).map(due_of_score);
         out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
         out.at = opt_score(&parts[4]).map_or(now_ms, |s| s as i64);
+        crate::clock::observe(sent, out.at * 1000 + 999);
         Ok(out)
     }
 
@@ -493,15 +648,15 @@ impl RedisSchedule {
         &self,
         topic: &str,
         per_shard: &BTreeMap<u32, usize>,
-        now_ms: i64,
     ) -> Result<Vec<Claimed>, ShardError> {
+        let now_ms = now_ms();
         let mut pipe = redis::pipe();
         for (&shard, &n) in per_shard {
             let k = &self.keys;
             pipe.add_command(evalsha(
                 &self.scripts.claim,
                 &[k.ready(shard, topic), k.messages(shard), k.inflight(shard)],
-                &[now_ms, n as i64],
+                &[n as i64],
             ));
         }
         let mut replies: Vec<Vec<String>> = self
@@ -511,13 +666,14 @@ impl RedisSchedule {
         let mut out = Vec::new();
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
-            for rec in records.iter() {
-                let (attempts, message) = record::decode(rec).map_err(ShardError::BadRecord)?;
+            for rec in records.drain(..) {
+                let (attempts, message) = record::decode(&rec).map_err(ShardError::BadRecord)?;
                 out.push(Claimed {
                     shard,
                     at,
                     attempts,
                     message,
+                    record: rec,
                 });
             }
         }
@@ -529,23 +685,31 @@ impl RedisSchedule {
         Ok(out)
     }
 
-    /// Acks many messages: one script call per shard, all in one pipeline.
-    /// Returns what happened to each, in input order.
-    pub async fn ack_many(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, ShardError> {
+    /// Acks many messages, each with the receipt of the delivery acked
+    /// when the consumer gave one: one script call per shard, all in one
+    /// pipeline. Returns what happened to each, in input order.
+    pub async fn ack_many(
+        &self,
+        acks: &[(MessageId, Option<Receipt>)],
+    ) -> Result<Vec<AckResult>, ShardError> {
+        let ids: Vec<MessageId> = acks.iter().map(|(id, _)| *id).collect();
         let by_shard = self.by_shard(ids.iter().copied());
-        let now = now_ms().to_string();
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
-            let mut args = Vec::with_capacity(idx.len() + 2);
+            let mut args = Vec::with_capacity(idx.len() * 2 + 1);
             args.push(self.keys.ready_prefix(shard));
-            args.push(now.clone());
-            args.extend(idx.iter().map(|&i| ids[i].to_string()));
+            for &i in idx {
+                args.push(ids[i].to_string());
+                args.push(receipt_arg(acks[i].1));
+            }
             pipe.add_command(evalsha(
                 &self.scripts.ack,
                 &[
                     self.keys.inflight(shard),
                     self.keys.messages(shard),
                     self.keys.finished(shard),
+                    self.keys.unjournaled(shard),
+                    self.keys.delay(shard),
                 ],
                 &args,
             ));
@@ -555,20 +719,28 @@ impl RedisSchedule {
             .run_pipe("ack", &mut self.con.clone(), &pipe)
             .await?;
         let mut out = vec![AckResult::Absent; ids.len()];
-        for ((_, idx), reply) in by_shard.iter().zip(replies) {
-            for (&i, three) in idx.iter().zip(reply.chunks(3)) {
-                if three.len() < 3 {
-                    return Err(ShardError::BadRecord(format!("ack returned {three:?}")));
+        for ((_, idx), mut reply) in by_shard.iter().zip(replies) {
+            ran_at(&mut reply, 0);
+            for (&i, four) in idx.iter().zip(reply.chunks(4)) {
+                if four.len() < 4 {
+                    return Err(ShardError::BadRecord(format!("ack returned {four:?}")));
                 }
-                let attempts = opt_score(&three[1]).unwrap_or(0.0) as i32;
-                let record = text(&three[2])?;
-                out[i] = match text(&three[0])?.as_str() {
+                let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
+                let record = text(&four[2])?;
+                out[i] = match text(&four[0])?.as_str() {
                     "acked" | "acked_late" => AckResult::Acked { attempts },
                     "recurring" => AckResult::Recurring { attempts, record },
                     "not_in_flight" => AckResult::NotInFlight {
                         recurring: (!record.is_empty()).then_some(record),
                     },
-                    "finished" => AckResult::Finished,
+                    "stale" => AckResult::Stale {
+                        state: place_status(&text(&four[3])?),
+                        attempts,
+                        recurring: (!record.is_empty()).then_some(record),
+                    },
+                    "finished" => {
+                        AckResult::Finished(crate::redis::inspect::End::parse(&text(&four[3])?))
+                    }
                     _ => AckResult::Absent,
                 };
             }
@@ -588,9 +760,8 @@ impl RedisSchedule {
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
-            let mut args = Vec::with_capacity(idx.len() * 4 + 3);
+            let mut args = Vec::with_capacity(idx.len() * 4 + 2);
             args.push(k.ready_prefix(shard));
-            args.push(now.to_string());
             args.push(k.wake_channel(shard));
             for &i in idx {
                 let (id, seen, next) = &items[i];
@@ -614,6 +785,7 @@ impl RedisSchedule {
                     k.messages(shard),
                     k.delay(shard),
                     k.finished(shard),
+                    k.unjournaled(shard),
                 ],
                 &args,
             ));
@@ -636,28 +808,29 @@ impl RedisSchedule {
         Ok(out)
     }
 
-    /// Gives back delivered messages: each `(id, wait)`, `wait` the nack's
-    /// delay in ms or `None` for the message's retry policy. One script call
+    /// Gives back delivered messages: each `(id, wait, receipt)`, `wait`
+    /// the nack's delay in ms or `None` for the message's retry policy,
+    /// `receipt` the delivery's when the consumer gave one. One script call
     /// per shard, in one pipeline; results in input order.
     pub async fn nack_many(
         &self,
-        nacks: &[(MessageId, Option<i64>)],
+        nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
     ) -> Result<Vec<NackResult>, ShardError> {
-        let by_shard = self.by_shard(nacks.iter().map(|(id, _)| *id));
+        let by_shard = self.by_shard(nacks.iter().map(|(id, _, _)| *id));
         let now = now_ms();
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
-            let mut args = Vec::with_capacity(idx.len() * 2 + 5);
+            let mut args = Vec::with_capacity(idx.len() * 2 + 4);
             args.push(k.ready_prefix(shard));
-            args.push(now.to_string());
             args.push(k.wake_channel(shard));
             args.push(k.ready_channel());
             args.push(self.node.to_string());
             for &i in idx {
-                let (id, wait) = nacks[i];
+                let (id, wait, receipt) = nacks[i];
                 args.push(id.to_string());
                 args.push(wait.map_or_else(|| "-".to_string(), |w| w.to_string()));
+                args.push(receipt_arg(receipt));
             }
             pipe.add_command(evalsha(
                 &self.scripts.nack,
@@ -666,6 +839,7 @@ impl RedisSchedule {
                     k.messages(shard),
                     k.delay(shard),
                     k.finished(shard),
+                    k.unjournaled(shard),
                 ],
                 &args,
             ));
@@ -692,6 +866,9 @@ impl RedisSchedule {
                         topic: text(&four[3])?,
                     },
                     None if outcome == "not_in_flight" => NackResult::NotInFlight,
+                    None if outcome == "stale" => NackResult::Stale {
+                        state: place_status(&text(&four[3])?),
+                    },
                     None => NackResult::Absent,
                 };
             }
@@ -713,22 +890,33 @@ impl RedisSchedule {
                 k.messages(shard),
                 k.inflight(shard),
                 k.finished(shard),
+                k.unjournaled(shard),
             ],
             &[
                 id.to_string(),
                 k.ready_prefix(shard),
-                now_ms().to_string(),
                 if tombstone_absent { "1" } else { "0" }.to_string(),
             ],
         );
-        let (r, attempts): (String, i32) = self
+        let reply: Vec<Value> = self
             .scripts
             .run("cancel", &mut self.con.clone(), &cmd)
             .await?;
+        let r = reply.first().map(text).transpose()?.unwrap_or_default();
+        let attempts = reply.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
         Ok(match r.as_str() {
             "deleted" => CancelResult::Deleted { attempts },
             "stopped" => CancelResult::Stopped { attempts },
             "in_flight" => CancelResult::InFlight,
+            "finished" => match reply
+                .get(2)
+                .and_then(|v| text(v).ok())
+                .as_deref()
+                .and_then(crate::redis::inspect::End::parse)
+            {
+                Some(end) => CancelResult::Finished(end),
+                None => CancelResult::Absent,
+            },
             _ => CancelResult::Absent,
         })
     }
@@ -795,12 +983,44 @@ impl RedisSchedule {
     }
 
     pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), ShardError> {
-        let _: () = redis::cmd("SET")
+        let _: () = redis::pipe()
+            .cmd("SET")
             .arg(self.keys.dataset_marker())
             .arg(node_id)
             .arg("NX")
+            .ignore()
+            .cmd("SET")
+            .arg(self.keys.shard_count())
+            .arg(self.keys.shards())
+            .arg("NX")
+            .ignore()
             .query_async(&mut self.con.clone())
             .await?;
         Ok(())
+    }
+
+    /// Records this deployment's shard count with the data set unless one
+    /// is recorded already; returns the recorded one.
+    pub async fn record_shard_count(&self) -> Result<u32, ShardError> {
+        let (recorded,): (Option<String>,) = redis::pipe()
+            .cmd("SET")
+            .arg(self.keys.shard_count())
+            .arg(self.keys.shards())
+            .arg("NX")
+            .ignore()
+            .get(self.keys.shard_count())
+            .query_async(&mut self.con.clone())
+            .await?;
+        recorded.as_deref().unwrap_or("").parse().map_err(|_| {
+            ShardError::BadRecord(format!("{} holds {recorded:?}", self.keys.shard_count()))
+        })
+    }
+
+    /// `FROM>TO` while a reshard moves the data set.
+    pub async fn resharding(&self) -> Result<Option<String>, ShardError> {
+        Ok(redis::cmd("GET")
+            .arg(self.keys.resharding())
+            .query_async(&mut self.con.clone())
+            .await?)
     }
 }

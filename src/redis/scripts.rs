@@ -24,28 +24,55 @@ pub struct Scripts {
     pub reserve: Script,
     pub purge: Script,
     pub replace: Script,
+    pub takeover: Script,
+    pub end_absent: Script,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
         Scripts {
-            schedule: Script::new(include_str!("lua/schedule.lua")),
+            schedule: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/schedule.lua")
+            )),
             tick: Script::new(concat!(
+                include_str!("lua/clock.lua"),
                 include_str!("lua/retry.lua"),
                 include_str!("lua/tick.lua")
             )),
-            claim: Script::new(include_str!("lua/claim.lua")),
-            ack: Script::new(include_str!("lua/ack.lua")),
-            advance: Script::new(include_str!("lua/advance.lua")),
+            claim: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/claim.lua")
+            )),
+            ack: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/ack.lua")
+            )),
+            advance: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/advance.lua")
+            )),
             nack: Script::new(concat!(
+                include_str!("lua/clock.lua"),
                 include_str!("lua/retry.lua"),
                 include_str!("lua/nack.lua")
             )),
-            cancel: Script::new(include_str!("lua/cancel.lua")),
+            cancel: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/cancel.lua")
+            )),
             lease: Script::new(include_str!("lua/lease.lua")),
             reserve: Script::new(include_str!("lua/reserve.lua")),
-            purge: Script::new(include_str!("lua/purge.lua")),
+            purge: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/purge.lua")
+            )),
             replace: Script::new(include_str!("lua/replace.lua")),
+            takeover: Script::new(include_str!("lua/takeover.lua")),
+            end_absent: Script::new(concat!(
+                include_str!("lua/clock.lua"),
+                include_str!("lua/end_absent.lua")
+            )),
         }
     }
 }
@@ -68,7 +95,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 11] {
+    fn all(&self) -> [&Script; 13] {
         [
             &self.schedule,
             &self.tick,
@@ -81,6 +108,8 @@ impl Scripts {
             &self.reserve,
             &self.purge,
             &self.replace,
+            &self.takeover,
+            &self.end_absent,
         ]
     }
 

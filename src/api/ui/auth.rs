@@ -15,6 +15,12 @@
 //!   request comes from elsewhere (`Sec-Fetch-Site` other than
 //!   `same-origin`, or an `Origin` whose host is not this one).
 //! - `--ui-read-only`: no forms are shown and every action answers 403.
+//! - Logins are throttled per client address: after [`LOGIN_FAILURES`]
+//!   wrong tokens within [`LOGIN_WINDOW`] that address gets 429 until the
+//!   window has passed.
+//! - Logging out revokes the session on every node: its id is kept in
+//!   Redis (`{P}:ui-revoked`) until it would have expired, and each node
+//!   reads the list every second ([`sync_revoked`]).
 
 use std::collections::HashMap;
 
@@ -49,6 +55,64 @@ fn mac(state: &AppState, purpose: &str, text: &str) -> String {
         .collect()
 }
 
+/// Wrong logins an address may make within [`LOGIN_WINDOW`].
+pub const LOGIN_FAILURES: u32 = 5;
+pub const LOGIN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Wrong logins per client address: when the window began, how many.
+static FAILED_LOGINS: std::sync::Mutex<
+    Option<HashMap<std::net::IpAddr, (std::time::Instant, u32)>>,
+> = std::sync::Mutex::new(None);
+
+/// Sessions logged out (their `issued.nonce`), on any node.
+static REVOKED: std::sync::RwLock<Option<std::collections::HashSet<String>>> =
+    std::sync::RwLock::new(None);
+
+fn revoked(body: &str) -> bool {
+    REVOKED
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|r| r.contains(body))
+}
+
+/// Keeps this node's list of logged-out sessions in step with Redis's,
+/// every second.
+pub async fn sync_revoked(redis: crate::redis::schedule::RedisSchedule) {
+    let key = format!("{{{}}}:ui-revoked", redis.keys().prefix());
+    let mut con = redis.connection();
+    loop {
+        let list: redis::RedisResult<Vec<String>> = redis::pipe()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms())
+            .ignore()
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .map(|(l,): (Vec<String>,)| l);
+        if let Ok(list) = list {
+            let mut r = REVOKED.write().unwrap_or_else(|p| p.into_inner());
+            let set = r.get_or_insert_with(Default::default);
+            // Kept locally too: a logout this node made counts at once,
+            // even before Redis has it; sessions past their end go.
+            set.extend(list);
+            let now = now_ms();
+            set.retain(|body| {
+                body.split('.')
+                    .next()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .is_some_and(|issued| issued + SESSION_MS > now)
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// A new session's cookie value.
 fn issue(state: &AppState) -> String {
     let body = format!("{}.{}", now_ms(), uuid::Uuid::new_v4().simple());
@@ -68,6 +132,7 @@ fn valid(state: &AppState, value: &str) -> bool {
     let age = now_ms() - issued;
     (0..SESSION_MS).contains(&age)
         && constant_time_eq(sig.as_bytes(), mac(state, "session", body).as_bytes())
+        && !revoked(body)
 }
 
 /// The CSRF token of a session.
@@ -329,13 +394,49 @@ pub async fn login(
         &HashMap::from([("back".into(), form.get("next").cloned().unwrap_or_default())]),
         "/ui",
     );
+    let addr = req
+        .peer_addr()
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    let throttled = {
+        let mut g = FAILED_LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+        let map = g.get_or_insert_with(HashMap::new);
+        map.retain(|_, (since, _)| since.elapsed() < LOGIN_WINDOW);
+        map.get(&addr)
+            .filter(|(_, n)| *n >= LOGIN_FAILURES)
+            .map(|(since, _)| LOGIN_WINDOW.saturating_sub(since.elapsed()))
+    };
+    if let Some(wait) = throttled {
+        tracing::warn!(%addr, "dashboard login refused: too many wrong tokens from this address");
+        return Ok(HttpResponse::TooManyRequests()
+            .insert_header((header::RETRY_AFTER, wait.as_secs().max(1).to_string()))
+            .content_type(header::ContentType::plaintext())
+            .body(format!(
+                "too many wrong logins from this address; try again in {} s",
+                wait.as_secs().max(1)
+            )));
+    }
     let given = form.get("token").map(String::as_str).unwrap_or("");
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        tracing::warn!("dashboard login with a wrong admin token");
+        tracing::warn!(%addr, "dashboard login with a wrong admin token");
+        let mut g = FAILED_LOGINS.lock().unwrap_or_else(|p| p.into_inner());
+        let e = g
+            .get_or_insert_with(HashMap::new)
+            .entry(addr)
+            .or_insert((std::time::Instant::now(), 0));
+        e.1 += 1;
+        drop(g);
         return Ok(anonymous(&state).respond(
             StatusCode::UNAUTHORIZED,
             layout(&anonymous(&state), "Log in", "", &login_form(&next, true)),
         ));
+    }
+    if let Some(map) = FAILED_LOGINS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
+        map.remove(&addr);
     }
     Ok(HttpResponse::SeeOther()
         .insert_header((
@@ -353,6 +454,29 @@ pub async fn logout(
     form: Form,
 ) -> Result<HttpResponse, UiError> {
     check_action(&state, &req, &form)?;
+    // The session ends everywhere, not only in this browser: a copied
+    // cookie no longer works on any node.
+    if let Some((body, issued)) = cookie_of(&req).and_then(|c| {
+        let body = c.rsplit_once('.')?.0.to_string();
+        let issued: i64 = body.split('.').next()?.parse().ok()?;
+        Some((body, issued))
+    }) {
+        REVOKED
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(Default::default)
+            .insert(body.clone());
+        let key = format!("{{{}}}:ui-revoked", state.redis.keys().prefix());
+        let saved: redis::RedisResult<()> = redis::cmd("ZADD")
+            .arg(&key)
+            .arg(issued + SESSION_MS)
+            .arg(&body)
+            .query_async(&mut state.redis.connection())
+            .await;
+        if let Err(e) = saved {
+            tracing::warn!(error = %e, "cannot share a logout with the other nodes; it holds on this one");
+        }
+    }
     Ok(HttpResponse::SeeOther()
         .insert_header((header::SET_COOKIE, set_cookie("", 0)))
         .insert_header((header::LOCATION, "/ui/login"))

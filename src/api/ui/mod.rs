@@ -38,7 +38,7 @@ macro_rules! viewer {
 }
 
 mod assets;
-mod auth;
+pub mod auth;
 mod cluster;
 mod dead;
 pub mod history;

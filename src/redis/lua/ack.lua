@@ -1,62 +1,107 @@
 -- Acknowledge delivered messages of one shard: they are consumed and leave
 -- Redis. A recurring message is not changed here: its record is returned,
 -- and the caller moves it on to its next occurrence (advance.lua).
--- KEYS[1] in-flight zset, KEYS[2] message hash, KEYS[3] finished zset
--- ARGV[1] ready key prefix, ARGV[2] now_ms, ARGV[3..] ids
--- An acked message leaves a tombstone in the finished zset (see schedule.lua).
--- Returns { outcome, attempts, record, ... }, three per id, record '' unless
--- the message is recurring:
+-- KEYS[1] in-flight zset, KEYS[2] message hash, KEYS[3] finished zset,
+-- KEYS[4] unjournaled hash, KEYS[5] delay zset
+-- ARGV[1] ready key prefix, then pairs of (id, receipt or '')
+-- A receipt ('ATTEMPTS-DEADLINE', handed out with the delivery) names the
+-- delivery acked: while the message is in flight it must be the delivery
+-- in hand; once that delivery's deadline passed, the ack is still taken as
+-- long as no later delivery was handed out (the message waits, ready or
+-- scheduled again, with the same attempts). Anything else is 'stale' and
+-- changes nothing. Without a receipt the ack applies to the current
+-- delivery: in flight, or ended and not handed out again.
+-- An acked message leaves a tombstone in the finished zset (see schedule.lua)
+-- and its Consumed in the unjournaled hash until the journal has it
+-- (clock.lua, prepended).
+-- Returns { outcome, attempts, record, state, ... }, four per id, record ''
+-- unless the message is recurring, state '' unless stale:
 -- 'acked'; 'acked_late' when its ack deadline had passed and it was waiting
--- in the ready queue again; 'recurring' when it is handed out (or waiting
--- again after its deadline) and recurring; 'not_in_flight' when it is
--- scheduled but was never handed out (this occurrence); 'finished'
+-- again (ready, or scheduled by its retry policy); 'recurring' when it is
+-- handed out (or waiting again after its deadline) and recurring;
+-- 'not_in_flight' when it is scheduled but was never handed out (this
+-- occurrence); 'stale' when the receipt names another delivery (state:
+-- 'in_flight', 'ready' or 'delaying', where it is now); 'finished'
 -- (attempts 0) when this shard does not hold it and it left a tombstone
 -- lately (acked or cancelled: an ack answered with an error may have got
--- this far before the journal heard of it); 'absent' (attempts 0) when this
--- shard does not hold it.
+-- this far before the journal heard of it), its state then the end that
+-- waits for the journal ('status|attempts|at', '' when the journal has it); 'absent' (attempts 0) when this
+-- shard does not hold it. Then the time the script ran (Redis's clock, ms).
+local now = now_ms()
 local out = {}
-for i = 3, #ARGV do
-  local id = ARGV[i]
+local function put(outcome, attempts, record, state)
+  out[#out + 1] = outcome
+  out[#out + 1] = attempts
+  out[#out + 1] = record
+  out[#out + 1] = state
+end
+for i = 2, #ARGV, 2 do
+  local id, receipt = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', KEYS[2], id)
   if not rec then
     redis.call('ZREM', KEYS[1], id)
-    if redis.call('ZSCORE', KEYS[3], id) then
-      out[#out + 1] = 'finished'
+    local ended = redis.call('HGET', KEYS[4], id)
+    if ended then
+      -- Ended in Redis, not yet journaled: its end says how.
+      put('finished', 0, '', ended)
+    elseif redis.call('ZSCORE', KEYS[3], id) then
+      put('finished', 0, '', '')
     else
-      out[#out + 1] = 'absent'
+      put('absent', 0, '', '')
     end
-    out[#out + 1] = 0
-    out[#out + 1] = ''
   else
     local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
     attempts = tonumber(attempts)
     local recurring = string.match(rec, '^[^|]*|%d+|%d+|[^|]*|[^|]*,r|') ~= nil
-    local state = nil
-    if redis.call('ZSCORE', KEYS[1], id) then
+    local deadline = redis.call('ZSCORE', KEYS[1], id)
+    local state, where, stale = nil, nil, false
+    if receipt ~= '' then
+      local ra, rd = string.match(receipt, '^(%d+)-(%d+)$')
+      ra, rd = tonumber(ra), tonumber(rd)
+      if deadline then
+        if ra == attempts and rd == tonumber(deadline) then
+          state = 'acked'
+        else
+          stale = true
+        end
+      elseif ra ~= attempts then
+        stale = true
+      end
+    elseif deadline then
       state = 'acked'
-    elseif attempts > 0 and redis.call('ZSCORE', ARGV[1] .. topic, id) then
-      state = 'acked_late'
     end
-    if not state then
-      out[#out + 1] = 'not_in_flight'
-      out[#out + 1] = attempts
-      out[#out + 1] = recurring and rec or ''
+    if not state and not stale and not deadline and attempts > 0 then
+      -- The latest delivery's deadline passed and nobody holds it since.
+      if redis.call('ZSCORE', ARGV[1] .. topic, id) then
+        state, where = 'acked_late', ARGV[1] .. topic
+      elseif redis.call('ZSCORE', KEYS[5], id) then
+        state, where = 'acked_late', KEYS[5]
+      end
+    end
+    if stale then
+      local now_state = 'ready'
+      if deadline then
+        now_state = 'in_flight'
+      elseif redis.call('ZSCORE', KEYS[5], id) then
+        now_state = 'delaying'
+      end
+      put('stale', attempts, recurring and rec or '', now_state)
+    elseif not state then
+      put('not_in_flight', attempts, recurring and rec or '', '')
     elseif recurring then
-      out[#out + 1] = 'recurring'
-      out[#out + 1] = attempts
-      out[#out + 1] = rec
+      put('recurring', attempts, rec, '')
     else
       if state == 'acked' then
         redis.call('ZREM', KEYS[1], id)
       else
-        redis.call('ZREM', ARGV[1] .. topic, id)
+        redis.call('ZREM', where, id)
       end
       redis.call('HDEL', KEYS[2], id)
-      redis.call('ZADD', KEYS[3], ARGV[2], id)
-      out[#out + 1] = state
-      out[#out + 1] = attempts
-      out[#out + 1] = ''
+      redis.call('ZADD', KEYS[3], now, id)
+      unjournaled(KEYS[4], id, 4, attempts, now)
+      put(state, attempts, '', '')
     end
   end
 end
+out[#out + 1] = now
 return out

@@ -1,7 +1,7 @@
 -- Cancel a message that has not been handed to a consumer.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset,
--- KEYS[4] finished zset
--- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] now_ms, ARGV[4] '1' to
+-- KEYS[4] finished zset, KEYS[5] unjournaled hash
+-- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] '1' to
 -- leave a tombstone also when this shard does not hold the message
 -- Unless the message is in flight, it leaves a tombstone in the finished
 -- zset: a push or restore about to schedule it will not (see schedule.lua).
@@ -10,13 +10,24 @@
 -- A recurring message in flight has its series stopped instead: its record
 -- is marked (',x', see record.rs) so that delivery is its last, however it
 -- ends (ack, nack, deadline).
--- Returns { outcome, attempts }: 'deleted', 'stopped' (a series, in flight),
--- 'in_flight' (left alone), or 'absent' (not in this shard; attempts 0).
+-- A cancelled message's Deleted waits in the unjournaled hash until the
+-- journal has it (clock.lua, prepended).
+-- Returns { outcome, attempts, end }: 'deleted', 'stopped' (a series, in
+-- flight), 'in_flight' (left alone), 'finished' (this shard ended it and the
+-- journal has not heard yet: end is 'status|attempts|at'), or 'absent' (not
+-- in this shard; attempts 0).
 local id = ARGV[1]
+local now = now_ms()
 local rec = redis.call('HGET', KEYS[2], id)
 if not rec then
-  if ARGV[4] == '1' then
-    redis.call('ZADD', KEYS[4], ARGV[3], id)
+  local ended = redis.call('HGET', KEYS[5], id)
+  if ended then
+    -- Ended in Redis (acked, cancelled, dead), not yet journaled.
+    return { 'finished', 0, ended }
+  end
+  if ARGV[3] == '1' then
+    redis.call('ZADD', KEYS[4], now, id)
+    unjournaled(KEYS[5], id, 5, 0, now)
   end
   return { 'absent', 0 }
 end
@@ -33,5 +44,6 @@ end
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZREM', ARGV[2] .. topic, id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('ZADD', KEYS[4], ARGV[3], id)
+redis.call('ZADD', KEYS[4], now, id)
+unjournaled(KEYS[5], id, 5, attempts, now)
 return { 'deleted', attempts }

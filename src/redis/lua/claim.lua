@@ -1,13 +1,14 @@
 -- Hand the first ready messages of one topic in one shard to a consumer.
 -- KEYS[1] ready zset of the topic, KEYS[2] message hash, KEYS[3] in-flight zset
--- ARGV[1] now_ms, ARGV[2] how many to take from the head of the queue.
+-- ARGV[1] how many to take from the head of the queue.
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
--- Each claimed message gets attempts + 1 and an ack deadline of now + ttl.
+-- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
+-- now by Redis's clock (clock.lua, prepended).
 -- Returns the claimed records, attempts already raised, in queue order,
 -- then the time the script ran (Redis's clock, ms).
-local now = tonumber(ARGV[1])
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[2]))
+local now = now_ms()
+local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = {}
 for i = 1, #popped, 2 do
   local id = popped[i]
@@ -20,7 +21,5 @@ for i = 1, #popped, 2 do
     out[#out + 1] = rec
   end
 end
-local t = redis.call('TIME')
-local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-out[#out + 1] = tostring(ran_at)
+out[#out + 1] = tostring(now)
 return out

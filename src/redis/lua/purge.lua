@@ -5,10 +5,12 @@
 -- racing with this cannot bring it back (see schedule.lua).
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset,
 -- KEYS[4] finished zset
--- ARGV[1] ready key prefix, ARGV[2] now_ms, ARGV[3..] ids
+-- ARGV[1] ready key prefix, ARGV[2..] ids (now: Redis's clock, clock.lua
+-- prepended)
 -- Returns one flag per id: 1 removed, 0 this shard did not hold it.
+local now = now_ms()
 local out = {}
-for i = 3, #ARGV do
+for i = 2, #ARGV do
   local id = ARGV[i]
   local rec = redis.call('HGET', KEYS[2], id)
   redis.call('ZREM', KEYS[1], id)
@@ -19,7 +21,7 @@ for i = 3, #ARGV do
       redis.call('ZREM', ARGV[1] .. topic, id)
     end
     redis.call('HDEL', KEYS[2], id)
-    redis.call('ZADD', KEYS[4], ARGV[2], id)
+    redis.call('ZADD', KEYS[4], now, id)
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

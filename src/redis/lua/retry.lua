@@ -1,4 +1,4 @@
--- Prepended to tick.lua and nack.lua: what a failed delivery (a nack, or an
+-- Prepended (after clock.lua) to tick.lua and nack.lua: what a failed delivery (a nack, or an
 -- ack deadline that passed) leads to. The record's header carries the
 -- message's attempt limit and retry policy (see record.rs); a record from
 -- before that field gets the defaults (16 attempts, ready again at once).
@@ -19,22 +19,25 @@ end
 -- The message `id` (record `rec`, already out of the in-flight zset) failed
 -- its delivery at `now`. `wait` is the nack's delay (ms), or nil for the
 -- retry policy's. After its last attempt it is dead: its record goes and it
--- leaves a tombstone; otherwise it is ready again at once (`wait` 0) or
+-- leaves a tombstone, its end waiting in the unjournaled hash for the
+-- journal (see clock.lua); otherwise it is ready again at once (`wait` 0) or
 -- scheduled again in the delay zset, keeping its priority.
 -- A recurring message whose series was cancelled during this delivery
 -- ends here ('stopped'): its record goes and it leaves a tombstone.
 -- Returns outcome ('ready', 'delaying', 'dead' or 'stopped'), topic,
 -- attempts, and the time it is due again (now when ready, dead or stopped).
-local function fail_delivery(delay_key, msg_key, finished_key, ready_prefix, id, rec, now, wait)
+local function fail_delivery(delay_key, msg_key, finished_key, unjournaled_key, ready_prefix, id, rec, now, wait)
   local topic, attempts, score, max_attempts, kind, delay, max, series = retry_header(rec)
   if series == ',x' then
     redis.call('HDEL', msg_key, id)
     redis.call('ZADD', finished_key, now, id)
+    unjournaled(unjournaled_key, id, 5, attempts, now)
     return 'stopped', topic, attempts, now
   end
   if attempts >= max_attempts then
     redis.call('HDEL', msg_key, id)
     redis.call('ZADD', finished_key, now, id)
+    unjournaled(unjournaled_key, id, 6, attempts, now)
     return 'dead', topic, attempts, now
   end
   if not wait then

@@ -32,7 +32,5 @@ end
 if earliest and (not head or earliest < head) then
   redis.call('PUBLISH', ARGV[1], string.format('%d', math.floor(earliest / 256)))
 end
-local t = redis.call('TIME')
-local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-out[#out + 1] = ran_at
+out[#out + 1] = now_ms()
 return out

@@ -3,16 +3,17 @@
 -- ack deadline passed as failed deliveries (retry.lua, prepended: ready
 -- again, scheduled again by their retry policy, or dead after their last
 -- attempt; a series cancelled during its delivery stops). Also forgets
--- tombstones older than their retention, a batch at a time.
+-- tombstones older than their retention, a batch at a time, once the
+-- journal has the end they guard (none waits in the unjournaled hash).
+-- "Due" and "passed" are by Redis's clock (clock.lua, prepended).
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
--- KEYS[5] finished zset
--- ARGV[1] highest due score (now_ms * 256 + 255), ARGV[2] now_ms,
--- ARGV[3] batch limit, ARGV[4] ready key prefix, ARGV[5] the caller's epoch
--- (its ownership token), ARGV[6] tombstones finished before this time (ms)
--- are dropped, ARGV[7] ready channel, ARGV[8] the caller's node id
--- Fencing: fails with STALE_EPOCH when the stored epoch is above the
--- caller's; a caller's higher epoch raises the stored one, so a new owner
--- fences the old one even after Redis lost the epoch key.
+-- KEYS[5] finished zset, KEYS[6] unjournaled hash
+-- ARGV[1] batch limit, ARGV[2] ready key prefix, ARGV[3] the caller's epoch
+-- (its ownership token), ARGV[4] how long a tombstone lasts (ms),
+-- ARGV[5] ready channel, ARGV[6] the caller's node id
+-- Fencing: fails with 'STALE_EPOCH <stored> ...' when the stored epoch is
+-- above the caller's; a caller's higher epoch raises the stored one, so a
+-- new owner fences the old one even after Redis lost the epoch key.
 -- When messages became ready, publishes 'NODE|topic,topic,...' on the ready
 -- channel so consumers waiting on other nodes wake.
 -- Returns { moved: {id, topic, ...},
@@ -20,24 +21,31 @@
 --           next due score or false, next in-flight deadline or false,
 --           the time the script ran (Redis's clock, ms) }
 local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
-local mine = tonumber(ARGV[5])
+local mine = tonumber(ARGV[3])
 if stored > mine then
-  return redis.error_reply('STALE_EPOCH shard epoch ' .. stored .. ' is above ' .. ARGV[5])
+  return redis.error_reply('STALE_EPOCH ' .. string.format('%.0f', stored) .. ' shard epoch is above ' .. ARGV[3])
 end
 if stored < mine then
-  redis.call('SET', KEYS[4], ARGV[5])
+  redis.call('SET', KEYS[4], ARGV[3])
 end
-local limit = tonumber(ARGV[3])
+local now = now_ms()
+local limit = tonumber(ARGV[1])
 -- At most `limit` tombstones go per scan, so one call stays short however
 -- many expired at once (a mass cancel); the rest go on the next scans.
-local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[6], 'LIMIT', 0, limit)
-if #stale > 0 then
-  redis.call('ZREM', KEYS[5], unpack(stale))
+-- A tombstone whose end the journal has not recorded yet stays, looked at
+-- again a retention later.
+local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. string.format('%.0f', now - tonumber(ARGV[4])), 'LIMIT', 0, limit)
+for _, id in ipairs(stale) do
+  if redis.call('HEXISTS', KEYS[6], id) == 1 then
+    redis.call('ZADD', KEYS[5], now, id)
+  else
+    redis.call('ZREM', KEYS[5], id)
+  end
 end
 
 local topics = {}
 local moved = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now * 256 + 255), 'WITHSCORES', 'LIMIT', 0, limit)
 if #due > 0 then
   local ids = {}
   for i = 1, #due, 2 do
@@ -46,7 +54,7 @@ if #due > 0 then
     local rec = redis.call('HGET', KEYS[2], id)
     if rec then
       local topic = string.match(rec, '^([^|]*)|')
-      redis.call('ZADD', ARGV[4] .. topic, score, id)
+      redis.call('ZADD', ARGV[2] .. topic, score, id)
       moved[#moved + 1] = id
       moved[#moved + 1] = topic
       topics[topic] = true
@@ -56,15 +64,14 @@ if #due > 0 then
 end
 
 local failed = {}
-local now = tonumber(ARGV[2])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[2], 'LIMIT', 0, limit)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now), 'LIMIT', 0, limit)
 if #expired > 0 then
   redis.call('ZREM', KEYS[3], unpack(expired))
   for _, id in ipairs(expired) do
     local rec = redis.call('HGET', KEYS[2], id)
     if rec then
       local outcome, topic, attempts, due =
-        fail_delivery(KEYS[1], KEYS[2], KEYS[5], ARGV[4], id, rec, now, nil)
+        fail_delivery(KEYS[1], KEYS[2], KEYS[5], KEYS[6], ARGV[2], id, rec, now, nil)
       failed[#failed + 1] = id
       failed[#failed + 1] = topic
       failed[#failed + 1] = attempts
@@ -82,11 +89,9 @@ if next(topics) then
   for t in pairs(topics) do
     list[#list + 1] = t
   end
-  redis.call('PUBLISH', ARGV[7], ARGV[8] .. '|' .. table.concat(list, ','))
+  redis.call('PUBLISH', ARGV[5], ARGV[6] .. '|' .. table.concat(list, ','))
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or false
 local next_inflight = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2] or false
-local t = redis.call('TIME')
-local ran_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return { moved, failed, next_due, next_inflight, ran_at }
+return { moved, failed, next_due, next_inflight, now }

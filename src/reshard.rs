@@ -1,0 +1,330 @@
+//! `delayq reshard --shards N`: moves a stopped deployment's Redis data set
+//! to another shard count.
+//!
+//! The shard count is part of the data set (`{P}:shards`, see
+//! [`crate::redis::keys`]): nodes refuse to start with another one. This
+//! tool moves every message Redis holds (scheduled, ready, in flight) to
+//! the shard its id hashes to under the new count, each in the same place
+//! with the same score (so due times, priorities and ack deadlines stay),
+//! and with it the tombstones and the ends waiting for the journal. The
+//! journal is not touched. Each shard's epoch is raised to the highest
+//! epoch of the old shards, so fencing stays monotonic.
+//!
+//! It is resumable: `{P}:resharding` says `FROM>TO` while it runs (nodes
+//! refuse to start meanwhile), every message is first copied (idempotently)
+//! and then removed from its old shard, so a run killed at any point is
+//! finished by running it again with the same `--shards`.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use redis::Value;
+
+use crate::progress::Progress;
+use crate::redis::inspect::Header;
+use crate::redis::keys::{shard_of, Keys};
+use crate::redis::schedule::RedisSchedule;
+
+/// Records read from a shard's hash per step.
+pub const PAGE: u64 = 500;
+
+/// What a reshard did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReshardReport {
+    pub from: u32,
+    pub to: u32,
+    /// Messages moved to another shard.
+    pub moved: u64,
+    /// Messages already in their shard under the new count.
+    pub stayed: u64,
+    /// Tombstones and pending journal ends moved.
+    pub tombstones: u64,
+    /// Whether this run finished one an earlier run left.
+    pub resumed: bool,
+    pub elapsed_ms: u64,
+}
+
+/// Where a message sits in its shard, with its score there.
+enum Spot {
+    Delay(f64),
+    InFlight(f64),
+    Ready(String, f64),
+    Nowhere,
+}
+
+/// Moves the data set of `redis` (opened with the *new* count) from the
+/// count it was recorded with to the new one. `page` records per step.
+pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<ReshardReport> {
+    let started = Instant::now();
+    let to = redis.keys().shards();
+    let prefix = redis.keys().prefix().to_string();
+    let mut con = redis.connection();
+    let marker_key = redis.keys().resharding();
+    let count_key = redis.keys().shard_count();
+    let (recorded, moving): (Option<String>, Option<String>) = redis::pipe()
+        .get(&count_key)
+        .get(&marker_key)
+        .query_async(&mut con)
+        .await?;
+    let (from, resumed) = match moving {
+        Some(m) => {
+            let (f, t) = m
+                .split_once('>')
+                .and_then(|(f, t)| Some((f.parse::<u32>().ok()?, t.parse::<u32>().ok()?)))
+                .with_context(|| format!("{marker_key} holds {m:?}"))?;
+            if t != to {
+                bail!(
+                    "a reshard from {f} to {t} shards is under way or was interrupted; \
+                     finish it with `delayq reshard --shards {t}` first"
+                );
+            }
+            (f, true)
+        }
+        None => {
+            let Some(recorded) = recorded else {
+                bail!(
+                    "this Redis holds no recorded shard count for key prefix '{prefix}': \
+                     nothing to move (a node records it when it starts)"
+                );
+            };
+            let from: u32 = recorded
+                .parse()
+                .with_context(|| format!("{count_key} holds {recorded:?}"))?;
+            if from == to {
+                return Ok(ReshardReport {
+                    from,
+                    to,
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    ..Default::default()
+                });
+            }
+            (from, false)
+        }
+    };
+    // A node holding the standalone lease is running: refuse.
+    let standalone: Option<String> = redis::cmd("GET")
+        .arg(redis.keys().standalone_lease())
+        .query_async(&mut con)
+        .await?;
+    if let Some(holder) = standalone {
+        bail!("a node is running on this data set ({holder}): stop every node before a reshard");
+    }
+    let _: () = redis::cmd("SET")
+        .arg(&marker_key)
+        .arg(format!("{from}>{to}"))
+        .query_async(&mut con)
+        .await?;
+    tracing::warn!(
+        from,
+        to,
+        resumed,
+        "moving the data set to another shard count"
+    );
+
+    let old = Keys::new(&prefix, from);
+    let new = Keys::new(&prefix, to);
+    let mut report = ReshardReport {
+        from,
+        to,
+        resumed,
+        ..Default::default()
+    };
+    let total: u64 = {
+        let mut pipe = redis::pipe();
+        for s in 0..from {
+            pipe.hlen(old.messages(s));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut con).await?;
+        counts.iter().sum()
+    };
+    let shown = Progress::start("reshard", Some(total));
+    // The highest epoch of any shard, old or new, for every new shard.
+    let mut epoch_pipe = redis::pipe();
+    for s in 0..from.max(to) {
+        epoch_pipe.get(old.epoch(s));
+    }
+    let epochs: Vec<Option<i64>> = epoch_pipe.query_async(&mut con).await?;
+    let top = epochs.into_iter().flatten().max().unwrap_or(0);
+
+    for s in 0..from {
+        let mut cursor = 0u64;
+        loop {
+            let (next, flat): (u64, Vec<String>) = redis::cmd("HSCAN")
+                .arg(old.messages(s))
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(page)
+                .query_async(&mut con)
+                .await?;
+            let records: Vec<(String, String)> = flat
+                .chunks(2)
+                .filter(|p| p.len() == 2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect();
+            let moving: Vec<&(String, String)> = records
+                .iter()
+                .filter(|(id, _)| match id.parse::<crate::message::MessageId>() {
+                    Ok(id) => shard_of(id, to) != s,
+                    Err(_) => false,
+                })
+                .collect();
+            report.stayed += (records.len() - moving.len()) as u64;
+            if !moving.is_empty() {
+                // Where each sits now.
+                let mut pipe = redis::pipe();
+                for (id, rec) in &moving {
+                    let topic = Header::parse(rec).map(|h| h.topic).unwrap_or_default();
+                    pipe.zscore(old.delay(s), id)
+                        .zscore(old.inflight(s), id)
+                        .zscore(old.ready(s, &topic), id);
+                }
+                let found: Vec<Value> = pipe.query_async(&mut con).await?;
+                let spots: Vec<Spot> = moving
+                    .iter()
+                    .zip(found.chunks(3))
+                    .map(|((_, rec), r)| {
+                        let score = |v: &Value| crate::redis::schedule::opt_score(v);
+                        if let Some(x) = score(&r[0]) {
+                            Spot::Delay(x)
+                        } else if let Some(x) = score(&r[1]) {
+                            Spot::InFlight(x)
+                        } else if let Some(x) = score(&r[2]) {
+                            Spot::Ready(Header::parse(rec).map(|h| h.topic).unwrap_or_default(), x)
+                        } else {
+                            Spot::Nowhere
+                        }
+                    })
+                    .collect();
+                // Copy (idempotent), then remove from the old shard.
+                let mut copy = redis::pipe();
+                let mut remove = redis::pipe();
+                for ((id, rec), spot) in moving.iter().zip(&spots) {
+                    let n = shard_of(id.parse().expect("parsed above"), to);
+                    copy.hset_nx(new.messages(n), id, rec).ignore();
+                    match spot {
+                        Spot::Delay(x) => {
+                            copy.zadd(new.delay(n), id, *x).ignore();
+                            remove.zrem(old.delay(s), id).ignore();
+                        }
+                        Spot::InFlight(x) => {
+                            copy.zadd(new.inflight(n), id, *x).ignore();
+                            remove.zrem(old.inflight(s), id).ignore();
+                        }
+                        Spot::Ready(topic, x) => {
+                            copy.zadd(new.ready(n, topic), id, *x).ignore();
+                            remove.zrem(old.ready(s, topic), id).ignore();
+                        }
+                        // Placed nowhere (Redis lost the key that placed
+                        // it): scheduled by its own score, as the
+                        // reconciler would.
+                        Spot::Nowhere => {
+                            if let Some(h) = Header::parse(rec) {
+                                copy.zadd(new.delay(n), id, h.score).ignore();
+                            }
+                        }
+                    }
+                    remove.hdel(old.messages(s), id).ignore();
+                }
+                let _: () = copy.query_async(&mut con).await?;
+                if crate::faults::once("reshard_stops") {
+                    bail!("injected fault: the reshard stopped after copying a page");
+                }
+                let _: () = remove.query_async(&mut con).await?;
+                report.moved += moving.len() as u64;
+            }
+            shown.update(
+                report.moved + report.stayed,
+                || format!("moved {}, stayed {}", report.moved, report.stayed),
+                || {
+                    format!(
+                        "reshard: moved {} stayed {} of {total}",
+                        report.moved, report.stayed
+                    )
+                },
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        report.tombstones += move_tombstones(&mut con, &old, &new, s, page).await?;
+    }
+    drop(shown);
+    let mut finish = redis::pipe();
+    for s in 0..to {
+        finish.set(new.epoch(s), top).ignore();
+    }
+    finish
+        .set(&count_key, to)
+        .ignore()
+        .del(&marker_key)
+        .ignore();
+    let _: () = finish.query_async(&mut con).await?;
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    tracing::warn!(
+        from,
+        to,
+        moved = report.moved,
+        stayed = report.stayed,
+        "the data set now has {to} shards; start the nodes with --shards {to}"
+    );
+    Ok(report)
+}
+
+/// Moves shard `s`'s tombstones and pending journal ends that belong to
+/// another shard under the new count; how many.
+async fn move_tombstones(
+    con: &mut redis::aio::ConnectionManager,
+    old: &Keys,
+    new: &Keys,
+    s: u32,
+    page: usize,
+) -> anyhow::Result<u64> {
+    let to = new.shards();
+    let mut moved = 0;
+    for (zset, key) in [(true, old.finished(s)), (false, old.unjournaled(s))] {
+        let mut cursor = 0u64;
+        loop {
+            let (next, flat): (u64, Vec<String>) = redis::cmd(if zset { "ZSCAN" } else { "HSCAN" })
+                .arg(&key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(page)
+                .query_async(con)
+                .await?;
+            let mut copy = redis::pipe();
+            let mut remove = redis::pipe();
+            for pair in flat.chunks(2).filter(|p| p.len() == 2) {
+                let Ok(id) = pair[0].parse::<crate::message::MessageId>() else {
+                    continue;
+                };
+                let n = shard_of(id, to);
+                if n == s {
+                    continue;
+                }
+                if zset {
+                    copy.cmd("ZADD")
+                        .arg(new.finished(n))
+                        .arg(&pair[1])
+                        .arg(&pair[0])
+                        .ignore();
+                    remove.zrem(&key, &pair[0]).ignore();
+                } else {
+                    copy.hset(new.unjournaled(n), &pair[0], &pair[1]).ignore();
+                    remove.hdel(&key, &pair[0]).ignore();
+                }
+                moved += 1;
+            }
+            if copy.cmd_iter().next().is_some() {
+                let _: () = copy.query_async(con).await?;
+                let _: () = remove.query_async(con).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(moved)
+}
