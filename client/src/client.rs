@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
-use crate::message::{millis, MessageId, NewMessage};
+use crate::message::{millis, Delivery, MessageId, NewMessage};
 use crate::reply::{
     AckResult, AckResults, Cancelled, Ids, NackResult, NackResults, OneCancel, Polled,
     PrefixCancelled, Pushed,
@@ -208,7 +208,7 @@ impl Client {
         .await
     }
 
-    /// One long poll of `topic`: acks `ack` (at most 100 ids) and waits up to
+    /// One long poll of `topic`: acks `ack` (at most 100 deliveries) and waits up to
     /// `timeout` (whole seconds, at most 300) for at most `count` (1 to 100)
     /// due messages, in one round trip (`POST /get/{topic}`; without acks,
     /// `GET /get/{topic}`). Each message received is `Consuming`: ack it
@@ -220,7 +220,7 @@ impl Client {
     pub async fn poll(
         &self,
         topic: &str,
-        ack: &[MessageId],
+        ack: &[Delivery],
         count: usize,
         timeout: Duration,
     ) -> Result<Polled, Error> {
@@ -236,9 +236,11 @@ impl Client {
         }
     }
 
-    /// `POST /ack`: acks the messages, 100 ids per request, each request
-    /// answered once the journal committed it. A result per id.
-    pub async fn ack(&self, ids: &[MessageId]) -> Result<Vec<AckResult>, Error> {
+    /// `POST /ack`: acks the deliveries (a message's id, or its
+    /// [`Delivery`] with the receipt it was handed out with), 100 per
+    /// request, each request answered once the journal committed it. A
+    /// result per id.
+    pub async fn ack(&self, ids: &[Delivery]) -> Result<Vec<AckResult>, Error> {
         let mut results = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_ACK_IDS) {
             let reply: AckResults = self
@@ -257,9 +259,18 @@ impl Client {
     /// `POST /ack/{id}`: acks one message. A message not handed out is a 409
     /// with [`ErrorCode::NotInFlight`].
     pub async fn ack_one(&self, id: MessageId) -> Result<(), Error> {
-        let _: serde_json::Value = self
-            .call(Method::POST, format!("/ack/{id}"), None::<&()>, None)
-            .await?;
+        self.ack_delivery(&Delivery::from(id)).await
+    }
+
+    /// `POST /ack/{id}?receipt=R`: acks one delivery. Another delivery than
+    /// the one the receipt names (the message handed to another consumer
+    /// since) is a 409 with [`ErrorCode::StaleDelivery`].
+    pub async fn ack_delivery(&self, delivery: &Delivery) -> Result<(), Error> {
+        let path = match &delivery.receipt {
+            Some(r) => format!("/ack/{}?receipt={r}", delivery.id),
+            None => format!("/ack/{}", delivery.id),
+        };
+        let _: serde_json::Value = self.call(Method::POST, path, None::<&()>, None).await?;
         Ok(())
     }
 
@@ -269,7 +280,7 @@ impl Client {
     /// a message is `Dead`. 100 ids per request; a result per id.
     pub async fn nack(
         &self,
-        ids: &[MessageId],
+        ids: &[Delivery],
         delay: Option<Duration>,
     ) -> Result<Vec<NackResult>, Error> {
         let mut results = Vec::with_capacity(ids.len());

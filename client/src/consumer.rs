@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::client::{Client, MAX_ACK_IDS, MAX_POLL_COUNT, MAX_POLL_TIMEOUT};
 use crate::error::Error;
-use crate::message::{millis, Message, MessageId};
+use crate::message::{millis, Delivery, Message};
 use crate::reply::{AckOutcome, AckResult, NackOutcome, NackResult, Polled};
 
 /// What a handler says about its message.
@@ -261,50 +261,50 @@ impl Consumer {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A poll in flight and the acks it carries.
-type PollInFlight = (Vec<MessageId>, BoxFuture<Result<Polled, Error>>);
+type PollInFlight = (Vec<Delivery>, BoxFuture<Result<Polled, Error>>);
 
 /// A finished `POST /ack` or `POST /nack`, with what it carried.
 enum Flushed {
-    Acks(Vec<MessageId>, Result<Vec<AckResult>, Error>),
-    Nacks(Option<u64>, Vec<MessageId>, Result<Vec<NackResult>, Error>),
+    Acks(Vec<Delivery>, Result<Vec<AckResult>, Error>),
+    Nacks(Option<u64>, Vec<Delivery>, Result<Vec<NackResult>, Error>),
 }
 
 /// Acks and nacks waiting to be sent.
 #[derive(Default)]
 struct Pending {
-    acks: Vec<MessageId>,
+    acks: Vec<Delivery>,
     /// When the oldest waiting ack was made.
     acks_since: Option<Instant>,
     /// By delay in ms (none: the retry policy's).
-    nacks: BTreeMap<Option<u64>, Vec<MessageId>>,
+    nacks: BTreeMap<Option<u64>, Vec<Delivery>>,
 }
 
 impl Pending {
-    fn ack(&mut self, ids: impl IntoIterator<Item = MessageId>) {
+    fn ack(&mut self, ids: impl IntoIterator<Item = Delivery>) {
         self.acks.extend(ids);
         if !self.acks.is_empty() && self.acks_since.is_none() {
             self.acks_since = Some(Instant::now());
         }
     }
 
-    fn take_acks(&mut self) -> Vec<MessageId> {
+    fn take_acks(&mut self) -> Vec<Delivery> {
         let n = self.acks.len().min(MAX_ACK_IDS);
-        let taken: Vec<MessageId> = self.acks.drain(..n).collect();
+        let taken: Vec<Delivery> = self.acks.drain(..n).collect();
         if self.acks.is_empty() {
             self.acks_since = None;
         }
         taken
     }
 
-    fn nack(&mut self, delay: Option<u64>, ids: impl IntoIterator<Item = MessageId>) {
+    fn nack(&mut self, delay: Option<u64>, ids: impl IntoIterator<Item = Delivery>) {
         self.nacks.entry(delay).or_default().extend(ids);
     }
 
-    fn take_nacks(&mut self) -> Option<(Option<u64>, Vec<MessageId>)> {
+    fn take_nacks(&mut self) -> Option<(Option<u64>, Vec<Delivery>)> {
         let mut entry = self.nacks.first_entry()?;
         let ids = entry.get_mut();
         let n = ids.len().min(MAX_ACK_IDS);
-        let taken: Vec<MessageId> = ids.drain(..n).collect();
+        let taken: Vec<Delivery> = ids.drain(..n).collect();
         let delay = *entry.key();
         if entry.get().is_empty() {
             entry.remove();
@@ -320,7 +320,7 @@ impl Pending {
 /// The state of one [`Consumer::run`].
 struct Run {
     handlers: JoinSet<Outcome>,
-    in_hand: HashMap<tokio::task::Id, MessageId>,
+    in_hand: HashMap<tokio::task::Id, Delivery>,
     pending: Pending,
     poll: Option<PollInFlight>,
     flush: Option<BoxFuture<Flushed>>,
@@ -482,7 +482,7 @@ impl Run {
     fn polled<H, F>(
         &mut self,
         c: &Consumer,
-        carried: Vec<MessageId>,
+        carried: Vec<Delivery>,
         polled: Result<Polled, Error>,
         handler: &Arc<H>,
     ) where
@@ -495,10 +495,12 @@ impl Run {
                 self.count_acks(&polled.acks);
                 for msg in polled.messages {
                     self.stats.received += 1;
-                    let id = msg.id;
+                    // Acked or nacked with its receipt: a handler that
+                    // outlived the ttl cannot settle the next delivery.
+                    let delivery = msg.delivery();
                     let handler = Arc::clone(handler);
                     let task = self.handlers.spawn(async move { handler(msg).await });
-                    self.in_hand.insert(task.id(), id);
+                    self.in_hand.insert(task.id(), delivery);
                 }
             }
             Err(e) => {
@@ -523,7 +525,9 @@ impl Run {
             Flushed::Nacks(_, _, Ok(results)) => {
                 for r in &results {
                     match r.result {
-                        NackOutcome::NotInFlight | NackOutcome::NotFound => self.stats.refused += 1,
+                        NackOutcome::NotInFlight
+                        | NackOutcome::StaleDelivery
+                        | NackOutcome::NotFound => self.stats.refused += 1,
                         _ => self.stats.nacked += 1,
                     }
                 }
@@ -580,17 +584,18 @@ fn chain(error: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::MessageId;
 
     #[test]
     fn pending_nacks_go_out_by_delay_and_in_requests_of_100() {
         let mut p = Pending::default();
-        p.nack(Some(500), (1..=150).map(MessageId));
-        p.nack(None, [MessageId(999)]);
+        p.nack(Some(500), (1..=150).map(|n| Delivery::from(MessageId(n))));
+        p.nack(None, [Delivery::from(MessageId(999))]);
         assert_eq!(p.len(), 151);
         let (d, ids) = p.take_nacks().unwrap();
         assert_eq!((d, ids.len()), (None, 1));
         let (d, ids) = p.take_nacks().unwrap();
-        assert_eq!((d, ids.len(), ids[0]), (Some(500), 100, MessageId(1)));
+        assert_eq!((d, ids.len(), ids[0].id), (Some(500), 100, MessageId(1)));
         let (_, ids) = p.take_nacks().unwrap();
         assert_eq!(ids.len(), 50);
         assert!(p.take_nacks().is_none());
@@ -601,7 +606,7 @@ mod tests {
         let mut p = Pending::default();
         p.ack([]);
         assert!(p.acks_since.is_none());
-        p.ack((1..=120).map(MessageId));
+        p.ack((1..=120).map(|n| Delivery::from(MessageId(n))));
         assert!(p.acks_since.is_some());
         assert_eq!(p.take_acks().len(), 100);
         assert!(p.acks_since.is_some());

@@ -39,7 +39,9 @@ pub mod reply;
 pub use client::{Client, ClientBuilder};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
 pub use error::{Error, ErrorCode};
-pub use message::{Backoff, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status};
+pub use message::{
+    Backoff, Delivery, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status,
+};
 pub use reply::{
     AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, NackOutcome, NackResult, Polled,
     PrefixCancelled, Pushed,

@@ -262,6 +262,12 @@ pub struct Repeat {
     /// Epoch milliseconds: no occurrence due after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<u64>,
+    /// What occurrences missed while the series fell behind come to:
+    /// `"one"` (the server's default: one late catch-up, then the first
+    /// time in the future), `"all"` (each, back to back) or `"skip"`
+    /// (none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<String>,
 }
 
 impl Repeat {
@@ -272,6 +278,7 @@ impl Repeat {
             tz: None,
             times: None,
             until: None,
+            misfire: None,
         }
     }
 
@@ -282,6 +289,7 @@ impl Repeat {
             tz: None,
             times: None,
             until: None,
+            misfire: None,
         }
     }
 
@@ -300,6 +308,12 @@ impl Repeat {
     /// No occurrence due after this time.
     pub fn until(mut self, end: SystemTime) -> Self {
         self.until = Some(epoch_ms(end));
+        self
+    }
+
+    /// The misfire policy: `"one"`, `"all"` or `"skip"`.
+    pub fn misfire(mut self, policy: impl Into<String>) -> Self {
+        self.misfire = Some(policy.into());
         self
     }
 }
@@ -349,6 +363,51 @@ pub struct Message {
     /// Deliveries so far, this one included.
     #[serde(default)]
     pub attempts: u32,
+    /// The receipt naming this delivery: acks and nacks that carry it
+    /// apply to this delivery alone (one that outlived its ttl, the message
+    /// handed to another consumer since, is refused as `stale_delivery`).
+    #[serde(default)]
+    pub receipt: Option<String>,
+}
+
+impl Message {
+    /// This delivery, to ack or nack with its receipt.
+    pub fn delivery(&self) -> Delivery {
+        Delivery {
+            id: self.id,
+            receipt: self.receipt.clone(),
+        }
+    }
+}
+
+/// One delivery of a message, as acks and nacks name it: the message's id
+/// and the receipt it was handed out with (without one, an ack or nack
+/// applies to whatever delivery of the message is current).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Delivery {
+    pub id: MessageId,
+    pub receipt: Option<String>,
+}
+
+impl From<MessageId> for Delivery {
+    fn from(id: MessageId) -> Self {
+        Delivery { id, receipt: None }
+    }
+}
+
+impl Serialize for Delivery {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.receipt {
+            None => self.id.serialize(s),
+            Some(r) => {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("id", &self.id)?;
+                m.serialize_entry("receipt", r)?;
+                m.end()
+            }
+        }
+    }
 }
 
 /// Milliseconds of a duration, saturating.

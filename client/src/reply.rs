@@ -47,6 +47,9 @@ pub enum AckOutcome {
     /// Not handed out: not delivered yet, its ack deadline passed, or it
     /// ended otherwise (see the result's `status`).
     NotInFlight,
+    /// The receipt names another delivery than the current one: nothing
+    /// changed (see the result's `status`).
+    StaleDelivery,
     NotFound,
     #[serde(other)]
     Unknown,
@@ -79,6 +82,8 @@ pub enum NackOutcome {
     /// A recurring series cancelled while this occurrence was handed out.
     Deleted,
     NotInFlight,
+    /// The receipt names an earlier delivery: nothing changed.
+    StaleDelivery,
     NotFound,
     #[serde(other)]
     Unknown,
