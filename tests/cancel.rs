@@ -212,7 +212,7 @@ async fn cancel_after_delivery(b: Backend) {
         r.assert_ok(),
         &json!({"id": id, "result": "already_consumed"})
     );
-    assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
+    env.wait_status(&id, status::CONSUMED).await;
 }
 
 async fn cancel_unknown_or_malformed_id(b: Backend) {

@@ -137,8 +137,10 @@ async fn rabbitmq_gets_every_message_across_a_broker_restart() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     rabbit.kill();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    rabbit.restart();
+    // Counted from the restart's start: the forwarder may reconnect the
+    // moment the port answers, before the broker's start-up check returns.
     let back = now_ms();
+    rabbit.restart();
     wait_consumed(&env, &pushed, Duration::from_secs(90)).await;
 
     // Everything confirmed is in the durable queue.

@@ -380,6 +380,7 @@ const RECONCILE_KEYS: &[&str] = &[
     "finishedInJournal",
     "unknown",
     "statusMismatch",
+    "unjournaled",
     "graceMs",
     "startedAt",
     "elapsedMs",

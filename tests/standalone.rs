@@ -156,10 +156,7 @@ async fn background_journal_writes_run_at_a_lower_priority(b: Backend) {
     let id = env.push(json!({"topic": "nice", "body": "x"})).await;
     assert_eq!(env.receive_one("nice").await.id(), id);
     env.ack(&id).await.assert_ok();
-    assert_eq!(
-        env.journal.row(&id).unwrap().status,
-        common::status::CONSUMED
-    );
+    env.wait_status(&id, common::status::CONSUMED).await;
 }
 
 backend_tests!(

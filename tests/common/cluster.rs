@@ -168,9 +168,26 @@ pub struct ClusterBuilder {
     session_ms: u64,
     zk_servers: usize,
     extra_args: Vec<String>,
+    /// (node, offset): nodes whose wall clock runs off.
+    skews: Vec<(usize, String)>,
+    /// Environment variables of every node's process.
+    envs: Vec<(String, String)>,
 }
 
 impl ClusterBuilder {
+    /// Node `i` runs with its wall clock `offset` off (`+5s`, `-5s`; see
+    /// [`Cluster::skew_clock`]).
+    pub fn skew_clock(mut self, i: usize, offset: &str) -> Self {
+        self.skews.push((i, offset.to_string()));
+        self
+    }
+
+    /// An environment variable of every node's process.
+    pub fn env_all(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// One more argument for every node's `delayq serve`.
     pub fn arg(mut self, a: &str) -> Self {
         self.extra_args.push(a.to_string());
@@ -248,10 +265,17 @@ impl ClusterBuilder {
                 .chain(self.extra_args.iter().cloned())
                 .collect(),
                 log_dir: c.dir.path().to_path_buf(),
+                env: Vec::new(),
             };
             c.configs.push(cfg);
             c.restarts.push(0);
             c.nodes.push(None);
+            for (_, offset) in self.skews.iter().filter(|(n, _)| *n == i) {
+                c.skew_clock(i, offset);
+            }
+            for (k, v) in &self.envs {
+                c.set_env(i, k, v);
+            }
             c.start_node(i).await;
         }
         c
@@ -293,6 +317,8 @@ impl Cluster {
             session_ms: 3_000,
             zk_servers: 3,
             extra_args: Vec::new(),
+            skews: Vec::new(),
+            envs: Vec::new(),
         }
     }
 
@@ -308,6 +334,43 @@ impl Cluster {
         self.restarts[i] += 1;
         let generation = 100 * (i + 1) + self.restarts[i];
         self.nodes[i] = Some(Server::start(&self.configs[i], generation).await);
+    }
+
+    /// Another process with node `i`'s settings (its node id too) on a
+    /// port of its own, as a second copy started by mistake would be.
+    pub async fn start_twin(&self, i: usize) -> Server {
+        Server::start(&self.configs[i], 900 + i).await
+    }
+
+    /// Node `i` reaches Redis at `url` from its next start on (through a
+    /// [`super::proxy::Proxy`], say).
+    pub fn set_redis_url(&mut self, i: usize, url: &str) {
+        self.configs[i].redis_url = url.to_string();
+    }
+
+    /// Sets an environment variable of node `i`'s process, from its next
+    /// start on.
+    pub fn set_env(&mut self, i: usize, key: &str, value: &str) {
+        self.configs[i].env.retain(|(k, _)| k != key);
+        self.configs[i]
+            .env
+            .push((key.to_string(), value.to_string()));
+    }
+
+    /// Node `i`'s process runs with its wall clock `offset` off
+    /// (libfaketime, realtime only: its monotonic clock runs true), from
+    /// its next start on.
+    pub fn skew_clock(&mut self, i: usize, offset: &str) {
+        let lib = [
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+            "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libfaketime is installed (scripts/test installs the faketime package)");
+        self.set_env(i, "LD_PRELOAD", lib);
+        self.set_env(i, "FAKETIME", offset);
+        self.set_env(i, "FAKETIME_DONT_FAKE_MONOTONIC", "1");
     }
 
     pub fn node(&self, i: usize) -> &Server {

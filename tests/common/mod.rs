@@ -17,6 +17,7 @@ pub mod brokers;
 pub mod browser;
 pub mod cluster;
 pub mod mariadb;
+pub mod proxy;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -441,6 +442,8 @@ pub struct ServerConfig {
     pub key_prefix: String,
     pub extra_args: Vec<String>,
     pub log_dir: PathBuf,
+    /// Environment variables of this server's process alone.
+    pub env: Vec<(String, String)>,
 }
 
 /// A `delayq serve` child process.
@@ -484,6 +487,7 @@ impl Server {
             let child = cmd
                 .args(&cfg.extra_args)
                 .env("RUST_LOG", "info,delayq=debug")
+                .envs(cfg.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(file.try_clone().unwrap())
                 .stderr(file)
@@ -678,6 +682,7 @@ impl EnvBuilder {
             key_prefix: prefix.clone(),
             extra_args: self.extra_args,
             log_dir: dir.path().to_path_buf(),
+            env: Vec::new(),
         };
         let server = Server::start(&config, 1).await;
         let http = reqwest::Client::builder()
@@ -859,11 +864,45 @@ impl Env {
     }
 
     /// `GET /messages/{id}`, expecting 200.
+    /// Waits (up to 5 s) until Redis keeps no end for the journal (every
+    /// ack and cancel answered so far is journaled, and Redis was told).
+    pub async fn wait_journaled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left: i64 = (0..SHARDS)
+                .map(|s| {
+                    redis::cmd("HLEN")
+                        .arg(self.keys.unjournaled(s))
+                        .query::<i64>(&mut self.redis.con())
+                        .unwrap()
+                })
+                .sum();
+            if left == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{left} ends never journaled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `GET /messages/{id}`, with the server's read or admin token when it
+    /// has one.
     pub async fn message(&self, id: &str) -> Value {
-        self.get_path(&format!("/messages/{id}"))
-            .await
-            .assert_ok()
-            .clone()
+        let mut req = self.http.get(self.url(&format!("/messages/{id}")));
+        if let Some(token) = self.reader_token() {
+            req = req.bearer_auth(token);
+        }
+        self.send(req).await.assert_ok().clone()
+    }
+
+    /// The token the server's body-reading routes take, if it has one.
+    pub fn reader_token(&self) -> Option<String> {
+        let args = &self.config.extra_args;
+        ["--read-token", "--admin-token"].iter().find_map(|flag| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1).cloned())
+        })
     }
 
     /// Status names of the message's history, as `GET /messages/{id}` shows it.

@@ -1,0 +1,819 @@
+//! delayq's promises at the edges a production cluster meets, each against
+//! real processes: a node whose wall clock is off, a ZooKeeper ensemble
+//! rebuilt under a running Redis (its zxids start again below the stored
+//! epochs), a node started with another shard count, and an ack whose
+//! journal write was lost with a crash.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster;
+use common::{now_ms, status, Backend, Env, SHARDS};
+use delayq::with_conn;
+use diesel::connection::SimpleConnection;
+use serde_json::{json, Value};
+
+/// The shards `GET /admin/cluster` (its answer `v`) says its node scans.
+fn scanned_here(v: &Value) -> Vec<u64> {
+    v["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["scanningHere"] == json!(true))
+        .map(|s| s["shard"].as_u64().unwrap())
+        .collect()
+}
+
+/// The active node's wall clock runs 5 s ahead and the standby's 5 s
+/// behind; messages pushed through the standby with an 8 s delay are
+/// handed out no earlier than 8 s after their push by the test's clock
+/// (Redis's, on this machine), however the nodes' clocks disagree. Each
+/// node reports its offset from Redis's clock.
+#[tokio::test(flavor = "multi_thread")]
+async fn never_early_when_the_nodes_clocks_are_off() {
+    let c = Cluster::builder()
+        .skew_clock(0, "+5s")
+        .skew_clock(1, "-5s")
+        .start()
+        .await;
+    for i in 0..2 {
+        c.wait_ready(i, Duration::from_secs(30)).await;
+    }
+    let leader = c.admin(0).await["leader"].as_str().unwrap().to_string();
+    let standby = 1 - Cluster::index_of(&leader);
+    let messages: Vec<Value> = (0..50)
+        .map(|n| json!({"topic": "skew", "delay": 8_000, "body": format!("{n}")}))
+        .collect();
+    let pushed_at = now_ms();
+    let ids = c.push_batch(standby, messages).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while got.len() < ids.len() && Instant::now() < deadline {
+        for r in c.poll(standby, "skew", 2, 100).await {
+            c.ack(standby, r.id()).await.assert_ok();
+            got.push(r);
+        }
+    }
+    assert_eq!(got.len(), ids.len(), "every message delivered");
+    for r in &got {
+        let due = r.msg["dueTime"].as_i64().unwrap();
+        assert!(
+            due >= pushed_at + 8_000,
+            "due {} ms after the push began: the pushing node's clock made it early",
+            due - pushed_at
+        );
+        assert!(
+            r.at >= pushed_at + 8_000,
+            "handed out {} ms after the push began, before its 8 s delay",
+            r.at - pushed_at
+        );
+        assert!(
+            r.at >= due,
+            "handed out {} ms before its due time",
+            due - r.at
+        );
+    }
+    // Each node knows how far off its clock is.
+    for (i, want) in [(0, -5_000), (1, 5_000)] {
+        let clock = c.admin(i).await["clock"].clone();
+        let off = clock["offsetMs"].as_i64().unwrap();
+        assert!(
+            (want - 1_000..=want + 1_000).contains(&off),
+            "node {i}: {clock}"
+        );
+        assert_eq!(clock["skewed"], json!(true), "node {i}: {clock}");
+        let metrics = c.get(i, "/metrics").await.text;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("delayq_clock_offset_seconds"))
+            .unwrap_or_else(|| panic!("no clock offset in /metrics of node {i}"));
+        let secs: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((secs * 1000.0 - want as f64).abs() < 1_000.0, "{line}");
+    }
+}
+
+/// A ZooKeeper ensemble rebuilt (or restored from an older snapshot) under
+/// a running Redis hands out zxids below the epochs Redis keeps. Modelled
+/// by raising every stored epoch far above any zxid before the node starts:
+/// the owner takes its shards past the stored epochs and delivers; it
+/// stays ready and logs the takeover a few times, not in a loop.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuilt_zookeeper_does_not_stall_the_shards() {
+    let mut c = Cluster::builder().nodes(1).start().await;
+    c.stop(0);
+    let far = 1_000_000_000_000_000i64;
+    {
+        let mut con = c.redis.con();
+        for s in 0..c.keys.shards() {
+            let _: () = redis::cmd("SET")
+                .arg(c.keys.epoch(s))
+                .arg(far)
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+    c.start_node(0).await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    let messages: Vec<Value> = (0..40)
+        .map(|n| json!({"topic": "rebuilt", "delay": 500, "body": format!("{n}")}))
+        .collect();
+    let ids = c.push_batch(0, messages).await;
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(25);
+    while got < ids.len() && Instant::now() < deadline {
+        let list = c.poll(0, "rebuilt", 2, 100).await;
+        for r in &list {
+            c.ack(0, r.id()).await.assert_ok();
+        }
+        got += list.len();
+        let ready = c.get(0, "/ready").await;
+        assert_eq!(ready.status, 200, "the node stays ready: {}", ready.text);
+    }
+    assert_eq!(got, ids.len(), "every message delivered");
+    let admin = c.admin(0).await;
+    for shard in admin["shards"].as_array().unwrap() {
+        assert!(
+            shard["epoch"].as_i64().unwrap() > far,
+            "each shard was taken past the stored epoch: {shard}"
+        );
+        assert_eq!(shard["scanningHere"], json!(true), "{shard}");
+    }
+    let metrics = c.get(0, "/metrics").await.text;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("delayq_shard_scan_refused_total{") && !l.ends_with(" 0")),
+        "refused scans are counted"
+    );
+    let log = std::fs::read_to_string(&c.node(0).log).unwrap();
+    let refused = log.matches("higher epoch for this shard").count();
+    assert!(
+        (1..=3 * c.keys.shards() as usize).contains(&refused),
+        "{refused} lines about refused scans: logged a few times, not in a loop"
+    );
+}
+
+/// The shard count is part of the data set: a node started on it with
+/// another count refuses to start and says what to do; with the right
+/// count it starts and finds every message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_with_another_shard_count_refuses_to_start() {
+    let mut env = Env::start(Backend::Sqlite).await;
+    let messages: Vec<Value> = (0..20)
+        .map(|n| json!({"topic": "shards", "delay": 600_000, "body": format!("{n}")}))
+        .collect();
+    let ids = env.push_batch(messages).await;
+    env.stop_server();
+    let other = (SHARDS * 2).to_string();
+    let log = env.dir.path().join("other-shards.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .arg("serve")
+        .args(["--bind", "127.0.0.1:0"])
+        .args(["--redis-url", &env.config.redis_url])
+        .args(["--database-url", &env.config.database_url])
+        .args(["--key-prefix", &env.config.key_prefix])
+        .args(["--shards", &other])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run delayq serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "started with another shard count ({exit:?}):\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("--shards {SHARDS}"))
+            && stderr.contains(&format!("not {other}"))
+            && stderr.contains("delayq reshard"),
+        "the error names both counts and what to do:\n{stderr}"
+    );
+    env.start_server().await;
+    for id in &ids {
+        let row = env.journal.row(id).unwrap();
+        assert_eq!(row.status, status::DELAYING, "{id}");
+    }
+    let mut con = env.redis.con();
+    let held: i64 = (0..SHARDS)
+        .map(|s| {
+            redis::cmd("ZCARD")
+                .arg(env.keys.delay(s))
+                .query::<i64>(&mut con)
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(held, ids.len() as i64, "every message still scheduled");
+}
+
+/// A consumer acks a message inside its next poll while the journal takes
+/// no writes, and the node is killed before the journal caught up. The
+/// tombstone that kept the message from coming back is then gone (as it
+/// would be once its retention passed). Redis still holds the ack's end
+/// for the journal: the reconciler writes it, and the message is never
+/// delivered again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ack_lost_with_a_crash_does_not_bring_the_message_back() {
+    let mut env = Env::builder(Backend::Sqlite)
+        .arg("--reconcile-interval")
+        .arg("1s")
+        .arg("--reconcile-grace")
+        .arg("1s")
+        .start()
+        .await;
+    let id = env
+        .push(json!({"topic": "revival", "delay": 0, "body": "once"}))
+        .await;
+    let got = env.collect("revival", 1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1);
+    env.wait_status(&id, status::CONSUMING).await;
+
+    // The journal takes no writes: another process holds SQLite's write lock.
+    let mut lock = env.journal.conn();
+    with_conn!(&mut lock, c => c.batch_execute("BEGIN IMMEDIATE")).unwrap();
+    let r = env
+        .post_json(
+            "/get/revival",
+            &json!({"ack": [id.clone()], "count": 1, "timeout": 0}),
+        )
+        .await;
+    assert_eq!(
+        r.assert_ok()["results"][0]["result"],
+        json!("consumed"),
+        "{}",
+        r.text
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.server.kill9();
+    with_conn!(&mut lock, c => c.batch_execute("ROLLBACK")).unwrap();
+    drop(lock);
+    assert_eq!(
+        env.journal.row(&id).unwrap().status,
+        status::CONSUMING,
+        "the journal never heard of the ack"
+    );
+    // The tombstone's retention passes.
+    let shard = env.keys.shard_of(common::parse_id(&id));
+    let _: () = redis::cmd("ZREM")
+        .arg(env.keys.finished(shard))
+        .arg(&id)
+        .query(&mut env.redis.con())
+        .unwrap();
+
+    env.start_server().await;
+    // The reconciler finishes the journal's side (once the killed node's
+    // word that its journal is behind is stale) ...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.journal.row(&id).unwrap().status != status::CONSUMED {
+        assert!(
+            Instant::now() < deadline,
+            "the journal never got the ack's end"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ... and nothing brought the message back.
+    env.assert_nothing("revival", 3).await;
+    let history = env.history_statuses(&id).await;
+    assert_eq!(
+        history.iter().filter(|s| *s == "Consuming").count(),
+        1,
+        "delivered once: {history:?}"
+    );
+}
+
+/// A consumer that stalls past the ttl and comes back late cannot touch
+/// the delivery another consumer holds now: its nack and ack carry the
+/// receipt of its own delivery, which ended, and are refused (409
+/// `stale_delivery`, the message's current status named) with nothing
+/// changed, alone, in a batch, or inside a poll. A third consumer gets
+/// nothing while the second holds the message; the second's ack, with its
+/// receipt, consumes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_consumer_cannot_touch_the_next_delivery() {
+    let env = Env::start(Backend::Sqlite).await;
+    let id = env
+        .push(json!({"topic": "late", "delay": 0, "ttl": 2_000, "body": "m"}))
+        .await;
+    let a = env.collect("late", 1, Duration::from_secs(10)).await;
+    let receipt_a = a[0].msg["receipt"].as_str().unwrap().to_string();
+    // A stalls; after the ttl B gets the redelivery.
+    let b = env.collect("late", 1, Duration::from_secs(10)).await;
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].msg["attempts"], json!(2));
+    let receipt_b = b[0].msg["receipt"].as_str().unwrap().to_string();
+    assert_ne!(receipt_a, receipt_b, "each delivery has its own receipt");
+
+    let nack = env
+        .send(
+            env.http
+                .post(env.url(&format!("/nack/{id}?receipt={receipt_a}&delay=0"))),
+        )
+        .await;
+    nack.assert_error(409, "stale_delivery");
+    assert!(nack.text.contains("Consuming"), "{}", nack.text);
+    let ack = env
+        .send(
+            env.http
+                .post(env.url(&format!("/ack/{id}?receipt={receipt_a}"))),
+        )
+        .await;
+    ack.assert_error(409, "stale_delivery");
+    let batch = env
+        .post_json("/ack", &json!({"ids": [{"id": id, "receipt": receipt_a}]}))
+        .await;
+    let batch = batch.assert_ok().clone();
+    assert_eq!(batch["acked"], json!(0), "{batch}");
+    assert_eq!(
+        batch["results"][0]["result"],
+        json!("stale_delivery"),
+        "{batch}"
+    );
+    assert_eq!(batch["results"][0]["status"], json!("Consuming"), "{batch}");
+    let in_poll = env
+        .post_json(
+            "/get/late",
+            &json!({"ack": [{"id": id, "receipt": receipt_a}], "count": 1, "timeout": 0}),
+        )
+        .await;
+    let in_poll = in_poll.assert_ok().clone();
+    assert_eq!(
+        in_poll["results"][0]["result"],
+        json!("stale_delivery"),
+        "{in_poll}"
+    );
+    // C gets nothing: B still holds it.
+    assert_eq!(in_poll["messages"], json!([]), "{in_poll}");
+    env.assert_nothing("late", 0).await;
+    assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMING);
+
+    let ack = env
+        .send(
+            env.http
+                .post(env.url(&format!("/ack/{id}?receipt={receipt_b}"))),
+        )
+        .await;
+    assert_eq!(ack.assert_ok()["status"], json!("Consumed"));
+    env.assert_nothing("late", 1).await;
+    let history = env.history_statuses(&id).await;
+    assert_eq!(
+        history.iter().filter(|s| *s == "Consuming").count(),
+        2,
+        "{history:?}"
+    );
+
+    // A receipt that is not one is a 400 and changes nothing.
+    env.send(env.http.post(env.url(&format!("/ack/{id}?receipt=x-1"))))
+        .await
+        .assert_error(400, "invalid_receipt");
+}
+
+/// One rule for a late ack: once a delivery's ack deadline passed, its
+/// consumer may still ack it with its receipt as long as no later delivery
+/// was handed out, whether the message waits ready again or scheduled
+/// again by its retry policy. Both are consumed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_ack_of_the_last_delivery_is_taken_ready_or_delaying() {
+    let env = Env::start(Backend::Sqlite).await;
+    let ready = env
+        .push(json!({"topic": "late1", "delay": 0, "ttl": 300, "body": "r"}))
+        .await;
+    let delaying = env
+        .push(
+            json!({"topic": "late2", "delay": 0, "ttl": 300, "body": "d",
+                     "retry": {"backoff": "fixed", "delay": 60_000}}),
+        )
+        .await;
+    let r = env.collect("late1", 1, Duration::from_secs(10)).await;
+    let d = env.collect("late2", 1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    env.wait_status(&ready, status::READY).await;
+    env.wait_status(&delaying, status::DELAYING).await;
+    for (id, got) in [(&ready, &r), (&delaying, &d)] {
+        let receipt = got[0].msg["receipt"].as_str().unwrap();
+        let ack = env
+            .send(
+                env.http
+                    .post(env.url(&format!("/ack/{id}?receipt={receipt}"))),
+            )
+            .await;
+        assert_eq!(ack.assert_ok()["status"], json!("Consumed"), "{}", ack.text);
+        env.wait_status(id, status::CONSUMED).await;
+    }
+    env.assert_nothing("late1", 1).await;
+}
+
+/// A repair trusts the journal's live rows: while a node's journal is
+/// behind Redis (here: its database takes no write, an ack waits to be
+/// journaled), `GET /admin/reconcile?repair=true` and `delayq reconcile
+/// --repair` are refused (409 `journal_behind`, naming the node) and
+/// change nothing; a report without repair still runs. Once the journal
+/// caught up, the repair runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn manual_repairs_wait_for_a_journal_that_is_behind() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--reconcile-interval")
+        .arg("0")
+        .start()
+        .await;
+    let id = env
+        .push(json!({"topic": "behind", "delay": 0, "body": "b"}))
+        .await;
+    env.collect("behind", 1, Duration::from_secs(10)).await;
+    env.wait_status(&id, status::CONSUMING).await;
+    let mut lock = env.journal.conn();
+    with_conn!(&mut lock, c => c.batch_execute("BEGIN IMMEDIATE")).unwrap();
+    let r = env
+        .post_json(
+            "/get/behind",
+            &json!({"ack": [id.clone()], "count": 1, "timeout": 0}),
+        )
+        .await;
+    r.assert_ok();
+    // The node says within a few seconds that its journal is behind.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let refused = loop {
+        let r = env.get_path("/admin/reconcile?repair=true").await;
+        if r.status == 409 {
+            break r;
+        }
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(Instant::now() < deadline, "a repair was never refused");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    refused.assert_error(409, "journal_behind");
+    assert!(refused.text.contains("test-node-1"), "{}", refused.text);
+    let tool = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args(["reconcile", "--repair"])
+        .args(["--redis-url", &env.config.redis_url])
+        .args(["--database-url", &env.config.database_url])
+        .args(["--key-prefix", &env.config.key_prefix])
+        .args(["--shards", &SHARDS.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        !tool.status.success(),
+        "the command-line repair ran: {}",
+        String::from_utf8_lossy(&tool.stdout)
+    );
+    assert!(String::from_utf8_lossy(&tool.stderr).contains("behind"));
+    with_conn!(&mut lock, c => c.batch_execute("ROLLBACK")).unwrap();
+    drop(lock);
+    env.wait_status(&id, status::CONSUMED).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = env.get_path("/admin/reconcile?repair=true").await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {}", r.text);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A recurring series that fell behind (its consumer away for several
+/// intervals) goes on by its misfire policy: `one` (the default) delivers
+/// the waiting occurrence once, late, then goes on at the first time in
+/// the future; `all` delivers every missed occurrence back to back; `skip`
+/// delivers none of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_series_that_fell_behind_follows_its_misfire_policy() {
+    let env = Env::start(Backend::Sqlite).await;
+    let push = |topic: &str, misfire: Option<&str>| {
+        let mut repeat = json!({"every": 1_000});
+        if let Some(m) = misfire {
+            repeat["misfire"] = json!(m);
+        }
+        json!({"topic": topic, "delay": 0, "body": "tick", "repeat": repeat})
+    };
+    let t0 = now_ms();
+    let one = env.push(push("mf-one", None)).await;
+    let all = env.push(push("mf-all", Some("all"))).await;
+    let skip = env.push(push("mf-skip", Some("skip"))).await;
+    // The consumers take the first occurrence and come back 3.5 s later.
+    let first_one = env.collect("mf-one", 1, Duration::from_secs(5)).await;
+    let first_all = env.collect("mf-all", 1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let acked_at = now_ms();
+    for (id, got) in [(&one, &first_one), (&all, &first_all)] {
+        let receipt = got[0].msg["receipt"].as_str().unwrap();
+        let r = env
+            .send(
+                env.http
+                    .post(env.url(&format!("/ack/{id}?receipt={receipt}"))),
+            )
+            .await;
+        let next = r.assert_ok()["nextOccurrence"].clone();
+        assert_eq!(next["number"], json!(2), "{}", r.text);
+        let due = next["dueTime"].as_i64().unwrap();
+        if *id == one {
+            assert!(
+                due > acked_at,
+                "one: goes on in the future, got {}",
+                due - acked_at
+            );
+            assert_eq!(
+                (due - t0) % 1_000,
+                (got[0].msg["dueTime"].as_i64().unwrap() - t0) % 1_000,
+                "on the schedule"
+            );
+        } else {
+            assert!(due < acked_at, "all: the missed occurrence comes next");
+        }
+    }
+    // skip: the first occurrence waited 3.5 s unclaimed: it is missed and
+    // never handed out; the next one handed out is due in the future of
+    // that moment.
+    let polled_at = now_ms();
+    let got = env.collect("mf-skip", 1, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), 1);
+    let occ = &got[0].msg["occurrence"];
+    assert_eq!(occ["number"], json!(2), "{}", got[0].msg);
+    assert!(
+        occ["dueTime"].as_i64().unwrap() >= polled_at,
+        "{}",
+        got[0].msg
+    );
+    env.wait_status(&skip, status::CONSUMING).await;
+    let history = env.history_statuses(&skip).await;
+    assert_eq!(
+        history.iter().filter(|s| *s == "Consuming").count(),
+        1,
+        "the missed occurrence was never handed out: {history:?}"
+    );
+}
+
+/// A node that reaches ZooKeeper but not Redis scans nothing; it must not
+/// keep its shards from the others. Node 0 reaches Redis through a proxy
+/// that is cut: within about the session timeout it leaves the membership,
+/// node 1 takes every shard and delivers everything pushed meanwhile;
+/// healed, node 0 rejoins.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_cannot_reach_redis_gives_up_its_shards() {
+    let mut c = Cluster::builder().mode("multi-active").start().await;
+    let proxy = common::proxy::Proxy::start(c.redis.port);
+    c.stop(0);
+    c.set_redis_url(0, &format!("redis://127.0.0.1:{}/0", proxy.port));
+    c.start_node(0).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scanned_here(&c.admin(0).await).is_empty() {
+        assert!(Instant::now() < deadline, "node 0 never took a shard");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    proxy.cut();
+    let cut_at = Instant::now();
+    let messages: Vec<Value> = (0..40)
+        .map(|n| json!({"topic": "partition", "delay": 500, "body": format!("{n}")}))
+        .collect();
+    let ids = c.push_batch(1, messages).await;
+    let mut got = std::collections::HashSet::new();
+    let deadline = Instant::now() + c.session() + Duration::from_secs(20);
+    while got.len() < ids.len() && Instant::now() < deadline {
+        for r in c.poll(1, "partition", 2, 100).await {
+            c.ack(1, r.id()).await.assert_ok();
+            got.insert(r.id().to_string());
+        }
+    }
+    assert_eq!(
+        got.len(),
+        ids.len(),
+        "every message delivered by node 1; node 0:\n{}\nnode 1:\n{}",
+        c.node(0).log_tail(40),
+        c.node(1).log_tail(40)
+    );
+    eprintln!(
+        "node 0 cut off from Redis: all delivered {:?} after the cut",
+        cut_at.elapsed()
+    );
+    assert_eq!(
+        scanned_here(&c.admin(1).await).len(),
+        c.keys.shards() as usize,
+        "node 1 scans every shard"
+    );
+    proxy.heal();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let nodes = c.admin(1).await["nodes"].clone();
+        if nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["id"] == json!("node-0"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 0 never rejoined: {nodes}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A hand-off whose owner-node delete fails once (a ZooKeeper error at that
+/// moment) is retried, so the shard is not orphaned: its new owner takes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_owner_delete_in_a_hand_off_does_not_orphan_the_shard() {
+    let mut c = Cluster::builder().mode("multi-active").start().await;
+    c.stop(0);
+    c.set_env(0, "DELAYQ_FAULTS", "zk_delete_owner_fails");
+    c.start_node(0).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shard = loop {
+        if let Some(&s) = scanned_here(&c.admin(0).await).first() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "node 0 never took a shard");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    c.post(
+        0,
+        &format!("/admin/shards/{shard}/move?to=node-1"),
+        &json!({}),
+    )
+    .await
+    .assert_ok();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !scanned_here(&c.admin(1).await).contains(&shard) {
+        assert!(
+            Instant::now() < deadline,
+            "shard {shard} orphaned after a failed delete; node 0:\n{}",
+            c.node(0).log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = std::fs::read_to_string(&c.node(0).log).unwrap();
+    assert!(
+        log.contains("cannot delete the shard's owner node; trying again"),
+        "the delete failed once"
+    );
+}
+
+/// A second process started under a live node's id (or a restart before
+/// the old session expired) never deletes the live session's registration
+/// or owner nodes: it waits, and the live node keeps its shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_process_with_the_same_node_id_waits() {
+    let c = Cluster::builder().nodes(1).start().await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    let all = c.keys.shards() as usize;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scanned_here(&c.admin(0).await).len() < all {
+        assert!(Instant::now() < deadline, "node 0 never took every shard");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // node-0 pauses (shorter than its session); a twin starts meanwhile.
+    c.node(0).signal("STOP");
+    let twin = c.start_twin(0).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    c.node(0).signal("CONT");
+    tokio::time::sleep(c.session() + Duration::from_secs(2)).await;
+    let admin = c.admin(0).await;
+    assert_eq!(admin["session"], json!("connected"), "{admin}");
+    assert_eq!(
+        scanned_here(&admin).len(),
+        all,
+        "the live node kept its shards: {admin}"
+    );
+    let twin_admin = c
+        .send(
+            c.http
+                .get(format!("http://127.0.0.1:{}/admin/cluster", twin.port)),
+        )
+        .await;
+    assert!(
+        scanned_here(&twin_admin.json).is_empty(),
+        "the twin took nothing: {}",
+        twin_admin.text
+    );
+    let ready = c
+        .send(c.http.get(format!("http://127.0.0.1:{}/ready", twin.port)))
+        .await;
+    assert_eq!(ready.status, 503, "the twin is not ready: {}", ready.text);
+    let log = std::fs::read_to_string(&twin.log).unwrap();
+    assert!(log.contains("another session holds this node id's registration"));
+}
+
+/// `delayq reshard --shards N` moves a stopped deployment's data set to N
+/// shards: messages scheduled, ready and in flight each keep their place
+/// and score (so their due times and ack deadlines), tombstones move with
+/// them, and the journal is untouched. A run stopped midway is finished by
+/// running it again; nodes refuse to start meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn reshard_moves_every_message_to_its_new_shard() {
+    let mut env = Env::start(Backend::Sqlite).await;
+    let push = |topic: &str, n: usize, delay: i64| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"topic": topic, "delay": delay, "ttl": 60_000, "body": format!("{i}")}))
+            .collect()
+    };
+    let pushed_at = now_ms();
+    let delaying = env.push_batch(push("rs-later", 30, 5_000)).await;
+    let ready = env.push_batch(push("rs-ready", 10, 0)).await;
+    let flying = env.push_batch(push("rs-flight", 10, 0)).await;
+    let acked = env
+        .push(json!({"topic": "rs-acked", "delay": 0, "body": "done"}))
+        .await;
+    for id in &ready {
+        env.wait_status(id, status::READY).await;
+    }
+    let held = env
+        .collect("rs-flight", flying.len(), Duration::from_secs(10))
+        .await;
+    assert_eq!(held.len(), flying.len());
+    let done = env.collect("rs-acked", 1, Duration::from_secs(10)).await;
+    env.ack(done[0].id()).await.assert_ok();
+    env.wait_status(&acked, status::CONSUMED).await;
+    env.stop_server();
+    let journal_before = env.journal.counts();
+
+    let reshard = |faults: &str| {
+        Command::new(env!("CARGO_BIN_EXE_delayq"))
+            .args(["reshard", "--shards", "8", "--page", "7"])
+            .args(["--redis-url", &env.config.redis_url])
+            .args(["--key-prefix", &env.config.key_prefix])
+            .env("DELAYQ_FAULTS", faults)
+            .output()
+            .unwrap()
+    };
+    let stopped = reshard("reshard_stops");
+    assert!(!stopped.status.success(), "the injected fault stops it");
+    let marker: Option<String> = redis::cmd("GET")
+        .arg(format!("{{{}}}:resharding", env.config.key_prefix))
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert_eq!(marker.as_deref(), Some("4>8"));
+    let out = reshard("");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["from"], json!(4));
+    assert_eq!(report["to"], json!(8));
+    assert_eq!(report["resumed"], json!(true));
+    assert_eq!(
+        env.journal.counts(),
+        journal_before,
+        "the journal is untouched"
+    );
+
+    env.config
+        .extra_args
+        .extend(["--shards".to_string(), "8".to_string()]);
+    env.keys = delayq::redis::keys::Keys::new(&env.config.key_prefix, 8);
+    env.start_server().await;
+    // Each message sits in its shard under the new count.
+    let mut con = env.redis.con();
+    for id in delaying.iter().chain(&ready).chain(&flying) {
+        let shard = env.keys.shard_of(common::parse_id(id));
+        let here: bool = redis::cmd("HEXISTS")
+            .arg(env.keys.messages(shard))
+            .arg(id)
+            .query(&mut con)
+            .unwrap();
+        assert!(here, "{id} is not in shard {shard} of 8");
+    }
+    // In flight: still held, acked with the receipts handed out before.
+    for r in &held {
+        let receipt = r.msg["receipt"].as_str().unwrap();
+        let a = env
+            .send(
+                env.http
+                    .post(env.url(&format!("/ack/{}?receipt={receipt}", r.id()))),
+            )
+            .await;
+        assert_eq!(a.assert_ok()["status"], "Consumed", "{}", a.text);
+    }
+    // Ready: delivered at once; scheduled: when due, never early.
+    let got = env
+        .collect("rs-ready", ready.len(), Duration::from_secs(10))
+        .await;
+    assert_eq!(got.len(), ready.len());
+    let later = env
+        .collect("rs-later", delaying.len(), Duration::from_secs(20))
+        .await;
+    assert_eq!(later.len(), delaying.len());
+    for r in &later {
+        assert!(
+            r.at >= pushed_at + 5_000,
+            "early by {} ms",
+            pushed_at + 5_000 - r.at
+        );
+    }
+    // The acked message's tombstone moved too: a restore does not bring it back.
+    let r = env.get_path("/reStore?expire=true").await;
+    r.assert_ok();
+    env.assert_nothing("rs-acked", 1).await;
+    env.assert_nothing("rs-flight", 1).await;
+}
