@@ -185,6 +185,9 @@ ensure_brokers() { ensure_apt_packages rabbitmq-server nats-server; }
 # Chromium and chromedriver: tests/ui.rs drives the dashboard in a headless
 # browser over WebDriver.
 ensure_chromium() { ensure_apt_packages chromium chromium-driver; }
+# libfaketime: tests/clock.rs runs a node whose wall clock is off by seconds
+# (LD_PRELOAD on that process alone).
+ensure_faketime() { ensure_apt_packages faketime; }
 
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
 # runs and one of its command-line arguments matches the extended regular

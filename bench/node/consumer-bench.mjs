@@ -16,6 +16,7 @@
 // instant 3 s + count/5 ms after the push starts. Lateness = receive time minus
 // the message's dueTime.
 import http from 'node:http';
+import { requester } from './http.mjs';
 
 const args = Object.fromEntries(
   process.argv.slice(3).map((a) => {
@@ -35,38 +36,7 @@ const ackMode = args.ack ?? 'batch';
 const agent = new http.Agent({ keepAlive: true, maxSockets: loops + 8 });
 const topic = `node-${scenario}-${Date.now()}`;
 
-function request(method, path, body) {
-  return new Promise((resolve, reject) => {
-    const data = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request(
-      {
-        host: base.hostname,
-        port: base.port,
-        method,
-        path,
-        agent,
-        headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {},
-        timeout: 30000,
-      },
-      (res) => {
-        const chunks = [];
-        res.on('data', (c) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          try {
-            resolve({ status: res.statusCode, body: JSON.parse(text) });
-          } catch (e) {
-            reject(new Error(`${method} ${path}: ${res.statusCode} ${text.slice(0, 200)}`));
-          }
-        });
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timeout`)));
-    req.on('error', reject);
-    if (data) req.write(data);
-    req.end();
-  });
-}
+const request = requester(base, agent);
 
 const first = new Map(); // id -> { due, at }
 let duplicates = 0;

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
+/// One delivery as an ack names it (the message's id and receipt).
+use delayq_client::Delivery as Handout;
 use delayq_client::{Client, Message, MessageId, NewMessage};
 use futures::{stream, StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -921,7 +923,7 @@ async fn consume(state: Arc<ConsumerState>, consumer: usize) {
                     };
                     let state = Arc::clone(&state);
                     tokio::spawn(async move {
-                        if let Err(err) = state.api.ack(message.id, consumer).await {
+                        if let Err(err) = state.api.ack(&message, consumer).await {
                             if state.ack_errors.fetch_add(1, Ordering::Relaxed) < 5 {
                                 eprintln!("  ack {}: {err:#}", message.id);
                             }
@@ -943,7 +945,7 @@ async fn consume(state: Arc<ConsumerState>, consumer: usize) {
 /// One consumer that acks each batch in the request polling for the next one; the last
 /// batch is acked with `POST /ack` when it stops.
 async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
-    let mut to_ack: Vec<MessageId> = Vec::new();
+    let mut to_ack: Vec<Handout> = Vec::new();
     while !state.stop.load(Ordering::Relaxed) {
         match state
             .api
@@ -953,7 +955,7 @@ async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
             Ok((received_ms, messages, refused)) => {
                 state.record(received_ms, &messages);
                 state.count_ack_errors(refused);
-                to_ack = messages.into_iter().map(|m| m.id).collect();
+                to_ack = messages.iter().map(Message::delivery).collect();
             }
             Err(err) => {
                 if state.poll_errors.fetch_add(1, Ordering::Relaxed) < 5 {
@@ -1039,7 +1041,7 @@ impl Api {
         &self,
         topic: &str,
         consumer: usize,
-        ack: &[MessageId],
+        ack: &[Handout],
     ) -> Result<(f64, Vec<Message>, u64)> {
         let polled = self
             .consumer(consumer)
@@ -1049,7 +1051,7 @@ impl Api {
     }
 
     /// `POST /ack` with many ids; returns how many were refused.
-    async fn ack_batch(&self, ids: &[MessageId], consumer: usize) -> Result<u64> {
+    async fn ack_batch(&self, ids: &[Handout], consumer: usize) -> Result<u64> {
         Ok(refused(&self.consumer(consumer).ack(ids).await?))
     }
 
@@ -1057,8 +1059,12 @@ impl Api {
         &self.consumers[consumer % self.consumers.len()]
     }
 
-    async fn ack(&self, id: MessageId, consumer: usize) -> Result<()> {
-        Ok(self.consumer(consumer).ack_one(id).await?)
+    /// `POST /ack/{id}` with the delivery's receipt.
+    async fn ack(&self, message: &Message, consumer: usize) -> Result<()> {
+        Ok(self
+            .consumer(consumer)
+            .ack_delivery(&message.delivery())
+            .await?)
     }
 
     /// Cancels a message (`GET /delete`); returns the server's `result`.
