@@ -41,7 +41,7 @@ async fn never_early_when_the_nodes_clocks_are_off() {
     for i in 0..2 {
         c.wait_ready(i, Duration::from_secs(30)).await;
     }
-    let leader = c.admin(0).await["leader"].as_str().unwrap().to_string();
+    let leader = c.wait_leader(0, Duration::from_secs(30)).await;
     let standby = 1 - Cluster::index_of(&leader);
     let messages: Vec<Value> = (0..50)
         .map(|n| json!({"topic": "skew", "delay": 8_000, "body": format!("{n}")}))

@@ -472,7 +472,6 @@ impl Cluster {
             .await
     }
 
-    /// `GET /admin/cluster` of node `i`.
     /// Waits until `GET /ready` of node `i` answers 200 (a member in good
     /// standing, with a worker id).
     pub async fn wait_ready(&self, i: usize, within: Duration) {
@@ -491,6 +490,23 @@ impl Cluster {
         }
     }
 
+    /// Waits until node `i` names the leader (a node is ready before it
+    /// has seen the election); returns the leader's id.
+    pub async fn wait_leader(&self, i: usize, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(l) = self.admin(i).await["leader"].as_str() {
+                return l.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {i} saw no leader within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `GET /admin/cluster` of node `i`.
     pub async fn admin(&self, i: usize) -> Value {
         self.get(i, "/admin/cluster").await.assert_ok().clone()
     }
