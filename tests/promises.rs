@@ -658,6 +658,29 @@ async fn a_failed_owner_delete_in_a_hand_off_does_not_orphan_the_shard() {
     );
 }
 
+/// The ZooKeeper servers grant at most 40 ticks of session (`cluster/zk`),
+/// whatever a node asks for: a node asking for 30 s of an ensemble ticking
+/// every 100 ms gets 4 s, and its scan permit is a third of those 4 s, not of the 30 s
+/// it asked for (a permit longer than the session would let a frozen node
+/// scan on after its session expired and its shards moved).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_permit_follows_the_granted_session_timeout() {
+    let c = Cluster::builder()
+        .nodes(1)
+        .zk_tick_ms(100)
+        .session_ms(30_000)
+        .start()
+        .await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    let a = c.admin(0).await;
+    assert_eq!(a["sessionTimeoutMs"], json!(4_000), "granted: {a}");
+    let permit = a["permitMs"].as_u64().unwrap_or_else(|| panic!("{a}"));
+    assert!(
+        (1_000..=4_000 / 3).contains(&permit),
+        "a permit of {permit} ms outlasts a third of the granted 4 s session"
+    );
+}
+
 /// A second process started under a live node's id (or a restart before
 /// the old session expired) never deletes the live session's registration
 /// or owner nodes: it waits, and the live node keeps its shards.

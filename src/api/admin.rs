@@ -84,6 +84,8 @@ pub(super) async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiEr
         session: view.session,
         leader: view.leader,
         worker_id: view.worker_id,
+        session_timeout_ms: view.session_timeout_ms,
+        permit_ms: view.permit_ms,
         nodes: view.nodes,
         shards,
         clock: crate::clock::view(),

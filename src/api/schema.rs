@@ -551,6 +551,12 @@ pub struct ClusterReply {
     pub leader: Option<String>,
     pub in_good_standing: bool,
     pub worker_id: Option<u16>,
+    /// The ZooKeeper session timeout the servers granted (ms); null
+    /// standalone.
+    pub session_timeout_ms: Option<u64>,
+    /// How long a confirmed session lets this node scan (ms): a third of
+    /// the granted timeout.
+    pub permit_ms: Option<u64>,
     pub nodes: Vec<Member>,
     pub shards: Vec<ShardView>,
     /// This node's wall clock against the cluster's (Redis's).

@@ -110,6 +110,13 @@ pub struct View {
     /// The shards this node scans now, with their epochs.
     pub owned: Vec<(u32, i64)>,
     pub worker_id: Option<u16>,
+    /// The session timeout the ZooKeeper servers granted (they clamp what
+    /// was asked for to their own bounds); none standalone.
+    pub session_timeout_ms: Option<u64>,
+    /// How long a confirmed session lets this node scan and issue ids: a
+    /// third of the granted timeout, so it lapses before the session can
+    /// expire.
+    pub permit_ms: Option<u64>,
 }
 
 impl View {
@@ -123,6 +130,8 @@ impl View {
             assignment: vec![None; shards as usize],
             owned: Vec::new(),
             worker_id: None,
+            session_timeout_ms: None,
+            permit_ms: None,
         }
     }
 

@@ -422,9 +422,13 @@ impl Node {
             withdrawn: false,
         };
         self.contend(&mut st);
+        let granted = st.client.session_timeout().as_millis() as u64;
+        let permit = self.valid_for(&st.client).as_millis() as u64;
         self.handle.update(|v| {
             v.session = Session::Connected;
             v.worker_id = Some(worker);
+            v.session_timeout_ms = Some(granted);
+            v.permit_ms = Some(permit);
         });
         tracing::info!(node = %self.me.id, worker, session = ?st.client.session_id(), "joined the cluster");
         Ok(st)

@@ -167,6 +167,8 @@ pub struct ClusterBuilder {
     shards: u32,
     session_ms: u64,
     zk_servers: usize,
+    /// ZooKeeper's tickTime: the servers grant sessions of 2 to 40 ticks.
+    zk_tick_ms: u64,
     extra_args: Vec<String>,
     /// (node, offset): nodes whose wall clock runs off.
     skews: Vec<(usize, String)>,
@@ -204,6 +206,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// ZooKeeper's tickTime (default 500 ms): `cluster/zk` lets the servers
+    /// grant sessions of 2 to 40 ticks, whatever a node asks for.
+    pub fn zk_tick_ms(mut self, ms: u64) -> Self {
+        self.zk_tick_ms = ms;
+        self
+    }
+
     pub fn session_ms(mut self, ms: u64) -> Self {
         self.session_ms = ms;
         self
@@ -219,8 +228,8 @@ impl ClusterBuilder {
             .prefix("delayq-cluster-")
             .tempdir()
             .expect("tempdir");
-        // tickTime 500 ms: sessions from 1 s to 20 s.
-        let zk = ZkEnsemble::start(dir.path(), self.zk_servers, 500);
+        // tickTime 500 ms by default: sessions from 1 s to 20 s.
+        let zk = ZkEnsemble::start(dir.path(), self.zk_servers, self.zk_tick_ms);
         let redis = Redis::start(dir.path());
         let journal = Journal::create(Backend::Mariadb, dir.path());
         let prefix = format!("c{}", random_hex(8));
@@ -316,6 +325,7 @@ impl Cluster {
             shards: 4,
             session_ms: 3_000,
             zk_servers: 3,
+            zk_tick_ms: 500,
             extra_args: Vec::new(),
             skews: Vec::new(),
             envs: Vec::new(),
