@@ -498,9 +498,17 @@ fn check(rec: &Record) -> Vec<String> {
             violations.push(format!("lost: {id} never delivered"));
         }
     }
+    // Each message's deliveries, in the order they were handed out.
+    let mut by_id: HashMap<&str, Vec<&Delivery>> = HashMap::new();
+    for d in &rec.deliveries {
+        by_id.entry(&d.id).or_default().push(d);
+    }
+    for ds in by_id.values_mut() {
+        ds.sort_by_key(|d| d.claimed);
+    }
     // 3. Nothing acked or cancelled with a 200 handed out afterwards.
     for (id, ended) in rec.acked.iter().chain(rec.deleted.iter()) {
-        for d in rec.deliveries.iter().filter(|d| &d.id == id) {
+        for d in by_id.get(id.as_str()).into_iter().flatten() {
             if d.claimed > ended + 1 && !across_restart(*ended, d.claimed) {
                 violations.push(format!(
                     "revived: {id} handed out {} ms after its ack or cancel was answered",
@@ -510,12 +518,7 @@ fn check(rec: &Record) -> Vec<String> {
         }
     }
     // 4. One consumer at a time within a delivery's ttl.
-    let mut by_id: HashMap<&str, Vec<&Delivery>> = HashMap::new();
-    for d in &rec.deliveries {
-        by_id.entry(&d.id).or_default().push(d);
-    }
-    for (id, mut ds) in by_id {
-        ds.sort_by_key(|d| d.claimed);
+    for (id, ds) in &by_id {
         for pair in ds.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             let held_until = (a.claimed + a.ttl).min(a.ended.unwrap_or(i64::MAX));

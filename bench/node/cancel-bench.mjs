@@ -4,14 +4,9 @@
 // over chunks of 500 queue.remove calls). One JSON line on stdout.
 //   node bench/node/cancel-bench.mjs [--url=http://127.0.0.1:7070] [--count=10000] [--inflight=500]
 import http from 'node:http';
-import { requester } from './http.mjs';
+import { flags, requester } from './http.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).map((a) => {
-    const [k, v] = a.replace(/^--/, '').split('=');
-    return [k, v ?? 'true'];
-  }),
-);
+const args = flags(process.argv.slice(2));
 const base = new URL(args.url ?? 'http://127.0.0.1:7070');
 const count = Number(args.count ?? 10000);
 const inflight = Number(args.inflight ?? 500);

@@ -16,14 +16,9 @@
 // instant 3 s + count/5 ms after the push starts. Lateness = receive time minus
 // the message's dueTime.
 import http from 'node:http';
-import { requester } from './http.mjs';
+import { flags, requester } from './http.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(3).map((a) => {
-    const [k, v] = a.replace(/^--/, '').split('=');
-    return [k, v ?? 'true'];
-  }),
-);
+const args = flags(process.argv.slice(3));
 const scenario = process.argv[2];
 if (!['spread', 'burst'].includes(scenario)) {
   console.error('usage: consumer-bench.mjs spread|burst [--url=] [--count=] [--loops=] [--ack=batch|per-message|none]');

@@ -10,14 +10,9 @@
 // message. One JSON line on stdout.
 //   node bench/node/floor.mjs [--url=http://127.0.0.1:7070] [--count=20000] [--loops=4] [--inflight=500]
 import http from 'node:http';
-import { requester } from './http.mjs';
+import { flags, requester } from './http.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).map((a) => {
-    const [k, v] = a.replace(/^--/, '').split('=');
-    return [k, v ?? 'true'];
-  }),
-);
+const args = flags(process.argv.slice(2));
 const base = new URL(args.url ?? 'http://127.0.0.1:7070');
 const count = Number(args.count ?? 20000);
 const loops = Number(args.loops ?? 4);

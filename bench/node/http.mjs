@@ -1,5 +1,5 @@
-// The plain keep-alive HTTP client both Node benchmarks use: one JSON
-// request, its status and parsed body.
+// The plain keep-alive HTTP client the Node benchmarks use: one JSON
+// request, its status and parsed body; and their `--key=value` flags.
 import http from 'node:http';
 
 export function requester(base, agent) {
@@ -35,4 +35,14 @@ export function requester(base, agent) {
       req.end();
     });
   };
+}
+
+// `--key=value` arguments as an object (`--flag` alone: 'true').
+export function flags(argv) {
+  return Object.fromEntries(
+    argv.map((a) => {
+      const [k, v] = a.replace(/^--/, '').split('=');
+      return [k, v ?? 'true'];
+    }),
+  );
 }
