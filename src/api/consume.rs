@@ -8,7 +8,9 @@ use super::schema::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
     AckResultKind, NackBatchReply, NackRequest, NackResult, NackResultKind, PollReply,
 };
-use super::{batch_deliveries, check_topic, int_param, parse_id, parse_receipt, AppState, Query};
+use super::{
+    batch_deliveries, check_topic, int_param, only_params, parse_id, parse_receipt, AppState, Query,
+};
 use crate::error::ApiError;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::message::{whole_number, MessageId, Status};
@@ -85,15 +87,7 @@ pub async fn ack(
         None => None,
         Some(_) => Some(int_param(&q, "occurrence", 1, 1..=i32::MAX as u64)? as i32),
     };
-    if let Some(unknown) = q
-        .keys()
-        .find(|k| !["occurrence", "receipt"].contains(&k.as_str()))
-    {
-        return Err(ApiError::invalid(
-            ErrorCode::UnknownParameter,
-            format!("unknown parameter {unknown:?}; POST /ack/{{id}} takes receipt, occurrence"),
-        ));
-    }
+    only_params(&q, "POST /ack/{id}", &["receipt", "occurrence"])?;
     let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
     let acks = [Ack {
         id,
@@ -350,15 +344,7 @@ pub async fn nack(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    if let Some(unknown) = q
-        .keys()
-        .find(|k| !["delay", "receipt"].contains(&k.as_str()))
-    {
-        return Err(ApiError::invalid(
-            ErrorCode::UnknownParameter,
-            format!("unknown parameter {unknown:?}; POST /nack/{{id}} takes delay, receipt"),
-        ));
-    }
+    only_params(&q, "POST /nack/{id}", &["delay", "receipt"])?;
     let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
     let delay = match q.get("delay") {
         None => None,

@@ -406,6 +406,21 @@ fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<
     }
 }
 
+/// Refuses a query parameter `route` does not take (400
+/// `unknown_parameter`, naming the ones it does).
+fn only_params(q: &HashMap<String, String>, route: &str, allowed: &[&str]) -> Result<(), ApiError> {
+    match q.keys().find(|k| !allowed.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(unknown) => Err(ApiError::invalid(
+            ErrorCode::UnknownParameter,
+            format!(
+                "unknown parameter {unknown:?}; {route} takes {}",
+                allowed.join(", ")
+            ),
+        )),
+    }
+}
+
 fn int_param(
     q: &HashMap<String, String>,
     name: &str,
