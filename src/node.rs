@@ -120,48 +120,23 @@ async fn check_eviction(redis: &RedisSchedule) {
     }
 }
 
-/// Every `every`, the leader compares the journal with Redis and schedules
-/// again what Redis lost with its data set marker intact (see
-/// [`crate::reconcile`]). While the marker is missing the data set watch
-/// restores everything instead.
-use crate::redis::schedule::BEHIND_FRESH_MS;
-
 /// Every node says in Redis, each second, whether its journal is behind
 /// (see [`Journal::behind`]): acks and cancels it applied in Redis may not
 /// be in the journal yet, so the journal's live rows cannot be trusted to
 /// be live.
 async fn publish_journal_behind(redis: RedisSchedule, journal: Journal, node_id: String) {
-    let key = redis.keys().journal_behind();
-    let mut con = redis.connection();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let said: redis::RedisResult<()> = if journal.behind() {
-            redis::cmd("ZADD")
-                .arg(&key)
-                .arg(now_ms())
-                .arg(&node_id)
-                .query_async(&mut con)
-                .await
-        } else {
-            redis::cmd("ZREM")
-                .arg(&key)
-                .arg(&node_id)
-                .query_async(&mut con)
-                .await
-        };
-        // Words of nodes that stopped meanwhile go.
-        let trimmed: redis::RedisResult<()> = redis::cmd("ZREMRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(now_ms() - BEHIND_FRESH_MS)
-            .query_async(&mut con)
-            .await;
-        if let Err(e) = said.and(trimmed) {
+        if let Err(e) = redis.say_journal_behind(&node_id, journal.behind()).await {
             tracing::debug!(error = %e, "cannot publish whether the journal is behind");
         }
     }
 }
 
+/// Every `every`, the leader compares the journal with Redis and schedules
+/// again what Redis lost with its data set marker intact (see
+/// [`crate::reconcile`]). While the marker is missing the data set watch
+/// restores everything instead.
 async fn reconcile_periodically(reconciler: Reconciler, cluster: ClusterHandle, every: Duration) {
     loop {
         tokio::time::sleep(every).await;

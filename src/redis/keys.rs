@@ -134,6 +134,12 @@ impl Keys {
         format!("{{{}}}:journal-spill", self.prefix)
     }
 
+    /// Dashboard sessions logged out, scored by when they would have
+    /// expired (ms).
+    pub fn ui_revoked(&self) -> String {
+        format!("{{{}}}:ui-revoked", self.prefix)
+    }
+
     /// Nodes whose journal is behind Redis right now (their status changes
     /// wait for the database), scored by when they last said so (ms).
     pub fn journal_behind(&self) -> String {

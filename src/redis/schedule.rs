@@ -448,6 +448,56 @@ impl RedisSchedule {
             .await?)
     }
 
+    /// Says whether `node`'s journal is behind (read by
+    /// [`RedisSchedule::journals_behind`]), and forgets the word of nodes
+    /// silent for [`BEHIND_FRESH_MS`] (stopped meanwhile).
+    pub async fn say_journal_behind(&self, node: &str, behind: bool) -> Result<(), ShardError> {
+        let key = self.keys.journal_behind();
+        let now = now_ms();
+        let mut pipe = redis::pipe();
+        if behind {
+            pipe.cmd("ZADD").arg(&key).arg(now).arg(node).ignore();
+        } else {
+            pipe.cmd("ZREM").arg(&key).arg(node).ignore();
+        }
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now - BEHIND_FRESH_MS)
+            .ignore();
+        Ok(pipe.query_async(&mut self.con.clone()).await?)
+    }
+
+    /// Records a logged-out dashboard session (its cookie's signed body)
+    /// until `until` (epoch ms), when it would have expired anyway.
+    pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), ShardError> {
+        Ok(redis::cmd("ZADD")
+            .arg(self.keys.ui_revoked())
+            .arg(until)
+            .arg(body)
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The logged-out dashboard sessions not expired yet (forgetting the
+    /// others).
+    pub async fn revoked_ui_sessions(&self) -> Result<Vec<String>, ShardError> {
+        let key = self.keys.ui_revoked();
+        let (list,): (Vec<String>,) = redis::pipe()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms())
+            .ignore()
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(list)
+    }
+
     /// The journal has recorded these messages' ends: Redis no longer keeps
     /// them in the shards' unjournaled hashes (their tombstones then expire
     /// as usual).

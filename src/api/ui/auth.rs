@@ -79,22 +79,8 @@ fn revoked(body: &str) -> bool {
 /// Keeps this node's list of logged-out sessions in step with Redis's,
 /// every second.
 pub async fn sync_revoked(redis: crate::redis::schedule::RedisSchedule) {
-    let key = format!("{{{}}}:ui-revoked", redis.keys().prefix());
-    let mut con = redis.connection();
     loop {
-        let list: redis::RedisResult<Vec<String>> = redis::pipe()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(now_ms())
-            .ignore()
-            .cmd("ZRANGE")
-            .arg(&key)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut con)
-            .await
-            .map(|(l,): (Vec<String>,)| l);
+        let list = redis.revoked_ui_sessions().await;
         if let Ok(list) = list {
             let mut r = REVOKED.write().unwrap_or_else(|p| p.into_inner());
             let set = r.get_or_insert_with(Default::default);
@@ -466,12 +452,9 @@ pub async fn logout(
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(Default::default)
             .insert(body.clone());
-        let key = format!("{{{}}}:ui-revoked", state.redis.keys().prefix());
-        let saved: redis::RedisResult<()> = redis::cmd("ZADD")
-            .arg(&key)
-            .arg(issued + SESSION_MS)
-            .arg(&body)
-            .query_async(&mut state.redis.connection())
+        let saved = state
+            .redis
+            .revoke_ui_session(&body, issued + SESSION_MS)
             .await;
         if let Err(e) = saved {
             tracing::warn!(error = %e, "cannot share a logout with the other nodes; it holds on this one");
