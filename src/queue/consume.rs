@@ -316,7 +316,6 @@ pub async fn ack_deliveries(
             Err(e) => {
                 // What earlier rounds applied in Redis still reaches the
                 // journal.
-                // What Redis applied before the error still reaches the journal
                 state.journal.record(changes);
                 return Err(e.into());
             }
