@@ -150,6 +150,7 @@ error_codes! {
     NoSuchNode = "no_such_node",
     NoSuchRoute = "no_such_route",
     NoSuchShard = "no_such_shard",
+    NodeStalled = "node_stalled",
     NodeUnavailable = "node_unavailable",
     NotDead = "not_dead",
     NotFound = "not_found",
@@ -212,6 +213,10 @@ pub enum ApiError {
     /// cluster member in good standing).
     #[error("{0}")]
     NodeUnavailable(String),
+    /// This node has just resumed from a stall and refuses the requests it
+    /// found waiting (see [`crate::stall`]).
+    #[error("{0}")]
+    Stalled(String),
     #[error("{0}")]
     JournalRefused(String),
     #[error("{0}")]
@@ -237,6 +242,7 @@ impl ApiError {
             ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
             ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
             ApiError::NodeUnavailable(_) => ErrorCode::NodeUnavailable,
+            ApiError::Stalled(_) => ErrorCode::NodeStalled,
             ApiError::JournalRefused(_) => ErrorCode::JournalRefused,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
@@ -261,7 +267,8 @@ impl ResponseError for ApiError {
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RedisUnavailable(_)
             | ApiError::JournalUnavailable(_)
-            | ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NodeUnavailable(_)
+            | ApiError::Stalled(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::JournalRefused(_) | ApiError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -323,6 +330,7 @@ impl From<crate::queue::QueueError> for ApiError {
             Q::Journal(e) => e.into(),
             Q::NoWorkerId(e) => e.into(),
             Q::NotScheduled(m) => ApiError::RedisUnavailable(m),
+            Q::Stalled(m) => ApiError::Stalled(m),
             Q::NotFound(id) => ApiError::NotFound {
                 code: ErrorCode::NotFound,
                 message: format!("no message {id}"),

@@ -38,6 +38,9 @@
 //!   puts differences right, run by the leader on a timer (self-repair).
 //! - [`reshard`]: `delayq reshard`, a stopped deployment's data set moved to
 //!   another shard count (the count is part of the data set).
+//! - [`stall`]: a node that did not run for seconds (stopped, a paused
+//!   VM) refuses the requests it finds waiting when it resumes: their
+//!   senders gave up and may have sent them elsewhere.
 //! - [`clock`]: the one clock every due time and deadline is measured on
 //!   (Redis's; the scripts read it, the node estimates it).
 //! - [`node`]: start-up and shutdown, and the command-line restore and
@@ -68,6 +71,7 @@ pub mod repeat;
 pub mod reshard;
 pub mod restore;
 pub mod retry;
+pub mod stall;
 
 /// The git revision this binary was built from (12 hex digits, or
 /// `unknown` when built outside a git checkout; see `build.rs`).

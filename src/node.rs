@@ -357,6 +357,7 @@ async fn replay_spill_pages(redis: &RedisSchedule, journal: &Journal, key: &str)
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let node_id = args.node.node_id(Some(args.bind.port()));
     crate::metrics::metrics().limit_topics(args.metrics_topics);
+    crate::stall::start();
     let db_url = open_journal(&args.journal.database_url).await?;
     let redis = open_redis(&args.redis, &node_id).await?;
     let node = NodeInfo {
@@ -554,6 +555,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let mut server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(api::refuse_when_stalled))
             .wrap(actix_web::middleware::from_fn(api::count_requests))
             .app_data(state.clone())
             .configure(api::configure)

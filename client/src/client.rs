@@ -1,6 +1,19 @@
 //! [`Client`]: one typed method per route, over one keep-alive connection
 //! pool.
+//!
+//! Each request waits as long as what it asked for can take, so a node
+//! that stops answering (a frozen process still accepts connections) costs
+//! a bounded wait, never a stall: a request about one message (push, ack,
+//! nack, cancel) 5 s by default, a batch or bulk cancel 60 s, a long poll
+//! its own timeout plus 3 s. A client given several addresses
+//! ([`ClientBuilder::also`]: nodes, or balancers) moves on to the next one
+//! after a request that got no answer or a 502, 503 or 504, so the caller's
+//! next attempt (the [`Consumer`](crate::Consumer)'s next poll) goes
+//! elsewhere. The client never sends a request twice by itself: whether a
+//! push that got no answer may be sent again is the caller's call (with a
+//! `bizKey` it may: the server returns the first push's id).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,32 +40,69 @@ pub const MAX_CANCEL_IDS: usize = 1_000;
 pub const MAX_POLL_COUNT: usize = 100;
 /// Longest long poll the server waits.
 pub const MAX_POLL_TIMEOUT: Duration = Duration::from_secs(300);
-/// How much longer than its long poll a poll request may take.
-const POLL_MARGIN: Duration = Duration::from_secs(10);
+/// How much longer than its long poll a poll request may take: the
+/// shipped nginx answers 504 at the poll's timeout + 2 s when the node
+/// does not.
+const POLL_MARGIN: Duration = Duration::from_secs(3);
 
 /// A delayq server's HTTP API. Cheap to clone: clones share one connection
-/// pool.
+/// pool, and which address is in use.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
-    base: Arc<str>,
+    bases: Arc<[Arc<str>]>,
+    /// The address in use: an index into `bases`, moved on after a request
+    /// that got no answer.
+    current: Arc<AtomicUsize>,
+    timeout: Duration,
+    bulk_timeout: Duration,
     admin_token: Option<Arc<str>>,
 }
 
 /// Settings of a [`Client`], from [`Client::builder`].
 pub struct ClientBuilder {
-    url: String,
+    urls: Vec<String>,
     timeout: Duration,
+    bulk_timeout: Duration,
     connect_timeout: Duration,
     idle_per_host: usize,
     admin_token: Option<String>,
 }
 
+/// How long a request may take.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// About one message, or a few ids: answered at once.
+    Quick,
+    /// A batch, a bulk cancel.
+    Bulk,
+    /// A long poll of this long.
+    Poll(Duration),
+}
+
 impl ClientBuilder {
-    /// How long a request other than a long poll may take (default 30 s).
-    /// A poll may take its long-poll timeout plus 10 s.
+    /// How long a request about one message (push, ack, nack, cancel by id
+    /// or bizKey) may take (default 5 s): a node answers them in
+    /// milliseconds, and says so itself within about 2 s when its journal
+    /// is slow.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// How long a batch push, an ack or cancel of many ids, or a cancel by
+    /// bizKey prefix may take (default 60 s).
+    pub fn bulk_timeout(mut self, timeout: Duration) -> Self {
+        self.bulk_timeout = timeout;
+        self
+    }
+
+    /// Another address of the same deployment (a node, or a balancer in
+    /// front of the nodes). Requests go to one address at a time; one that
+    /// gets no answer, or a 502, 503 or 504, moves the client on to the
+    /// next for the requests after it.
+    pub fn also(mut self, url: &str) -> Self {
+        self.urls.push(url.to_string());
         self
     }
 
@@ -77,27 +127,35 @@ impl ClientBuilder {
     }
 
     pub fn build(self) -> Result<Client, Error> {
-        let bad = |reason: &str| Error::Url {
-            url: self.url.clone(),
+        let bad = |url: &str, reason: &str| Error::Url {
+            url: url.to_string(),
             reason: reason.to_string(),
         };
-        let url = reqwest::Url::parse(&self.url).map_err(|e| bad(&e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-            return Err(bad("give http://HOST:PORT"));
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(bad("the base URL takes no query or fragment"));
+        for raw in &self.urls {
+            let url = reqwest::Url::parse(raw).map_err(|e| bad(raw, &e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(bad(raw, "give http://HOST:PORT"));
+            }
+            if url.query().is_some() || url.fragment().is_some() {
+                return Err(bad(raw, "the base URL takes no query or fragment"));
+            }
         }
         let http = reqwest::Client::builder()
-            .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
             .pool_max_idle_per_host(self.idle_per_host)
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| bad(&e.to_string()))?;
+            .map_err(|e| bad(&self.urls[0], &e.to_string()))?;
         Ok(Client {
             http,
-            base: self.url.trim_end_matches('/').into(),
+            bases: self
+                .urls
+                .iter()
+                .map(|u| Arc::from(u.trim_end_matches('/')))
+                .collect(),
+            current: Arc::new(AtomicUsize::new(0)),
+            timeout: self.timeout,
+            bulk_timeout: self.bulk_timeout,
             admin_token: self.admin_token.map(Into::into),
         })
     }
@@ -112,22 +170,34 @@ impl Client {
 
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
-            url: url.to_string(),
-            timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            urls: vec![url.to_string()],
+            timeout: Duration::from_secs(5),
+            bulk_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(2),
             idle_per_host: 64,
             admin_token: None,
         }
     }
 
-    /// The server's base URL.
+    /// The base URL requests go to now.
     pub fn url(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// After a request to `base` got no answer: the next address, unless
+    /// another request moved on already.
+    fn move_on(&self, from: usize) {
+        if self.bases.len() > 1 {
+            let next = (from + 1) % self.bases.len();
+            let _ = self
+                .current
+                .compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// `POST /push`: answered once the message is durable in the journal.
     pub async fn push(&self, message: &NewMessage) -> Result<Pushed, Error> {
-        self.call(Method::POST, "/push".into(), Some(message), None)
+        self.call(Method::POST, "/push".into(), Some(message), Wait::Quick)
             .await
     }
 
@@ -139,7 +209,7 @@ impl Client {
                 Method::POST,
                 "/push/batch".into(),
                 Some(&json!({ "messages": messages })),
-                None,
+                Wait::Bulk,
             )
             .await?;
         if reply.ids.len() != messages.len() {
@@ -156,7 +226,12 @@ impl Client {
     /// [`CancelOutcome::NotFound`].
     pub async fn cancel(&self, id: MessageId) -> Result<CancelOutcome, Error> {
         let reply: Result<OneCancel, Error> = self
-            .call(Method::GET, format!("/delete?id={id}"), None::<&()>, None)
+            .call(
+                Method::GET,
+                format!("/delete?id={id}"),
+                None::<&()>,
+                Wait::Quick,
+            )
             .await;
         match reply {
             Ok(one) => Ok(one.result),
@@ -175,7 +250,7 @@ impl Client {
             Method::POST,
             "/cancel".into(),
             Some(&json!({ "ids": ids })),
-            None,
+            Wait::Bulk,
         )
         .await
     }
@@ -187,7 +262,7 @@ impl Client {
             Method::POST,
             "/cancel".into(),
             Some(&json!({ "topic": topic, "bizKey": biz_key })),
-            None,
+            Wait::Quick,
         )
         .await
     }
@@ -203,7 +278,7 @@ impl Client {
             Method::POST,
             "/cancel".into(),
             Some(&json!({ "topic": topic, "bizKeyPrefix": prefix })),
-            None,
+            Wait::Bulk,
         )
         .await
     }
@@ -225,14 +300,15 @@ impl Client {
         timeout: Duration,
     ) -> Result<Polled, Error> {
         let seconds = timeout.min(MAX_POLL_TIMEOUT).as_secs();
-        let limit = Some(Duration::from_secs(seconds) + POLL_MARGIN);
+        let wait = Wait::Poll(Duration::from_secs(seconds));
         if ack.is_empty() {
             let path = format!("/get/{topic}?timeout={seconds}&count={count}");
-            self.call(Method::GET, path, None::<&()>, limit).await
+            self.call(Method::GET, path, None::<&()>, wait).await
         } else {
-            let body = json!({ "ack": ack, "count": count, "timeout": seconds });
-            self.call(Method::POST, format!("/get/{topic}"), Some(&body), limit)
-                .await
+            // The timeout in the query, where a balancer can bound the wait.
+            let body = json!({ "ack": ack, "count": count });
+            let path = format!("/get/{topic}?timeout={seconds}");
+            self.call(Method::POST, path, Some(&body), wait).await
         }
     }
 
@@ -248,7 +324,7 @@ impl Client {
                     Method::POST,
                     "/ack".into(),
                     Some(&json!({ "ids": chunk })),
-                    None,
+                    Wait::Quick,
                 )
                 .await?;
             results.extend(reply.results);
@@ -270,7 +346,9 @@ impl Client {
             Some(r) => format!("/ack/{}?receipt={r}", delivery.id),
             None => format!("/ack/{}", delivery.id),
         };
-        let _: serde_json::Value = self.call(Method::POST, path, None::<&()>, None).await?;
+        let _: serde_json::Value = self
+            .call(Method::POST, path, None::<&()>, Wait::Quick)
+            .await?;
         Ok(())
     }
 
@@ -290,7 +368,7 @@ impl Client {
                 body["delay"] = json!(millis(d));
             }
             let reply: NackResults = self
-                .call(Method::POST, "/nack".into(), Some(&body), None)
+                .call(Method::POST, "/nack".into(), Some(&body), Wait::Quick)
                 .await?;
             results.extend(reply.results);
         }
@@ -302,15 +380,20 @@ impl Client {
         method: Method,
         path: String,
         body: Option<&(impl Serialize + ?Sized)>,
-        timeout: Option<Duration>,
+        wait: Wait,
     ) -> Result<T, Error> {
         let verb: &'static str = if method == Method::GET { "GET" } else { "POST" };
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        let at = self.current.load(Ordering::Relaxed) % self.bases.len();
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.bases[at]))
+            .timeout(match wait {
+                Wait::Quick => self.timeout,
+                Wait::Bulk => self.bulk_timeout,
+                Wait::Poll(t) => t + POLL_MARGIN,
+            });
         if let Some(body) = body {
             req = req.json(body);
-        }
-        if let Some(t) = timeout {
-            req = req.timeout(t);
         }
         if let Some(token) = &self.admin_token {
             req = req.bearer_auth(token);
@@ -327,9 +410,18 @@ impl Client {
             },
             source,
         };
-        let resp = req.send().await.map_err(http_error)?;
+        let resp = req.send().await.map_err(|e| {
+            self.move_on(at);
+            http_error(e)
+        })?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(http_error)?;
+        if matches!(status.as_u16(), 502..=504) {
+            self.move_on(at);
+        }
+        let bytes = resp.bytes().await.map_err(|e| {
+            self.move_on(at);
+            http_error(e)
+        })?;
         if status.is_success() {
             return serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
                 method: verb,

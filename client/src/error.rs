@@ -71,9 +71,14 @@ error_codes! {
     MissingId = "missing_id",
     MissingTo = "missing_to",
     MissingTopic = "missing_topic",
+    // From the shipped nginx: the node did not answer in time (504).
+    NoAnswer = "no_answer",
+    // From the shipped nginx: no node answered (502).
+    NoNode = "no_node",
     NoSuchNode = "no_such_node",
     NoSuchRoute = "no_such_route",
     NoSuchShard = "no_such_shard",
+    NodeStalled = "node_stalled",
     NodeUnavailable = "node_unavailable",
     NotDead = "not_dead",
     NotFound = "not_found",

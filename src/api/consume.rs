@@ -205,7 +205,10 @@ fn acks_of(given: &[(MessageId, Option<crate::message::Receipt>)]) -> (Vec<Messa
     post,
     path = "/get/{topic}",
     tag = "consume",
-    params(("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")),
+    params(
+        ("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms"),
+        ("timeout" = Option<u64>, Query, minimum = 0, maximum = 300, description = "Seconds to wait, as `timeout` in the body (give one or the other, or the same in both); in the query a load balancer can bound the wait by it"),
+    ),
     request_body = AckAndGetRequest,
     responses(
         (status = 200, description = "The acks' results, and the messages handed out (each now `Consuming`)", body = AckAndPollReply),
@@ -217,15 +220,33 @@ fn acks_of(given: &[(MessageId, Option<crate::message::Receipt>)]) -> (Vec<Messa
 pub async fn ack_and_get(
     state: web::Data<AppState>,
     topic: web::Path<String>,
+    q: Query,
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let topic = topic.into_inner();
     check_topic(&topic)?;
+    only_params(&q, "POST /get/{topic}", &["timeout"])?;
     let body = object(&body, &["ack", "count", "timeout"])?;
     let given = batch_deliveries("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
     let (ids, acks) = acks_of(&given);
     let count = body_int(body, "count", 1, 1..=MAX_COUNT)? as usize;
-    let timeout = body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
+    let timeout = match (q.contains_key("timeout"), body.get("timeout")) {
+        (false, _) => body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?,
+        (true, None) => int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?,
+        (true, Some(_)) => {
+            let (in_query, in_body) = (
+                int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?,
+                body_int(body, "timeout", 30, 0..=MAX_TIMEOUT_S)?,
+            );
+            if in_query != in_body {
+                return Err(ApiError::invalid(
+                    ErrorCode::InvalidParameter,
+                    format!("timeout is {in_query} in the query and {in_body} in the body; give one, or the same in both"),
+                ));
+            }
+            in_query
+        }
+    };
     // The acks and the poll run side by side, so a batch costs one wait
     // for Redis less. Both run to their end (what the acks applied in Redis
     // is journaled whatever the poll met); an error of either is answered

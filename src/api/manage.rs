@@ -1,6 +1,9 @@
 //! Restore, inspection and health.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
 use super::schema::{HealthReply, MessageReply, ReadyReply, RestoreOneReply};
 use super::{bool_param, parse_id, AppState, Query};
@@ -162,7 +165,9 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // no pushes until it is confirmed again.
     let member = view.in_good_standing() && state.ids.worker().is_some();
     let unscannable = crate::cluster::health::unscannable();
-    let ok = redis.is_ok() && journal.is_ok() && member && unscannable.is_empty();
+    let stalled = crate::stall::stalled();
+    let ok =
+        redis.is_ok() && journal.is_ok() && member && unscannable.is_empty() && stalled.is_none();
     let body = ReadyReply {
         redis: show(redis.map_err(|e| e.to_string())),
         journal: show(journal.map_err(|e| e.to_string())),
@@ -193,6 +198,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
                 .collect::<Vec<_>>()
                 .join("; ")
         },
+        process: stalled.unwrap_or_else(|| "ok".to_string()),
         redis_maxmemory_policy: policy,
         warnings,
     };
@@ -201,4 +207,21 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
+}
+
+/// Refuses every request but `/health`, `/ready` and `/metrics` with 503
+/// `node_stalled` while [`crate::stall::stalled`] says this process has
+/// just resumed from a stall: what waited in its sockets meanwhile was
+/// given up by its senders, and may have been sent to another node.
+pub async fn refuse_when_stalled(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    if !matches!(req.path(), "/health" | "/ready" | "/metrics") {
+        if let Some(why) = crate::stall::stalled() {
+            let refused = ApiError::Stalled(why).error_response();
+            return Ok(req.into_response(refused).map_into_right_body());
+        }
+    }
+    Ok(next.call(req).await?.map_into_left_body())
 }

@@ -162,6 +162,7 @@ fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
 
 pub use body::{MAX_JSON_VALUES, MAX_REQUEST_BYTES};
 pub use docs::openapi;
+pub use manage::refuse_when_stalled;
 pub use metrics::count_requests;
 
 /// Every route of the API, in one table: [`configure`] registers them,

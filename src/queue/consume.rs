@@ -34,6 +34,11 @@ pub async fn poll(
         let woken = notify.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
+        // A poll that waited through a stall of this process was most
+        // likely given up by its sender: claim nothing for it.
+        if let Some(why) = crate::stall::stalled() {
+            return Err(QueueError::Stalled(why));
+        }
         let claimed = claim(state, topic, count).await?;
         let claimed = skip_missed(state, claimed).await?;
         if !claimed.is_empty() {

@@ -120,6 +120,10 @@ pub enum QueueError {
     NotFound(MessageId),
     /// A repair was refused: these nodes' journals are behind Redis (ends
     /// applied in Redis and not yet journaled look live in the journal).
+    /// This node has just resumed from a stall: a poll claims nothing for
+    /// a consumer that is likely gone (see [`crate::stall`]).
+    #[error("{0}")]
+    Stalled(String),
     #[error("the journal of node(s) {} is behind Redis: repairing now could bring back messages acked or cancelled meanwhile; try again once they caught up", .0.join(", "))]
     JournalBehind(Vec<String>),
 }

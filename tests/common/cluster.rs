@@ -149,6 +149,16 @@ impl Nginx {
         }
         panic!("could not start nginx");
     }
+
+    /// The upstreams `cluster/nginx-watch` has taken out of rotation.
+    pub fn out_of_rotation(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("upstreams.conf"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.trim_end().ends_with(" down;"))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_string())
+            .collect()
+    }
 }
 
 impl Drop for Nginx {
