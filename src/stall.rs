@@ -1,7 +1,7 @@
 //! A process that did not run for a while (SIGSTOP, a paused VM, a swap
 //! storm, a hung disk under its executable) finds requests waiting in its
 //! sockets when it resumes, whose senders gave up long ago: nginx answered
-//! them 504 after 2.5 s (a poll after its timeout + 2 s), and the client may
+//! them 504 after 1 to 2.5 s (a poll after its timeout + 1 s), and the client may
 //! have sent them again to another node. Applying them now would accept a
 //! push twice (its retry went elsewhere; a bizKey only guards while the
 //! first copy is live) and hand messages to consumers that are gone, to
@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 /// How often the beat thread beats.
 const BEAT: Duration = Duration::from_millis(50);
 /// A gap this long between beats is a stall: shorter than the 2.5 s nginx
-/// waits for an answer, so requests it gave up on are refused.
+/// waits for a push and the 3 s it waits for the shortest long poll, so
+/// those it gave up on are refused (an ack it gave up on after 1 s and the
+/// node applies late does no harm: the message is consumed).
 pub const STALL: Duration = Duration::from_secs(2);
 /// How long after a stall the requests found waiting are refused: they are
 /// all read within milliseconds of the process resuming.

@@ -456,3 +456,77 @@ async fn shutdown_lets_running_handlers_finish_and_acks_them(b: Backend) {
         }
     }
 }
+
+/// An address that takes connections and never answers (a frozen node: its
+/// kernel still accepts them) costs a bounded wait, and the client moves on
+/// to its next address: a push is answered "timed out" after the client's
+/// timeout, and a consumer whose first poll went there receives the
+/// message from the next address once that poll's timeout + 3 s passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_moves_on_from_an_address_that_does_not_answer() {
+    let env = Env::start(Backend::Sqlite).await;
+    // Listening, never accepting nor reading: requests are never answered.
+    let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let frozen_url = format!("http://{}", frozen.local_addr().unwrap());
+    let build = || {
+        Client::builder(&frozen_url)
+            .also(&env.url(""))
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap()
+    };
+
+    let client = build();
+    let began = Instant::now();
+    let err = client
+        .push(&NewMessage::new("moves", "first"))
+        .await
+        .expect_err("the frozen address answered");
+    assert!(
+        matches!(
+            err,
+            Error::Http {
+                what: "timed out",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the push waited {:?}",
+        began.elapsed()
+    );
+    assert_eq!(client.url(), env.url(""), "the client did not move on");
+    let id = client
+        .push(&NewMessage::new("moves", "second"))
+        .await
+        .expect("the next address takes the push")
+        .id;
+
+    let seen: Seen = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |msg: Message| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().entry(msg.id).or_default().push(msg);
+                Outcome::Ack
+            }
+        }
+    };
+    let began = Instant::now();
+    let consumer = Consumer::new(build(), "moves")
+        .poll_timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(50), Duration::from_secs(1));
+    let consumer = Running::start(consumer, handler);
+    wait_seen(&seen, "the message handled", |s| s.contains_key(&id)).await;
+    let waited = began.elapsed();
+    let stats = consumer.stop().await;
+    assert_eq!(stats.errors, 1, "one poll timed out: {stats:?}");
+    assert!(
+        waited < Duration::from_secs(9),
+        "the consumer waited {waited:?} for the frozen address"
+    );
+    env.wait_status(&id.to_string(), status::CONSUMED).await;
+}

@@ -41,7 +41,7 @@ pub const MAX_POLL_COUNT: usize = 100;
 /// Longest long poll the server waits.
 pub const MAX_POLL_TIMEOUT: Duration = Duration::from_secs(300);
 /// How much longer than its long poll a poll request may take: the
-/// shipped nginx answers 504 at the poll's timeout + 2 s when the node
+/// shipped nginx answers 504 at the poll's timeout + 1 s when the node
 /// does not.
 const POLL_MARGIN: Duration = Duration::from_secs(3);
 
