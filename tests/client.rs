@@ -530,3 +530,53 @@ async fn a_client_moves_on_from_an_address_that_does_not_answer() {
     );
     env.wait_status(&id.to_string(), status::CONSUMED).await;
 }
+
+/// Kills the child process when dropped (a panicking test leaves nothing
+/// running).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The README's consumer in Python (its standard library only), run as
+/// written against a server: it receives what is pushed and acks it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readmes_python_consumer_receives_and_acks() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let code = readme
+        .split("```python\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a Python block in the README");
+    assert!(
+        code.contains("http://127.0.0.1:7070"),
+        "the block names no server"
+    );
+    let env = Env::start(Backend::Sqlite).await;
+    let code = code.replace("http://127.0.0.1:7070", &env.url(""));
+    let ids = push_n(&client(&env), "sms", 5, Duration::from_millis(300)).await;
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(&code)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdout(out.reopen().unwrap())
+        .spawn()
+        .expect("python3 runs");
+    let _child = KillOnDrop(child);
+    for id in &ids {
+        env.wait_status(&id.to_string(), status::CONSUMED).await;
+    }
+    let printed = std::fs::read_to_string(out.path()).unwrap();
+    for id in &ids {
+        assert!(
+            printed.contains(&id.to_string()),
+            "{id} not printed: {printed}"
+        );
+    }
+}
