@@ -3,8 +3,8 @@
 Long polls. A long poll (GET and POST /get/{topic}) waits for its `timeout`
 (seconds, default 30, at most 300) when nothing is due, and in this run
 mostly nothing is: each such request would hold the run for up to five
-minutes. So a whole-number timeout above one second, or none (or null),
-becomes one second. Everything else in those requests is sent as
+minutes. So a whole-number timeout above one second (206 or 206.0, in
+the query or the body), or none (or null), becomes one second. Everything else in those requests is sent as
 generated, and a timeout that is not a whole number in range is left
 alone: the server must still refuse it with 400.
 
@@ -33,6 +33,8 @@ def _cap(value):
         return value
     if isinstance(value, int) and value > CAP:
         return CAP
+    if isinstance(value, float) and value.is_integer() and value > CAP:
+        return float(CAP)
     if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) > CAP:
         return str(CAP)
     return value
@@ -68,5 +70,11 @@ def before_call(context, case, kwargs):
             case.query = {}
         if isinstance(case.query, dict):
             case.query["timeout"] = _cap(case.query.get("timeout", CAP))
+        return
+    # POST takes it in the body, the query or both (the same in both).
+    if isinstance(case.query, dict) and "timeout" in case.query:
+        case.query["timeout"] = _cap(case.query["timeout"])
+        if isinstance(case.body, dict) and "timeout" in case.body:
+            case.body["timeout"] = _cap(case.body["timeout"])
     elif isinstance(case.body, dict):
         case.body["timeout"] = _cap(case.body.get("timeout", CAP))
