@@ -12,7 +12,7 @@
 //! | `--zookeeper` | `DELAYQ_ZOOKEEPER` | none: standalone (`host:port,host:port/chroot`) |
 //! | `--mode` | `DELAYQ_MODE` | `active-standby` (or `multi-active`) |
 //! | `--zk-session-timeout` | `DELAYQ_ZK_SESSION_TIMEOUT` | `6s` |
-//! | `--advertise` | `DELAYQ_ADVERTISE` | `http://` + the bind address |
+//! | `--advertise` | `DELAYQ_ADVERTISE` | `http://` (`https://` with `--tls-cert`) + the bind address |
 //! | `--admin-token` | `DELAYQ_ADMIN_TOKEN` | none |
 //! | `--read-token` | `DELAYQ_READ_TOKEN` | none |
 //! | `--max-body-bytes` | `DELAYQ_MAX_BODY_BYTES` | `1048576` |
@@ -26,6 +26,9 @@
 //! | `--forward-secret` | `DELAYQ_FORWARD_SECRET` | none; signs webhook requests (HMAC-SHA256) |
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //! | `--ui-read-only` | `DELAYQ_UI_READ_ONLY` | off; the dashboard (`/ui`) shows everything and offers no action |
+//! | `--tls-cert`, `--tls-key` | `DELAYQ_TLS_CERT`, `DELAYQ_TLS_KEY` | none: plain HTTP; both: HTTPS, the files read again on SIGHUP |
+//! | `--tls-ca-file` | `DELAYQ_TLS_CA_FILE` | none: the platform's CAs alone; see [`crate::tls`] |
+//! | `--tls-client-cert`, `--tls-client-key` | `DELAYQ_TLS_CLIENT_CERT`, `DELAYQ_TLS_CLIENT_KEY` | none; mutual TLS with Redis, RabbitMQ, NATS and webhooks |
 //!
 //! Settings can also come from a TOML file, `--config PATH` (or
 //! `DELAYQ_CONFIG`), whose keys are the long flags (`redis-url = "…"`, or
@@ -57,6 +60,8 @@ pub struct Cli {
     /// "redis://…"); flags and DELAYQ_* variables win over it.
     #[arg(long, env = "DELAYQ_CONFIG", global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -221,6 +226,22 @@ pub struct ServeArgs {
     /// HTTP address to listen on.
     #[arg(long, env = "DELAYQ_BIND", default_value = "127.0.0.1:7070")]
     pub bind: SocketAddr,
+    /// Serve HTTPS with this PEM certificate (chain); read again on SIGHUP.
+    #[arg(
+        long,
+        env = "DELAYQ_TLS_CERT",
+        value_name = "PATH",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert; read again on SIGHUP.
+    #[arg(
+        long,
+        env = "DELAYQ_TLS_KEY",
+        value_name = "PATH",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
     /// When set, /admin/*, /reStore*, /delete, /cancel, requeues and the
     /// dashboard need 'Authorization: Bearer TOKEN' (the dashboard a login
     /// with it); so do the routes that show message bodies, unless

@@ -41,6 +41,10 @@
 //! - [`stall`]: a node that did not run for seconds (stopped, a paused
 //!   VM) refuses the requests it finds waiting when it resumes: their
 //!   senders gave up and may have sent them elsewhere.
+//! - [`tls`]: one TLS stack (rustls) for the links to Redis, RabbitMQ,
+//!   NATS and webhooks and for the HTTPS listener; MySQL's TLS is its
+//!   client library's, set in the URL. [`redact`] hides the secrets of
+//!   URLs in logs, errors and pages.
 //! - [`clock`]: the one clock every due time and deadline is measured on
 //!   (Redis's; the scripts read it, the node estimates it).
 //! - [`node`]: start-up and shutdown, and the command-line restore and
@@ -66,12 +70,14 @@ pub mod notify;
 pub mod progress;
 pub mod queue;
 pub mod reconcile;
+pub mod redact;
 pub mod redis;
 pub mod repeat;
 pub mod reshard;
 pub mod restore;
 pub mod retry;
 pub mod stall;
+pub mod tls;
 
 /// The git revision this binary was built from (12 hex digits, or
 /// `unknown` when built outside a git checkout; see `build.rs`).

@@ -19,6 +19,12 @@ fn main() -> anyhow::Result<()> {
     } else {
         logs.init();
     }
+    // Before anything connects: a CA or key file that cannot be read stops
+    // the command here.
+    if let Err(e) = delayq::tls::init(&cli.tls) {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
     match cli.command {
         Command::Serve(args) => actix_web::rt::System::new().block_on(delayq::node::serve(*args)),
         Command::Migrate(args) => {

@@ -13,12 +13,13 @@ use crate::api::{self, AppState};
 use crate::cluster::worker::{self, RedisWorkerLease};
 use crate::cluster::{self, standalone, ClusterHandle, Member, View};
 use crate::config::{host_name, ReconcileCmdArgs, RedisArgs, RestoreArgs, ServeArgs};
-use crate::journal::connection::{redact, JournalUrl};
+use crate::journal::connection::JournalUrl;
 use crate::journal::{self, NodeInfo};
 use crate::message::{now_ms, IdGenerator};
 use crate::notify::{Notifier, Topics};
 use crate::progress::{self, Progress};
 use crate::reconcile::{self, ReconcileReport, Reconciler, Repair};
+use crate::redact;
 use crate::redis::inspect::evicts;
 use crate::redis::keys::Keys;
 use crate::redis::schedule::{LeaseOp, RedisSchedule};
@@ -61,11 +62,21 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
                 r.probe_clock().await?;
                 return Ok(r);
             }
+            // A certificate delayq does not trust will not become trusted
+            // by waiting.
+            Err(e) if crate::tls::certificate_problem(&e.to_string()).is_some() => bail!(
+                "cannot reach Redis at {}: {}",
+                redact::url(&args.redis_url),
+                crate::tls::explain(&e.to_string())
+            ),
             Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %e, url = %redact(&args.redis_url), "Redis not reachable yet; retrying");
+                tracing::warn!(error = %e, url = %redact::url(&args.redis_url), "Redis not reachable yet; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => bail!("cannot reach Redis at {}: {e}", redact(&args.redis_url)),
+            Err(e) => bail!(
+                "cannot reach Redis at {}: {e}",
+                redact::url(&args.redis_url)
+            ),
         }
     }
 }
@@ -431,11 +442,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
     );
     check_eviction(&redis).await;
-    let advertise = args
-        .cluster
-        .advertise
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", args.bind));
+    let advertise = args.cluster.advertise.clone().unwrap_or_else(|| {
+        let scheme = if args.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", args.bind)
+    });
     let cluster = match &args.cluster.zookeeper {
         Some(zk) => {
             let view = View::new(args.cluster.mode.as_str(), &node_id, shards);
@@ -564,17 +578,24 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = args.workers {
         server = server.workers(n);
     }
-    let server = server
-        .bind(args.bind)
-        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    let server = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let listener = crate::tls::Listener::load(cert, key)?;
+            listener.clone().reload_on_hangup()?;
+            server.bind_rustls_0_23(args.bind, listener.server_config())
+        }
+        _ => server.bind(args.bind),
+    }
+    .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         revision = crate::GIT_REVISION,
         bind = %args.bind,
+        https = args.tls_cert.is_some(),
         node = %node_id,
         shards,
         prefix = redis.keys().prefix(),
-        journal = %redact(&args.journal.database_url),
+        journal = %redact::url(&args.journal.database_url),
         mode = cluster.view().mode,
         "delayq serving"
     );

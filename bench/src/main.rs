@@ -90,6 +90,12 @@ struct Cli {
     #[arg(long)]
     consume_url: Vec<String>,
 
+    /// A PEM file of CA certificates to trust for https:// URLs (a server
+    /// started with --tls-cert signed by a private CA), besides the
+    /// platform's.
+    #[arg(long, value_name = "PATH")]
+    tls_ca_file: Option<std::path::PathBuf>,
+
     /// Prefix of the per-scenario topics.
     #[arg(long, default_value = "bench")]
     topic_prefix: String,
@@ -217,6 +223,7 @@ async fn run(cli: &Cli) -> Result<bool> {
         cli.push_url.as_deref().unwrap_or(&cli.url),
         &cli.consume_url,
         &cli.url,
+        cli.tls_ca_file.as_deref(),
     )?;
     let scenarios = if cli.scenarios.is_empty() {
         Scenario::ALL.to_vec()
@@ -998,25 +1005,39 @@ struct Api {
 }
 
 impl Api {
-    fn new(base: &str, consumers: &[String], default: &str) -> Result<Self> {
+    fn new(
+        base: &str,
+        consumers: &[String],
+        default: &str,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self> {
         let client = |url: &str| -> Result<Client> {
-            Client::builder(url)
+            let mut b = Client::builder(url)
                 .pool_idle_per_host(1_024)
                 .connect_timeout(Duration::from_secs(5))
-                .timeout(REQUEST_TIMEOUT)
-                .build()
-                .with_context(|| format!("a client of {url}"))
+                .timeout(REQUEST_TIMEOUT);
+            if let Some(ca) = ca_file {
+                b = b.tls_ca_file(ca);
+            }
+            b.build().with_context(|| format!("a client of {url}"))
         };
         let consumers: Vec<Client> = if consumers.is_empty() {
             vec![client(default)?]
         } else {
             consumers.iter().map(|u| client(u)).collect::<Result<_>>()?
         };
-        let admin = reqwest::Client::builder()
+        let mut admin = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(RESTORE_TIMEOUT)
-            .build()
-            .context("building the HTTP client")?;
+            .timeout(RESTORE_TIMEOUT);
+        if let Some(ca) = ca_file {
+            let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("{} is not a PEM file of certificates", ca.display()))?
+            {
+                admin = admin.add_root_certificate(cert);
+            }
+        }
+        let admin = admin.build().context("building the HTTP client")?;
         Ok(Self {
             base: client(base)?,
             consumers: consumers.into(),

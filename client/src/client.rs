@@ -67,6 +67,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     idle_per_host: usize,
     admin_token: Option<String>,
+    ca_files: Vec<std::path::PathBuf>,
 }
 
 /// How long a request may take.
@@ -119,6 +120,14 @@ impl ClientBuilder {
         self
     }
 
+    /// A PEM file of CA certificates to trust for `https://` addresses,
+    /// besides the platform's (a node serving `--tls-cert` signed by a
+    /// private CA, or a balancer's). Read when the client is built.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.ca_files.push(path.into());
+        self
+    }
+
     /// The server's `--admin-token`, sent as `Authorization: Bearer` on the
     /// routes that need it (cancels).
     pub fn admin_token(mut self, token: impl Into<String>) -> Self {
@@ -134,16 +143,32 @@ impl ClientBuilder {
         for raw in &self.urls {
             let url = reqwest::Url::parse(raw).map_err(|e| bad(raw, &e.to_string()))?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                return Err(bad(raw, "give http://HOST:PORT"));
+                return Err(bad(raw, "give http://HOST:PORT or https://HOST:PORT"));
             }
             if url.query().is_some() || url.fragment().is_some() {
                 return Err(bad(raw, "the base URL takes no query or fragment"));
             }
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
             .pool_max_idle_per_host(self.idle_per_host)
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        for path in &self.ca_files {
+            let tls = |reason: String| Error::Tls {
+                path: path.clone(),
+                reason,
+            };
+            let pem = std::fs::read(path).map_err(|e| tls(e.to_string()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| tls(format!("not a PEM file of certificates: {e}")))?;
+            if certs.is_empty() {
+                return Err(tls("holds no certificate (PEM, BEGIN CERTIFICATE)".into()));
+            }
+            for cert in certs {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        let http = http
             .build()
             .map_err(|e| bad(&self.urls[0], &e.to_string()))?;
         Ok(Client {
@@ -176,6 +201,7 @@ impl Client {
             connect_timeout: Duration::from_secs(2),
             idle_per_host: 64,
             admin_token: None,
+            ca_files: Vec::new(),
         }
     }
 
@@ -403,6 +429,8 @@ impl Client {
             path: path.clone(),
             what: if source.is_timeout() {
                 "timed out"
+            } else if crate::error::untrusted_certificate(&source) {
+                crate::error::UNTRUSTED
             } else if source.is_connect() {
                 "cannot connect"
             } else {

@@ -139,6 +139,30 @@ pub enum Error {
     /// The base URL given to the client is not an http(s) URL.
     #[error("bad delayq URL {url:?}: {reason}")]
     Url { url: String, reason: String },
+    /// A CA file given with `tls_ca_file` cannot be used.
+    #[error("CA file {path:?}: {reason}")]
+    Tls {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+/// What [`Error::Http`] says when the server's certificate is not signed
+/// by a CA the client trusts: a setting to mend, not an outage.
+pub const UNTRUSTED: &str =
+    "the server's certificate is not trusted (give its CA with ClientBuilder::tls_ca_file)";
+
+/// Whether the request failed on a certificate the client does not trust.
+pub(crate) fn untrusted_certificate(e: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if text.contains("invalid peer certificate") || text.contains("UnknownIssuer") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 impl Error {
@@ -162,11 +186,11 @@ impl Error {
     /// the journal is down), 429 or 408. The same request may succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Http { .. } => true,
+            Error::Http { what, .. } => *what != UNTRUSTED,
             Error::Api { status, .. } | Error::Status { status, .. } => {
                 *status >= 500 || *status == 429 || *status == 408
             }
-            Error::Decode { .. } | Error::Url { .. } => false,
+            Error::Decode { .. } | Error::Url { .. } | Error::Tls { .. } => false,
         }
     }
 }

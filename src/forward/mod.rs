@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routingKey=K` | RabbitMQ, with publisher confirms; default exchange `""` and routing key the topic (the queue named after it) |
 //! | `nats://HOST:PORT?subject=S` | NATS JetStream, awaiting the stream's ack; default subject the topic |
+//! | `tls://HOST:PORT?subject=S` | the same over TLS |
+//! | `amqps://…` | RabbitMQ over TLS, as `amqp://` |
 //! | `http://…`, `https://…` | a webhook: `POST` of the message, signed when `--forward-secret` is set |
 //!
 //! Every node runs a forwarder per rule. It is a consumer of the topic
@@ -63,7 +65,7 @@ pub struct Rule {
     pub target: Target,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Target {
     RabbitMq {
         /// The AMQP URI without delayq's own parameters.
@@ -78,6 +80,16 @@ pub enum Target {
     Webhook {
         url: String,
     },
+}
+
+/// Shown with its URL's secrets hidden.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("kind", &self.kind())
+            .field("to", &redacted(self))
+            .finish()
+    }
 }
 
 impl Target {
@@ -105,7 +117,10 @@ impl FromStr for Rule {
             ));
         }
         let (scheme, _) = url.split_once("://").ok_or_else(|| {
-            format!("'{url}' is not a URL (amqp://, nats://, http:// or https://)")
+            format!(
+                "'{}' is not a URL (amqp(s)://, nats://, tls://, http:// or https://)",
+                crate::redact::url(url)
+            )
         })?;
         let (base, mut params) = split_query(url);
         let mut take = |name: &str| {
@@ -124,11 +139,11 @@ impl FromStr for Rule {
                     routing_key,
                 }
             }
-            "nats" => {
+            "nats" | "tls" => {
                 let subject = take("subject").unwrap_or_else(|| topic.to_string());
                 if let Some((k, _)) = params.first() {
                     return Err(format!(
-                        "unknown parameter '{k}' in a nats:// rule (subject)"
+                        "unknown parameter '{k}' in a {scheme}:// rule (subject)"
                     ));
                 }
                 Target::Nats { url: base, subject }
@@ -138,7 +153,7 @@ impl FromStr for Rule {
             },
             other => {
                 return Err(format!(
-                    "cannot forward to '{other}://': amqp://, nats://, http:// or https://"
+                    "cannot forward to '{other}://': amqp(s)://, nats://, tls:// (NATS over TLS), http:// or https://"
                 ))
             }
         };
@@ -182,7 +197,20 @@ pub fn redacted(target: &Target) -> String {
         Target::Nats { url, .. } => url,
         Target::Webhook { url } => url,
     };
-    crate::journal::connection::redact(url)
+    crate::redact::url(url)
+}
+
+/// An error with its causes ("error sending request: … invalid peer
+/// certificate: UnknownIssuer").
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 /// Why a message was not forwarded.

@@ -15,11 +15,14 @@ pub struct Sink {
 
 impl Sink {
     pub async fn connect(url: &str, subject: &str) -> Result<Sink, ForwardError> {
+        // tls:// turns TLS on (async-nats's scheme); it runs on the same
+        // rustls configuration as every other link.
         let client = async_nats::ConnectOptions::new()
+            .tls_client_config((*crate::tls::client_config()).clone())
             .connection_timeout(super::CONNECT_TIMEOUT)
             .connect(url)
             .await
-            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
+            .map_err(|e| ForwardError::Unreachable(crate::tls::explain(&super::error_chain(&e))))?;
         let mut jetstream = jetstream::new(client);
         jetstream.set_timeout(super::CONFIRM_TIMEOUT);
         Ok(Sink {

@@ -22,11 +22,17 @@ impl Sink {
         exchange: &str,
         routing_key: &str,
     ) -> Result<Sink, ForwardError> {
-        let unreachable = |e: lapin::Error| ForwardError::Unreachable(e.to_string());
-        let connection = tokio::time::timeout(
-            super::CONNECT_TIMEOUT,
-            Connection::connect(uri, ConnectionProperties::default()),
-        )
+        let unreachable =
+            |e: lapin::Error| ForwardError::Unreachable(crate::tls::explain(&e.to_string()));
+        let connection = tokio::time::timeout(super::CONNECT_TIMEOUT, async {
+            Connection::connect_with_config(
+                uri,
+                ConnectionProperties::default(),
+                crate::tls::amqp_config(),
+                lapin::runtime::default_runtime()?,
+            )
+            .await
+        })
         .await
         .map_err(|_| ForwardError::Unreachable("connecting timed out".into()))?
         .map_err(unreachable)?;

@@ -48,6 +48,7 @@ pub fn signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
 impl Sink {
     pub fn new(url: &str, secret: Option<&str>) -> Result<Sink, ForwardError> {
         let http = reqwest::Client::builder()
+            .use_preconfigured_tls((*crate::tls::client_config()).clone())
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(super::CONNECT_TIMEOUT)
             .build()
@@ -77,7 +78,10 @@ impl Sink {
                 "the webhook answered {}",
                 r.status()
             ))),
-            Err(e) => Err(ForwardError::Unreachable(e.to_string())),
+            // Without the URL: its query may hold a token.
+            Err(e) => Err(ForwardError::Unreachable(crate::tls::explain(
+                &super::error_chain(&e.without_url()),
+            ))),
         }
     }
 

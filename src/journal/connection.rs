@@ -16,10 +16,23 @@ use crate::error::JournalError;
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// A journal URL, checked: `sqlite://PATH` or `mysql://USER:PASS@HOST:PORT/DB`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum JournalUrl {
     Sqlite(String),
     Mysql(String),
+}
+
+/// Shown without its password.
+impl std::fmt::Debug for JournalUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JournalUrl::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            JournalUrl::Mysql(u) => f
+                .debug_tuple("Mysql")
+                .field(&crate::redact::url(u))
+                .finish(),
+        }
+    }
 }
 
 impl JournalUrl {
@@ -32,11 +45,15 @@ impl JournalUrl {
             }
             Ok(JournalUrl::Sqlite(path.to_string()))
         } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            // An ssl_mode the client library cannot honour is refused here,
+            // at start.
+            crate::tls::mysql_url(url)
+                .map_err(|e| JournalError::Config(format!("{}: {e:#}", crate::redact::url(url))))?;
             Ok(JournalUrl::Mysql(url.replacen("mariadb://", "mysql://", 1)))
         } else {
             Err(JournalError::Config(format!(
                 "unsupported journal URL '{}': use sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB",
-                redact(url)
+                crate::redact::url(url)
             )))
         }
     }
@@ -47,20 +64,6 @@ impl JournalUrl {
             JournalUrl::Sqlite(_) => 1,
             JournalUrl::Mysql(_) => 2,
         }
-    }
-}
-
-/// The URL with its password hidden, for logs and errors.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let cred = &url[s + 3..at];
-            match cred.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &cred[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
     }
 }
 
@@ -83,7 +86,20 @@ macro_rules! with_conn {
 impl JournalConn {
     pub fn establish(url: &JournalUrl) -> Result<Self, ConnectionError> {
         match url {
-            JournalUrl::Mysql(u) => Ok(JournalConn::Mysql(MysqlConnection::establish(u)?)),
+            JournalUrl::Mysql(u) => {
+                let library_url = crate::tls::mysql_url(u)
+                    .map_err(|e| ConnectionError::BadConnection(format!("{e:#}")))?;
+                let mut c = MysqlConnection::establish(&library_url).map_err(|e| match e {
+                    ConnectionError::BadConnection(m) => {
+                        ConnectionError::BadConnection(crate::tls::explain(&m))
+                    }
+                    other => other,
+                })?;
+                if crate::tls::mysql_requires_tls(u) {
+                    require_tls(&mut c)?;
+                }
+                Ok(JournalConn::Mysql(c))
+            }
             JournalUrl::Sqlite(path) => {
                 if let Some(dir) = Path::new(path)
                     .parent()
@@ -115,6 +131,28 @@ impl JournalConn {
             exact_keys_on_mysql(c)?;
         }
         Ok(applied)
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct SessionStatus {
+    #[diesel(sql_type = diesel::sql_types::Text, column_name = "Value")]
+    value: String,
+}
+
+/// With `ssl_mode=required` or `verify_ca`, a session the server let
+/// through in plain text is closed rather than used.
+fn require_tls(c: &mut MysqlConnection) -> Result<(), ConnectionError> {
+    use diesel::RunQueryDsl;
+    let cipher: Vec<SessionStatus> = diesel::sql_query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        .load(c)
+        .map_err(ConnectionError::CouldntSetupConfiguration)?;
+    match cipher.first() {
+        Some(s) if !s.value.is_empty() => Ok(()),
+        _ => Err(ConnectionError::BadConnection(
+            "the database server accepted the connection without TLS, and the journal URL's ssl_mode requires it"
+                .into(),
+        )),
     }
 }
 
@@ -216,11 +254,8 @@ mod tests {
         ));
         assert!(JournalUrl::parse("postgres://x").is_err());
         assert!(JournalUrl::parse("sqlite://").is_err());
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(redact("mysql://u:secret@h:1/d"), "mysql://u:***@h:1/d");
-        assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+        assert!(JournalUrl::parse("mysql://u:p@h:1/d?ssl_mode=verify_identity").is_err());
+        let url = JournalUrl::parse("mysql://u:secret@h:1/d").unwrap();
+        assert!(!format!("{url:?}").contains("secret"));
     }
 }

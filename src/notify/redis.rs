@@ -51,7 +51,7 @@ pub async fn run(url: String, keys: Keys, node: String, mut on_notice: impl FnMu
     let mut backoff = Duration::from_millis(100);
     loop {
         let subscribed = async {
-            let client = redis::Client::open(url.as_str())?;
+            let client = crate::redis::client(url.as_str())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(&channels).await?;
             Ok::<_, redis::RedisError>(pubsub)
