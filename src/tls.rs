@@ -291,6 +291,20 @@ pub fn certificate_problem(error: &str) -> Option<String> {
     ];
     if untrusted.iter().any(|s| error.contains(s)) {
         Some(format!("{error} (the server's certificate is not signed by a CA delayq trusts: add the CA to the platform's store or pass --tls-ca-file)"))
+    } else if error.contains("CertificateRequired") || error.contains("certificate required") {
+        Some(format!("{error} (the server wants a client certificate: pass --tls-client-cert and --tls-client-key)"))
+    } else if [
+        "BadCertificate",
+        "UnknownCA",
+        "bad certificate",
+        "unknown ca",
+    ]
+    .iter()
+    .any(|s| error.contains(s))
+    {
+        Some(format!(
+            "{error} (the server did not accept delayq's client certificate)"
+        ))
     } else if error.contains("NotValidForName") || error.contains("not valid for name") {
         Some(format!(
             "{error} (the server's certificate does not name the host in the URL)"
@@ -298,6 +312,15 @@ pub fn certificate_problem(error: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Whether a connection error is a TLS refusal that waiting does not mend:
+/// a certificate not accepted, or a server without the TLS asked for.
+pub fn settled_refusal(error: &str) -> bool {
+    certificate_problem(error).is_some()
+        || error.contains("without TLS")
+        || error.contains("SSL is required")
+        || error.contains("SSL connection is required")
 }
 
 fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {

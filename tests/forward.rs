@@ -5,14 +5,13 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::brokers::{Nats, RabbitMq};
+use common::webhook::Hook;
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Messages due over the next `spread_ms`, on `topic`.
 fn spread(topic: &str, n: usize, spread_ms: i64) -> Vec<Value> {
@@ -257,82 +256,6 @@ async fn nats_jetstream_gets_every_message_once_across_a_restart() {
         twice, 0,
         "JetStream drops a repeat by its Nats-Msg-Id: each message once"
     );
-}
-
-/// A webhook receiver: answers each request by `answer(id, attempt)`
-/// (attempt counts from 1) and keeps what it received.
-#[derive(Clone, Default)]
-struct Hook {
-    received: Arc<Mutex<Vec<Request>>>,
-}
-
-/// When a request came (epoch ms), its headers (lowercase names), its body.
-type Request = (i64, HashMap<String, String>, Vec<u8>);
-
-impl Hook {
-    async fn start(self, answer: fn(&str, usize) -> u16) -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            loop {
-                let Ok((sock, _)) = listener.accept().await else {
-                    return;
-                };
-                tokio::spawn(self.clone().serve(sock, answer));
-            }
-        });
-        port
-    }
-
-    /// HTTP/1.1 with keep-alive, enough for reqwest's requests.
-    async fn serve(self, mut sock: tokio::net::TcpStream, answer: fn(&str, usize) -> u16) {
-        let mut buf = Vec::new();
-        loop {
-            let head_end = loop {
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-                let mut chunk = [0u8; 8192];
-                match sock.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            };
-            let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-            let headers: HashMap<String, String> = head
-                .lines()
-                .skip(1)
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-                .collect();
-            let len: usize = headers
-                .get("content-length")
-                .map_or(0, |v| v.parse().unwrap());
-            while buf.len() < head_end + len {
-                let mut chunk = [0u8; 8192];
-                match sock.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let body = buf[head_end..head_end + len].to_vec();
-            buf.drain(..head_end + len);
-            let id = headers.get("x-delayq-id").cloned().unwrap_or_default();
-            let code = {
-                let mut r = self.received.lock().unwrap();
-                r.push((now_ms(), headers, body));
-                let attempt = r
-                    .iter()
-                    .filter(|(_, h, _)| h.get("x-delayq-id") == Some(&id))
-                    .count();
-                answer(&id, attempt)
-            };
-            let reply = format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\n\r\n");
-            if sock.write_all(reply.as_bytes()).await.is_err() {
-                return;
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

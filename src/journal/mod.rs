@@ -32,6 +32,11 @@ pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> 
                 }
                 other => return other,
             },
+            // A certificate delayq does not trust, or a server without the
+            // TLS the URL asks for, is not mended by waiting.
+            Err(e) if crate::tls::settled_refusal(&e.to_string()) => {
+                return Err(JournalError::Connection(e))
+            }
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, "journal database not reachable yet; retrying");
                 std::thread::sleep(Duration::from_millis(500));

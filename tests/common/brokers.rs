@@ -39,6 +39,8 @@ fn kill_group(child: &mut Child) {
 /// A RabbitMQ node of the test's own.
 pub struct RabbitMq {
     pub port: u16,
+    /// The TLS listener's port, when started with [`RabbitMq::start_tls`].
+    pub tls_port: Option<u16>,
     dist_port: u16,
     epmd_port: u16,
     dir: PathBuf,
@@ -48,11 +50,41 @@ pub struct RabbitMq {
 
 impl RabbitMq {
     pub fn start(dir: &Path) -> RabbitMq {
+        RabbitMq::start_with(dir, None)
+    }
+
+    /// Also a TLS listener serving `cert`, which asks every client for a
+    /// certificate signed by `ca`.
+    pub fn start_tls(dir: &Path, ca: &Path, cert: &Path, key: &Path) -> RabbitMq {
+        RabbitMq::start_with(dir, Some((ca, cert, key)))
+    }
+
+    fn start_with(dir: &Path, tls: Option<(&Path, &Path, &Path)>) -> RabbitMq {
         let dir = dir.join("rabbitmq");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        let tls_port = tls.map(|(ca, cert, key)| {
+            let port = free_port();
+            std::fs::write(
+                dir.join("rabbitmq.conf"),
+                format!(
+                    "listeners.ssl.default = {port}\n\
+                     ssl_options.cacertfile = {}\n\
+                     ssl_options.certfile = {}\n\
+                     ssl_options.keyfile = {}\n\
+                     ssl_options.verify = verify_peer\n\
+                     ssl_options.fail_if_no_peer_cert = true\n",
+                    ca.display(),
+                    cert.display(),
+                    key.display()
+                ),
+            )
+            .unwrap();
+            port
+        });
         let mut r = RabbitMq {
             port: free_port(),
+            tls_port,
             dist_port: free_port(),
             epmd_port: free_port(),
             name: format!("dqtest{}@localhost", super::random_hex(8)),
@@ -104,7 +136,7 @@ impl RabbitMq {
                     tail(&self.dir.join("out.log"), 40)
                 );
             }
-            if accepts(self.port) {
+            if accepts(self.port) && self.tls_port.is_none_or(accepts) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -164,16 +196,28 @@ impl Drop for RabbitMq {
 pub struct Nats {
     pub port: u16,
     dir: PathBuf,
+    /// `--tls --tlscert CERT --tlskey KEY`: TLS alone.
+    tls: Option<(PathBuf, PathBuf)>,
     child: Option<Child>,
 }
 
 impl Nats {
     pub fn start(dir: &Path) -> Nats {
+        Nats::start_with(dir, None)
+    }
+
+    /// A server that speaks TLS alone, serving `cert`.
+    pub fn start_tls(dir: &Path, cert: &Path, key: &Path) -> Nats {
+        Nats::start_with(dir, Some((cert.to_path_buf(), key.to_path_buf())))
+    }
+
+    fn start_with(dir: &Path, tls: Option<(PathBuf, PathBuf)>) -> Nats {
         let dir = dir.join("nats");
         std::fs::create_dir_all(&dir).unwrap();
         let mut n = Nats {
             port: free_port(),
             dir,
+            tls,
             child: None,
         };
         n.spawn();
@@ -186,10 +230,18 @@ impl Nats {
 
     fn spawn(&mut self) {
         let (out, err) = log_file(&self.dir.join("out.log"));
-        let child = Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
+        let mut cmd = Command::new("nats-server");
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
             .arg("-sd")
-            .arg(self.dir.join("store"))
+            .arg(self.dir.join("store"));
+        if let Some((cert, key)) = &self.tls {
+            cmd.arg("--tls")
+                .arg("--tlscert")
+                .arg(cert)
+                .arg("--tlskey")
+                .arg(key);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

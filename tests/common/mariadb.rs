@@ -12,6 +12,8 @@ use super::free_port;
 pub struct PrivateMariadb {
     pub port: u16,
     dir: PathBuf,
+    /// More `mariadbd` options (TLS files).
+    args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -19,6 +21,11 @@ impl PrivateMariadb {
     /// Initialises a data directory under `dir`, starts the server and
     /// creates database `db` with user `delayq`/`delayq`.
     pub fn start(dir: &Path, db: &str) -> PrivateMariadb {
+        PrivateMariadb::start_with(dir, db, &[])
+    }
+
+    /// As [`PrivateMariadb::start`], with more `mariadbd` options.
+    pub fn start_with(dir: &Path, db: &str, args: &[String]) -> PrivateMariadb {
         let dir = dir.join("mariadb");
         std::fs::create_dir_all(&dir).unwrap();
         let out = Command::new("mariadb-install-db")
@@ -35,6 +42,7 @@ impl PrivateMariadb {
         let mut m = PrivateMariadb {
             port: free_port(),
             dir,
+            args: args.to_vec(),
             child: None,
         };
         m.launch();
@@ -63,6 +71,21 @@ impl PrivateMariadb {
         );
     }
 
+    /// TLS handshakes the server accepted so far.
+    pub fn ssl_accepts(&self) -> u64 {
+        let out = Command::new("mariadb")
+            .args(["--no-defaults", "-uroot", "-h127.0.0.1", "-N", "-B"])
+            .arg(format!("-P{}", self.port))
+            .args(["-e", "SHOW GLOBAL STATUS LIKE 'Ssl_accepts'"])
+            .output()
+            .expect("run the mariadb client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("Ssl_accepts: {text}"))
+    }
+
     fn alive(&self) -> bool {
         Command::new("mariadb-admin")
             .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
@@ -84,6 +107,7 @@ impl PrivateMariadb {
             .arg(format!("--socket={}", self.dir.join("sock").display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
             .args(["--skip-log-bin", "--innodb-buffer-pool-size=32M"])
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -18,6 +18,8 @@ pub mod browser;
 pub mod cluster;
 pub mod mariadb;
 pub mod proxy;
+pub mod tls;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::fs::File;
