@@ -71,10 +71,18 @@ impl PrivateMariadb {
         );
     }
 
-    /// TLS handshakes the server accepted so far.
+    /// TLS handshakes the server accepted so far (this question itself is
+    /// asked in plain text, so it counts none).
     pub fn ssl_accepts(&self) -> u64 {
         let out = Command::new("mariadb")
-            .args(["--no-defaults", "-uroot", "-h127.0.0.1", "-N", "-B"])
+            .args([
+                "--no-defaults",
+                "--skip-ssl",
+                "-uroot",
+                "-h127.0.0.1",
+                "-N",
+                "-B",
+            ])
             .arg(format!("-P{}", self.port))
             .args(["-e", "SHOW GLOBAL STATUS LIKE 'Ssl_accepts'"])
             .output()
