@@ -551,6 +551,8 @@ async fn the_cluster_leader_reconciles() {
         .await;
     let leader = Cluster::index_of(&owners[0]);
     let standby = 1 - leader;
+    // The standby takes pushes once it holds a worker id lease (its /ready).
+    c.wait_ready(standby, Duration::from_secs(30)).await;
     let messages: Vec<Value> = (0..24)
         .map(|i| json!({"topic": "lead", "body": format!("{i}"), "delay": 3000 + i * 50}))
         .collect();

@@ -266,10 +266,7 @@ impl Handler<FindMessage> for JournalActor {
 
     fn handle(&mut self, msg: FindMessage, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        match store::find(&mut conn, msg.0)? {
-            Some(row) => Ok(Some((row, store::history(&mut conn, msg.0)?))),
-            None => Ok(None),
-        }
+        store::find_with_history(&mut conn, msg.0)
     }
 }
 

@@ -435,17 +435,34 @@ pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>,
         .optional())?)
 }
 
-pub fn history(conn: &mut JournalConn, id: MessageId) -> Result<Vec<FlowRow>, JournalError> {
-    Ok(with_conn!(conn, c => message_flow::table
-        .filter(message_flow::message_id.eq(id.0))
-        .order((
-            message_flow::flow_time.asc(),
-            message_flow::attempts.asc(),
-            message_flow::status.asc(),
-            message_flow::id.asc(),
-        ))
-        .select(FlowRow::as_select())
-        .load(c))?)
+/// A message and its history as of one moment: both read in one
+/// transaction (one snapshot), so a batch committed between the two reads
+/// cannot show a history ahead of the message's status.
+pub fn find_with_history(
+    conn: &mut JournalConn,
+    id: MessageId,
+) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+    Ok(with_conn!(conn, c => c.transaction(|c| {
+        let Some(row) = message::table
+            .find(id.0)
+            .select(MessageRow::as_select())
+            .first(c)
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let history = message_flow::table
+            .filter(message_flow::message_id.eq(id.0))
+            .order((
+                message_flow::flow_time.asc(),
+                message_flow::attempts.asc(),
+                message_flow::status.asc(),
+                message_flow::id.asc(),
+            ))
+            .select(FlowRow::as_select())
+            .load(c)?;
+        Ok::<_, diesel::result::Error>(Some((row, history)))
+    }))?)
 }
 
 /// Live messages (not Consumed, Deleted or Dead) with ids above `after`, in
