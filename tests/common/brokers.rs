@@ -117,6 +117,9 @@ impl RabbitMq {
                 "-kernel inet_dist_use_interface {127,0,0,1}",
             )
             .env("RABBITMQ_MNESIA_BASE", d("mnesia"))
+            // A VM killed mid-start writes its crash dump here, not into
+            // the checkout the test runs in.
+            .env("ERL_CRASH_DUMP", d("erl_crash.dump"))
             .env("RABBITMQ_LOG_BASE", d("log"))
             .env("RABBITMQ_ENABLED_PLUGINS_FILE", d("enabled_plugins"))
             .env("RABBITMQ_CONFIG_FILE", d("rabbitmq"))
