@@ -180,7 +180,10 @@ impl Journal {
 
     /// The message's flow rows, oldest first.
     pub fn history(&self, id: &str) -> Vec<FlowRow> {
-        store::history(&mut self.conn(), parse_id(id)).expect("read the flow rows")
+        store::find_with_history(&mut self.conn(), parse_id(id))
+            .expect("read the flow rows")
+            .map(|(_, history)| history)
+            .unwrap_or_default()
     }
 
     /// Status codes of the message's flow rows, oldest first.
