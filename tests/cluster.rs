@@ -696,6 +696,9 @@ async fn concurrent_biz_key_pushes_to_two_nodes_get_one_id() {
     let c = Cluster::builder().start().await;
     c.wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
         .await;
+    // Both hold a worker id lease (scanning does not need one).
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
     let w0 = c.admin(0).await["workerId"].as_i64().unwrap();
     let w1 = c.admin(1).await["workerId"].as_i64().unwrap();
     assert_ne!(w0, w1, "two live nodes share a worker id");
