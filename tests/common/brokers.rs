@@ -28,10 +28,19 @@ fn accepts(port: u16) -> bool {
 }
 
 /// Kills a child started in its own session, with everything it started.
+///
+/// The group is signalled with kill(2), not `kill -9 -PGID`: Debian 12's
+/// procps-ng `kill` reads that as pid -1 and kills every process it may,
+/// the test runner and CI with it.
 fn kill_group(child: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-9", &format!("-{}", child.id())])
-        .status();
+    let pgid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+    if pgid > 1 {
+        // SAFETY: kill(2) with a negative pid only sends a signal, to the
+        // group this child leads; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
