@@ -4,8 +4,9 @@
 //! One registry per process ([`metrics`]). Events are counted where they
 //! happen, with atomics; what is a state rather than an event is read at
 //! scrape time from what the node holds in memory (the journal's queue,
-//! the cluster view), or, for what lives in Redis, sampled by
-//! [`sample_shards`] every few seconds: a scrape never touches Redis or the
+//! the cluster view; [`Metrics::node_state`], called by the route), or,
+//! for what lives in Redis, sampled every [`SAMPLE_EVERY`]
+//! (`cluster::health::sample_shards`, through [`Metrics::shard_sizes`]): a scrape never touches Redis or the
 //! database, so scraping never slows delivery.
 //!
 //! | metric | type | labels | what |
@@ -57,16 +58,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::actors::journal::Journal;
-use crate::cluster::{ClusterHandle, Session};
-use crate::message::now_ms;
-use crate::redis::schedule::RedisSchedule;
-
 /// The label value every topic past the limit shares.
 pub const OTHER_TOPIC: &str = "(other)";
 /// Topics with their own series, unless configured otherwise.
 pub const DEFAULT_TOPICS: usize = 100;
-/// How often [`sample_shards`] reads the shards' sizes from Redis.
+/// How often the shards' sizes are read from Redis.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// The content type of [`encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -494,26 +490,57 @@ impl Metrics {
             .observe(since.elapsed().as_secs_f64());
     }
 
-    /// The text of every metric, with what the node holds in memory read
-    /// now.
-    pub fn encode(&self, journal: &Journal, cluster: &ClusterHandle) -> String {
-        self.journal_backlog.set(journal.backlog_pending() as i64);
-        let view = cluster.view();
+    /// What the node holds in memory, read at scrape time: the journal's
+    /// backlog and the cluster view (`session` as `standalone`,
+    /// `connected`, …; `owned` as shard and epoch).
+    pub fn node_state(
+        &self,
+        backlog: usize,
+        session: &'static str,
+        leader: bool,
+        nodes: usize,
+        owned: &[(u32, i64)],
+    ) {
+        self.journal_backlog.set(backlog as i64);
         self.cluster_session.clear();
         self.cluster_session
-            .get_or_create(&SessionLabel {
-                state: session_name(view.session),
-            })
+            .get_or_create(&SessionLabel { state: session })
             .set(1);
-        self.cluster_leader.set(view.is_leader() as i64);
-        self.cluster_nodes.set(view.nodes.len() as i64);
-        self.owned_shards.set(view.owned.len() as i64);
+        self.cluster_leader.set(leader as i64);
+        self.cluster_nodes.set(nodes as i64);
+        self.owned_shards.set(owned.len() as i64);
         self.shard_epoch.clear();
-        for &(shard, epoch) in &view.owned {
+        for &(shard, epoch) in owned {
             self.shard_epoch
                 .get_or_create(&ShardLabel { shard })
                 .set(epoch);
         }
+    }
+
+    /// The sampled sizes of the shards this node owns, replacing the last
+    /// sample (a shard no longer owned loses its series).
+    pub fn shard_sizes(&self, sizes: &[ShardSize]) {
+        self.shard_messages.clear();
+        self.shard_overdue.clear();
+        for s in sizes {
+            let shard = s.shard;
+            for (state, n) in [
+                ("delaying", s.delaying),
+                ("ready", s.ready),
+                ("inflight", s.in_flight),
+            ] {
+                self.shard_messages
+                    .get_or_create(&ShardStateLabels { shard, state })
+                    .set(n);
+            }
+            self.shard_overdue
+                .get_or_create(&ShardLabel { shard })
+                .set(s.overdue_ms as f64 / 1000.0);
+        }
+    }
+
+    /// The text of every metric.
+    pub fn encode(&self) -> String {
         let mut text = String::with_capacity(16 * 1024);
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         // Writing into a String cannot fail.
@@ -522,14 +549,14 @@ impl Metrics {
     }
 }
 
-fn session_name(s: Session) -> &'static str {
-    match s {
-        Session::Connecting => "connecting",
-        Session::Connected => "connected",
-        Session::Disconnected => "disconnected",
-        Session::Expired => "expired",
-        Session::Standalone => "standalone",
-    }
+/// One shard's sample for [`Metrics::shard_sizes`].
+pub struct ShardSize {
+    pub shard: u32,
+    pub delaying: i64,
+    pub ready: i64,
+    pub in_flight: i64,
+    /// How long its earliest due message has waited for promotion.
+    pub overdue_ms: i64,
 }
 
 /// The process's metrics.
@@ -571,37 +598,6 @@ impl TopicLabels {
         } else {
             OTHER_TOPIC.to_string()
         }
-    }
-}
-
-/// Every [`SAMPLE_EVERY`], reads the sizes of the shards this node owns
-/// (a few O(1) reads per shard) into the shard gauges; a shard this node
-/// no longer owns loses its series.
-pub async fn sample_shards(redis: RedisSchedule, cluster: ClusterHandle) {
-    let m = metrics();
-    loop {
-        let owned: Vec<u32> = cluster.view().owned.iter().map(|&(s, _)| s).collect();
-        let counts = futures::future::join_all(owned.iter().map(|&s| redis.shard_counts(s))).await;
-        m.shard_messages.clear();
-        m.shard_overdue.clear();
-        let now = now_ms();
-        for (&shard, counts) in owned.iter().zip(counts) {
-            let Ok(c) = counts else { continue };
-            for (state, n) in [
-                ("delaying", c.delaying),
-                ("ready", c.ready),
-                ("inflight", c.in_flight),
-            ] {
-                m.shard_messages
-                    .get_or_create(&ShardStateLabels { shard, state })
-                    .set(n);
-            }
-            let overdue = c.oldest_overdue.map_or(0, |due| (now - due).max(0));
-            m.shard_overdue
-                .get_or_create(&ShardLabel { shard })
-                .set(overdue as f64 / 1000.0);
-        }
-        tokio::time::sleep(SAMPLE_EVERY).await;
     }
 }
 

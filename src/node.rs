@@ -527,7 +527,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
     actix::spawn(api::ui::history::run());
     actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
-    actix::spawn(crate::metrics::sample_shards(
+    actix::spawn(crate::cluster::health::sample_shards(
         redis.clone(),
         cluster.clone(),
     ));

@@ -24,9 +24,18 @@ use crate::metrics::{metrics, RequestLabels, RouteLabels, CONTENT_TYPE};
     )),
 )]
 pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
+    let view = state.cluster.view();
+    let m = metrics();
+    m.node_state(
+        state.journal.backlog_pending(),
+        view.session.name(),
+        view.is_leader(),
+        view.nodes.len(),
+        &view.owned,
+    );
     HttpResponse::Ok()
         .content_type(CONTENT_TYPE)
-        .body(metrics().encode(&state.journal, &state.cluster))
+        .body(m.encode())
 }
 
 /// Counts and times each request under its route pattern (`/ack/{id}`,

@@ -94,6 +94,19 @@ pub enum Session {
     Standalone,
 }
 
+impl Session {
+    /// The name `/cluster` and `/metrics` show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Session::Connecting => "connecting",
+            Session::Connected => "connected",
+            Session::Disconnected => "disconnected",
+            Session::Expired => "expired",
+            Session::Standalone => "standalone",
+        }
+    }
+}
+
 /// What the node knows of the cluster right now.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
