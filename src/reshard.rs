@@ -184,7 +184,7 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
                     .iter()
                     .zip(found.chunks(3))
                     .map(|((_, rec), r)| {
-                        let score = |v: &Value| crate::redis::schedule::opt_score(v);
+                        let score = |v: &Value| crate::redis::reply::opt_score(v);
                         if let Some(x) = score(&r[0]) {
                             Spot::Delay(x)
                         } else if let Some(x) = score(&r[1]) {

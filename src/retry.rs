@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ErrorCode;
-use crate::message::{whole_number, Invalid};
+use crate::message::{whole_number, Invalid, Status};
 
 /// Deliveries before a message is `Dead`, unless the push says otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 16;
@@ -149,6 +149,32 @@ pub fn parse_max_attempts(value: Option<&Value>) -> Result<i32, Invalid> {
                 message: format!("maxAttempts must be 1 to {MAX_MAX_ATTEMPTS}, got {v}"),
             }),
         },
+    }
+}
+
+/// Where a failed delivery (a nack, or an ack deadline that passed) left a
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Ready again at once.
+    Ready,
+    /// Scheduled again, due at this time (ms).
+    Delaying { due: i64 },
+    /// That was its last attempt.
+    Dead,
+    /// A recurring message whose series was cancelled during this
+    /// delivery: it ends here.
+    Stopped,
+}
+
+impl AfterFailure {
+    pub fn status(self) -> Status {
+        match self {
+            AfterFailure::Ready => Status::Ready,
+            AfterFailure::Delaying { .. } => Status::Delaying,
+            AfterFailure::Dead => Status::Dead,
+            AfterFailure::Stopped => Status::Deleted,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use crate::error::ShardError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Message, MessageId, Status};
 use crate::notify::Topics;
+pub use crate::notify::{Touch, WakeAll};
 use crate::redis::schedule::{CancelResult, RedisSchedule, Scheduled};
 
 /// Messages with their delivery counts.
@@ -37,15 +38,6 @@ pub struct Schedule(pub Batch);
 pub struct Cancel {
     pub id: MessageId,
     pub tombstone_absent: bool,
-}
-
-/// Something in `shard` needs attention at `at_ms` (a new due time, or an
-/// ack deadline of a message just handed out).
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct Touch {
-    pub shard: u32,
-    pub at_ms: i64,
 }
 
 /// This node now owns `shard` with this epoch: start scanning it.
@@ -68,11 +60,6 @@ pub struct StopShard {
 #[derive(Message)]
 #[rtype(result = "Vec<(u32, i64)>")]
 pub struct OwnedShards;
-
-/// Every owned shard scans now (after wake-ups may have been lost).
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct WakeAll;
 
 pub struct RouterActor {
     redis: RedisSchedule,

@@ -19,11 +19,24 @@
 pub mod local;
 pub mod redis;
 
-use actix::Recipient;
+use actix::{Message, Recipient};
 
-use crate::actors::router::{Touch, WakeAll};
 use crate::redis::keys::Keys;
 pub use local::Topics;
+
+/// Something in `shard` needs attention at `at_ms` (a new due time, or an
+/// ack deadline of a message just handed out).
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Touch {
+    pub shard: u32,
+    pub at_ms: i64,
+}
+
+/// Every owned shard scans now (after wake-ups may have been lost).
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct WakeAll;
 
 /// A wake-up.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,9 @@ use redis::Value;
 use crate::error::ShardError;
 use crate::message::MessageId;
 use crate::redis::keys::due_of_score;
-use crate::redis::schedule::{opt_score, text, RedisSchedule};
+use crate::redis::reply::{opt_score, text};
+pub use crate::redis::schedule::End;
+use crate::redis::schedule::RedisSchedule;
 use crate::redis::scripts::evalsha;
 
 /// Where Redis holds a message.
@@ -40,30 +42,6 @@ pub enum Held {
     Unjournaled(End),
     /// Nothing at all.
     Absent,
-}
-
-/// An end of a message's life Redis applied (`{P:s}:unjournaled`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct End {
-    pub status: crate::message::Status,
-    pub attempts: i32,
-    /// When, by Redis's clock (ms).
-    pub at: i64,
-}
-
-impl End {
-    /// Reads `status|attempts|at`.
-    pub fn parse(text: &str) -> Option<End> {
-        let mut parts = text.split('|');
-        let status = crate::message::Status::from_code(parts.next()?.parse().ok()?)?;
-        let attempts = parts.next()?.parse().ok()?;
-        let at = parts.next()?.parse().ok()?;
-        Some(End {
-            status,
-            attempts,
-            at,
-        })
-    }
 }
 
 /// The header of a stored record (see [`crate::redis::record`]).

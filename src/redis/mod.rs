@@ -5,6 +5,7 @@
 pub mod inspect;
 pub mod keys;
 pub mod record;
+pub mod reply;
 pub mod schedule;
 pub mod scripts;
 

@@ -1,0 +1,314 @@
+//! The schedule's bookkeeping: shard epochs and counts, the ends the
+//! journal has yet to record, leases and worker reservations, the data
+//! set's markers, and the small shared records (journals behind, revoked
+//! dashboard sessions, Redis's clock).
+
+use super::{End, LeaseOp, RedisSchedule, ShardCounts, BEHIND_FRESH_MS};
+use crate::error::ShardError;
+use crate::message::{now_ms, MessageId, Status};
+use crate::redis::keys::due_of_score;
+use crate::redis::scripts::evalsha;
+
+impl RedisSchedule {
+    /// A standalone node's ownership token for a shard: one above the stored
+    /// epoch (the first scan with it raises the stored value; see tick.lua).
+    pub async fn next_epoch(&self, shard: u32) -> Result<i64, ShardError> {
+        let stored: Option<i64> = redis::cmd("GET")
+            .arg(self.keys.epoch(shard))
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(stored.unwrap_or(0) + 1)
+    }
+
+    /// Raises shard `shard`'s epoch from `stored` to `next` if it is still
+    /// `stored` (takeover.lua): whether it did.
+    pub async fn take_over(&self, shard: u32, stored: i64, next: i64) -> Result<bool, ShardError> {
+        let cmd = evalsha(
+            &self.scripts.takeover,
+            &[self.keys.epoch(shard)],
+            &[stored, next],
+        );
+        let (done, _now): (i64, String) = self
+            .scripts
+            .run("takeover", &mut self.con.clone(), &cmd)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// The ends these messages reached in Redis that the journal has not
+    /// recorded yet (the shards' unjournaled hashes), in input order.
+    pub async fn pending_ends(&self, ids: &[MessageId]) -> Result<Vec<Option<End>>, ShardError> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hget(
+                self.keys.unjournaled(self.keys.shard_of(*id)),
+                id.to_string(),
+            );
+        }
+        let found: Vec<Option<String>> = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(found
+            .iter()
+            .map(|t| t.as_deref().and_then(End::parse))
+            .collect())
+    }
+
+    /// Nodes whose journal is behind Redis, by their word of the last
+    /// [`BEHIND_FRESH_MS`].
+    pub async fn journals_behind(&self) -> Result<Vec<String>, ShardError> {
+        Ok(redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.journal_behind())
+            .arg(now_ms() - BEHIND_FRESH_MS)
+            .arg("+inf")
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// Says whether `node`'s journal is behind (read by
+    /// [`RedisSchedule::journals_behind`]), and forgets the word of nodes
+    /// silent for [`BEHIND_FRESH_MS`] (stopped meanwhile).
+    pub async fn say_journal_behind(&self, node: &str, behind: bool) -> Result<(), ShardError> {
+        let key = self.keys.journal_behind();
+        let now = now_ms();
+        let mut pipe = redis::pipe();
+        if behind {
+            pipe.cmd("ZADD").arg(&key).arg(now).arg(node).ignore();
+        } else {
+            pipe.cmd("ZREM").arg(&key).arg(node).ignore();
+        }
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now - BEHIND_FRESH_MS)
+            .ignore();
+        Ok(pipe.query_async(&mut self.con.clone()).await?)
+    }
+
+    /// Records a logged-out dashboard session (its cookie's signed body)
+    /// until `until` (epoch ms), when it would have expired anyway.
+    pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), ShardError> {
+        Ok(redis::cmd("ZADD")
+            .arg(self.keys.ui_revoked())
+            .arg(until)
+            .arg(body)
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The logged-out dashboard sessions not expired yet (forgetting the
+    /// others).
+    pub async fn revoked_ui_sessions(&self) -> Result<Vec<String>, ShardError> {
+        let key = self.keys.ui_revoked();
+        let (list,): (Vec<String>,) = redis::pipe()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms())
+            .ignore()
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(list)
+    }
+
+    /// The journal has recorded these messages' ends: Redis no longer keeps
+    /// them in the shards' unjournaled hashes (their tombstones then expire
+    /// as usual).
+    pub async fn journaled(&self, ids: &[MessageId]) -> Result<(), ShardError> {
+        let by_shard = self.by_shard(ids.iter().copied());
+        let mut pipe = redis::pipe();
+        for (&shard, idx) in &by_shard {
+            let members: Vec<String> = idx.iter().map(|&i| ids[i].to_string()).collect();
+            pipe.hdel(self.keys.unjournaled(shard), members).ignore();
+        }
+        let _: () = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(())
+    }
+
+    /// Ends messages Redis does not hold while the journal says they are
+    /// live (end_absent.lua): `(id, the end, attempts)`. Whether each was
+    /// ended (false: it is back in Redis meanwhile), in input order.
+    pub async fn end_absent(
+        &self,
+        ends: &[(MessageId, Status, i32)],
+    ) -> Result<Vec<bool>, ShardError> {
+        let k = &self.keys;
+        let replies: Vec<(Vec<usize>, Vec<i64>)> = self
+            .per_shard(
+                "end_absent",
+                &self.scripts.end_absent,
+                ends.iter().map(|(id, _, _)| *id),
+                |shard, idx| {
+                    let mut args = Vec::with_capacity(idx.len() * 3);
+                    for &i in idx {
+                        let (id, status, attempts) = ends[i];
+                        args.push(id.to_string());
+                        args.push(status.code().to_string());
+                        args.push(attempts.to_string());
+                    }
+                    (
+                        vec![k.messages(shard), k.finished(shard), k.unjournaled(shard)],
+                        args,
+                    )
+                },
+            )
+            .await?;
+        let mut out = vec![false; ends.len()];
+        for (idx, flags) in replies {
+            for (&i, f) in idx.iter().zip(flags) {
+                out[i] = f == 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads Redis's clock (`TIME`) and notes it ([`crate::clock`]).
+    pub async fn probe_clock(&self) -> Result<(), ShardError> {
+        let sent = std::time::Instant::now();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.con.clone())
+            .await?;
+        crate::clock::observe(sent, secs * 1_000_000 + micros);
+        Ok(())
+    }
+
+    /// Counts of one shard, each O(1) in Redis: every message Redis holds is
+    /// in the message hash, and is delaying, in flight, or else ready.
+    pub async fn shard_counts(&self, shard: u32) -> Result<ShardCounts, ShardError> {
+        let k = &self.keys;
+        let (total, delaying, in_flight, head, epoch): (
+            i64,
+            i64,
+            i64,
+            Vec<(String, f64)>,
+            Option<i64>,
+        ) = redis::pipe()
+            .hlen(k.messages(shard))
+            .zcard(k.delay(shard))
+            .zcard(k.inflight(shard))
+            .cmd("ZRANGE")
+            .arg(k.delay(shard))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .get(k.epoch(shard))
+            .query_async(&mut self.con.clone())
+            .await?;
+        let now = now_ms();
+        Ok(ShardCounts {
+            delaying,
+            ready: (total - delaying - in_flight).max(0),
+            in_flight,
+            epoch: epoch.unwrap_or(0),
+            oldest_overdue: head
+                .first()
+                .map(|(_, s)| due_of_score(*s))
+                .filter(|due| *due < now),
+        })
+    }
+
+    /// Runs a lease operation (see lease.lua): whether this holder has the
+    /// lease afterwards, and who holds it.
+    pub async fn lease(
+        &self,
+        op: LeaseOp,
+        key: &str,
+        holder: &str,
+        lease_ms: u64,
+    ) -> Result<(bool, Option<String>), ShardError> {
+        let op = match op {
+            LeaseOp::Acquire => "acquire",
+            LeaseOp::Renew => "renew",
+            LeaseOp::Release => "release",
+        };
+        let cmd = evalsha(
+            &self.scripts.lease,
+            &[key],
+            &[op, holder, &lease_ms.to_string()],
+        );
+        let (held, cur): (i64, Option<String>) = self
+            .scripts
+            .run("lease", &mut self.con.clone(), &cmd)
+            .await?;
+        Ok((held == 1, cur))
+    }
+
+    /// Raises worker `worker`'s reserved millisecond to at least `ms`;
+    /// returns (reserved before, reserved now).
+    pub async fn reserve(&self, worker: u16, ms: i64) -> Result<(i64, i64), ShardError> {
+        let cmd = evalsha(
+            &self.scripts.reserve,
+            &[self.keys.worker_reserved(worker)],
+            &[ms],
+        );
+        let (before, now): (String, String) = self
+            .scripts
+            .run("reserve", &mut self.con.clone(), &cmd)
+            .await?;
+        let num = |v: String| {
+            v.parse::<i64>()
+                .map_err(|e| ShardError::BadRecord(e.to_string()))
+        };
+        Ok((num(before)?, num(now)?))
+    }
+
+    pub async fn ping(&self) -> Result<(), ShardError> {
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Does this Redis hold a delayq data set (the marker key)?
+    pub async fn has_dataset_marker(&self) -> Result<bool, ShardError> {
+        Ok(redis::cmd("EXISTS")
+            .arg(self.keys.dataset_marker())
+            .query_async::<i64>(&mut self.con.clone())
+            .await?
+            == 1)
+    }
+
+    pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), ShardError> {
+        let _: () = redis::pipe()
+            .cmd("SET")
+            .arg(self.keys.dataset_marker())
+            .arg(node_id)
+            .arg("NX")
+            .ignore()
+            .cmd("SET")
+            .arg(self.keys.shard_count())
+            .arg(self.keys.shards())
+            .arg("NX")
+            .ignore()
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Records this deployment's shard count with the data set unless one
+    /// is recorded already; returns the recorded one.
+    pub async fn record_shard_count(&self) -> Result<u32, ShardError> {
+        let (recorded,): (Option<String>,) = redis::pipe()
+            .cmd("SET")
+            .arg(self.keys.shard_count())
+            .arg(self.keys.shards())
+            .arg("NX")
+            .ignore()
+            .get(self.keys.shard_count())
+            .query_async(&mut self.con.clone())
+            .await?;
+        recorded.as_deref().unwrap_or("").parse().map_err(|_| {
+            ShardError::BadRecord(format!("{} holds {recorded:?}", self.keys.shard_count()))
+        })
+    }
+
+    /// `FROM>TO` while a reshard moves the data set.
+    pub async fn resharding(&self) -> Result<Option<String>, ShardError> {
+        Ok(redis::cmd("GET")
+            .arg(self.keys.resharding())
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+}

@@ -1,0 +1,399 @@
+//! Delivery: a shard's scan step, and the claims, acks, nacks and cancels
+//! of consumers and producers, each one script call per shard.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::outcomes::after_failure;
+use super::{
+    AckResult, Advanced, CancelResult, Claimed, End, FailedDelivery, NackResult, RedisSchedule,
+    TickResult, TOMBSTONE_MS,
+};
+use crate::error::ShardError;
+use crate::message::{now_ms, Message, MessageId, Receipt};
+use crate::redis::keys::{due_of_score, score};
+use crate::redis::record;
+use crate::redis::reply::{ids_and_topics, opt_score, parse_id, place_status, ran_at, text};
+use crate::redis::scripts::evalsha;
+
+/// A receipt as the scripts compare it ('' for none). The fault
+/// `ignore_receipts` (see [`crate::faults`]) drops it: the planted bug a
+/// fault checker must catch.
+fn receipt_arg(receipt: Option<Receipt>) -> String {
+    match receipt {
+        Some(r) if !crate::faults::on("ignore_receipts") => r.delivery(),
+        _ => String::new(),
+    }
+}
+
+impl RedisSchedule {
+    /// One scan step of a shard, now by Redis's clock: moves up to `limit`
+    /// due messages to their ready queues and returns up to `limit`
+    /// expired in-flight ones.
+    pub async fn tick(
+        &self,
+        shard: u32,
+        limit: usize,
+        epoch: i64,
+    ) -> Result<TickResult, ShardError> {
+        let k = &self.keys;
+        let cmd = evalsha(
+            &self.scripts.tick,
+            &[
+                k.delay(shard),
+                k.messages(shard),
+                k.inflight(shard),
+                k.epoch(shard),
+                k.finished(shard),
+                k.unjournaled(shard),
+            ],
+            &[
+                limit.to_string(),
+                k.ready_prefix(shard),
+                epoch.to_string(),
+                TOMBSTONE_MS.to_string(),
+                k.ready_channel(),
+                self.node.to_string(),
+            ],
+        );
+        let sent = std::time::Instant::now();
+        let reply: Value = match self.scripts.run("tick", &mut self.con.clone(), &cmd).await {
+            Err(e) if e.code() == Some("STALE_EPOCH") => {
+                let stored = e
+                    .detail()
+                    .and_then(|d| d.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(i64::MAX);
+                return Err(ShardError::StaleEpoch { shard, stored });
+            }
+            other => other?,
+        };
+        let now_ms = crate::clock::now_ms();
+        let parts = ids_and_topics(&reply);
+        if parts.len() != 5 {
+            return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+        }
+        let mut out = TickResult::default();
+        for pair in ids_and_topics(&parts[0]).chunks(2) {
+            out.moved.push((parse_id(&pair[0])?, text(&pair[1])?));
+        }
+        for f in ids_and_topics(&parts[1]).chunks(5) {
+            if f.len() < 5 {
+                return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+            }
+            let due = opt_score(&f[4]).unwrap_or(now_ms as f64) as i64;
+            let then = after_failure(&text(&f[3])?, due)
+                .ok_or_else(|| ShardError::BadRecord(format!("tick returned {reply:?}")))?;
+            out.failed.push(FailedDelivery {
+                id: parse_id(&f[0])?,
+                topic: text(&f[1])?,
+                attempts: opt_score(&f[2]).unwrap_or(0.0) as i32,
+                then,
+            });
+        }
+        out.next_due = opt_score(&parts[2]).map(due_of_score);
+        out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
+        out.at = opt_score(&parts[4]).map_or(now_ms, |s| s as i64);
+        crate::clock::observe(sent, out.at * 1000 + 999);
+        Ok(out)
+    }
+
+    /// The first `count` ready messages of a topic across all shards, by
+    /// score: (score, shard, id).
+    pub async fn peek_ready(
+        &self,
+        topic: &str,
+        count: usize,
+    ) -> Result<Vec<(f64, u32, String)>, ShardError> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            pipe.cmd("ZRANGE")
+                .arg(self.keys.ready(shard, topic))
+                .arg(0)
+                .arg(count as i64 - 1)
+                .arg("WITHSCORES");
+        }
+        let heads: Vec<Vec<(String, f64)>> = pipe.query_async(&mut self.con.clone()).await?;
+        let mut all: Vec<(f64, u32, String)> = heads
+            .into_iter()
+            .enumerate()
+            .flat_map(|(shard, items)| items.into_iter().map(move |(id, s)| (s, shard as u32, id)))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        all.truncate(count);
+        Ok(all)
+    }
+
+    /// Claims, in each shard, the first `n` ready messages of a topic for a
+    /// consumer (attempts + 1, ack deadline now + ttl). Returns them in score
+    /// order across shards.
+    pub async fn claim(
+        &self,
+        topic: &str,
+        per_shard: &BTreeMap<u32, usize>,
+    ) -> Result<Vec<Claimed>, ShardError> {
+        let now_ms = now_ms();
+        let mut pipe = redis::pipe();
+        for (&shard, &n) in per_shard {
+            let k = &self.keys;
+            pipe.add_command(evalsha(
+                &self.scripts.claim,
+                &[k.ready(shard, topic), k.messages(shard), k.inflight(shard)],
+                &[n as i64],
+            ));
+        }
+        let mut replies: Vec<Vec<String>> = self
+            .scripts
+            .run_pipe("claim", &mut self.con.clone(), &pipe)
+            .await?;
+        let mut out = Vec::new();
+        for (&shard, records) in per_shard.keys().zip(&mut replies) {
+            let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
+            for rec in records.drain(..) {
+                let (attempts, message) = record::decode(&rec).map_err(ShardError::BadRecord)?;
+                out.push(Claimed {
+                    shard,
+                    at,
+                    attempts,
+                    message,
+                    record: rec,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            score(a.message.due_time, a.message.priority)
+                .total_cmp(&score(b.message.due_time, b.message.priority))
+                .then_with(|| a.message.id.cmp(&b.message.id))
+        });
+        Ok(out)
+    }
+
+    /// Acks many messages, each with the receipt of the delivery acked
+    /// when the consumer gave one: one script call per shard, all in one
+    /// pipeline. Returns what happened to each, in input order.
+    pub async fn ack_many(
+        &self,
+        acks: &[(MessageId, Option<Receipt>)],
+    ) -> Result<Vec<AckResult>, ShardError> {
+        let k = &self.keys;
+        let replies: Vec<(Vec<usize>, Vec<Value>)> = self
+            .per_shard(
+                "ack",
+                &self.scripts.ack,
+                acks.iter().map(|(id, _)| *id),
+                |shard, idx| {
+                    let mut args = Vec::with_capacity(idx.len() * 2 + 1);
+                    args.push(k.ready_prefix(shard));
+                    for &i in idx {
+                        args.push(acks[i].0.to_string());
+                        args.push(receipt_arg(acks[i].1));
+                    }
+                    let keys = vec![
+                        k.inflight(shard),
+                        k.messages(shard),
+                        k.finished(shard),
+                        k.unjournaled(shard),
+                        k.delay(shard),
+                    ];
+                    (keys, args)
+                },
+            )
+            .await?;
+        let mut out = vec![AckResult::Absent; acks.len()];
+        for (idx, mut reply) in replies {
+            ran_at(&mut reply, 0);
+            for (&i, four) in idx.iter().zip(reply.chunks(4)) {
+                if four.len() < 4 {
+                    return Err(ShardError::BadRecord(format!("ack returned {four:?}")));
+                }
+                let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
+                let record = text(&four[2])?;
+                out[i] = match text(&four[0])?.as_str() {
+                    "acked" | "acked_late" => AckResult::Acked { attempts },
+                    "recurring" => AckResult::Recurring { attempts, record },
+                    "not_in_flight" => AckResult::NotInFlight {
+                        recurring: (!record.is_empty()).then_some(record),
+                    },
+                    "stale" => AckResult::Stale {
+                        state: place_status(&text(&four[3])?),
+                        attempts,
+                        recurring: (!record.is_empty()).then_some(record),
+                    },
+                    "finished" => AckResult::Finished(End::parse(&text(&four[3])?)),
+                    _ => AckResult::Absent,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves acked recurring messages on: each `(id, the record the ack
+    /// read, the next occurrence or None when the series ends)`. One script
+    /// call per shard, in one pipeline; results in input order.
+    pub async fn advance_many(
+        &self,
+        items: &[(MessageId, String, Option<Message>)],
+    ) -> Result<Vec<Advanced>, ShardError> {
+        let now = now_ms();
+        let k = &self.keys;
+        let replies: Vec<(Vec<usize>, Vec<Value>)> = self
+            .per_shard(
+                "advance",
+                &self.scripts.advance,
+                items.iter().map(|(id, _, _)| *id),
+                |shard, idx| {
+                    let mut args = Vec::with_capacity(idx.len() * 4 + 2);
+                    args.push(k.ready_prefix(shard));
+                    args.push(k.wake_channel(shard));
+                    for &i in idx {
+                        let (id, seen, next) = &items[i];
+                        args.push(id.to_string());
+                        args.push(seen.clone());
+                        match next {
+                            Some(m) => {
+                                args.push(record::encode(m, 0));
+                                args.push((score(m.due_time, m.priority) as i64).to_string());
+                            }
+                            None => {
+                                args.push(String::new());
+                                args.push("0".to_string());
+                            }
+                        }
+                    }
+                    let keys = vec![
+                        k.inflight(shard),
+                        k.messages(shard),
+                        k.delay(shard),
+                        k.finished(shard),
+                        k.unjournaled(shard),
+                    ];
+                    (keys, args)
+                },
+            )
+            .await?;
+        let mut out = vec![Advanced::Changed; items.len()];
+        for (idx, mut reply) in replies {
+            let at = ran_at(&mut reply, now);
+            for (&i, outcome) in idx.iter().zip(reply) {
+                out[i] = match text(&outcome)?.as_str() {
+                    "advanced" => Advanced::Next { at },
+                    "ended" => Advanced::Ended { at },
+                    _ => Advanced::Changed,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives back delivered messages: each `(id, wait, receipt)`, `wait`
+    /// the nack's delay in ms or `None` for the message's retry policy,
+    /// `receipt` the delivery's when the consumer gave one. One script call
+    /// per shard, in one pipeline; results in input order.
+    pub async fn nack_many(
+        &self,
+        nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
+    ) -> Result<Vec<NackResult>, ShardError> {
+        let now = now_ms();
+        let k = &self.keys;
+        let replies: Vec<(Vec<usize>, Vec<Value>)> = self
+            .per_shard(
+                "nack",
+                &self.scripts.nack,
+                nacks.iter().map(|(id, _, _)| *id),
+                |shard, idx| {
+                    let mut args = Vec::with_capacity(idx.len() * 3 + 4);
+                    args.push(k.ready_prefix(shard));
+                    args.push(k.wake_channel(shard));
+                    args.push(k.ready_channel());
+                    args.push(self.node.to_string());
+                    for &i in idx {
+                        let (id, wait, receipt) = nacks[i];
+                        args.push(id.to_string());
+                        args.push(wait.map_or_else(|| "-".to_string(), |w| w.to_string()));
+                        args.push(receipt_arg(receipt));
+                    }
+                    let keys = vec![
+                        k.inflight(shard),
+                        k.messages(shard),
+                        k.delay(shard),
+                        k.finished(shard),
+                        k.unjournaled(shard),
+                    ];
+                    (keys, args)
+                },
+            )
+            .await?;
+        let mut out = vec![NackResult::Absent; nacks.len()];
+        for (idx, mut reply) in replies {
+            let at = ran_at(&mut reply, now);
+            for (&i, four) in idx.iter().zip(reply.chunks(4)) {
+                if four.len() < 4 {
+                    return Err(ShardError::BadRecord(format!("nack returned {four:?}")));
+                }
+                let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
+                let due = opt_score(&four[2]).unwrap_or(0.0) as i64;
+                let outcome = text(&four[0])?;
+                out[i] = match after_failure(&outcome, due) {
+                    Some(then) => NackResult::Failed {
+                        attempts,
+                        then,
+                        at,
+                        topic: text(&four[3])?,
+                    },
+                    None if outcome == "not_in_flight" => NackResult::NotInFlight,
+                    None if outcome == "stale" => NackResult::Stale {
+                        state: place_status(&text(&four[3])?),
+                    },
+                    None => NackResult::Absent,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn cancel(
+        &self,
+        id: MessageId,
+        tombstone_absent: bool,
+    ) -> Result<CancelResult, ShardError> {
+        let shard = self.keys.shard_of(id);
+        let k = &self.keys;
+        let cmd = evalsha(
+            &self.scripts.cancel,
+            &[
+                k.delay(shard),
+                k.messages(shard),
+                k.inflight(shard),
+                k.finished(shard),
+                k.unjournaled(shard),
+            ],
+            &[
+                id.to_string(),
+                k.ready_prefix(shard),
+                if tombstone_absent { "1" } else { "0" }.to_string(),
+            ],
+        );
+        let reply: Vec<Value> = self
+            .scripts
+            .run("cancel", &mut self.con.clone(), &cmd)
+            .await?;
+        let r = reply.first().map(text).transpose()?.unwrap_or_default();
+        let attempts = reply.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
+        Ok(match r.as_str() {
+            "deleted" => CancelResult::Deleted { attempts },
+            "stopped" => CancelResult::Stopped { attempts },
+            "in_flight" => CancelResult::InFlight,
+            "finished" => match reply
+                .get(2)
+                .and_then(|v| text(v).ok())
+                .as_deref()
+                .and_then(End::parse)
+            {
+                Some(end) => CancelResult::Finished(end),
+                None => CancelResult::Absent,
+            },
+            _ => CancelResult::Absent,
+        })
+    }
+}
