@@ -62,6 +62,7 @@ pub mod error;
 pub mod faults;
 pub mod forward;
 pub mod ids;
+pub mod input;
 pub mod journal;
 pub mod message;
 pub mod metrics;

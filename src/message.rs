@@ -2,20 +2,9 @@
 //! producer's input must pass before anything is written.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-/// Longest accepted delay: ten years, in milliseconds.
-pub const MAX_DELAY_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
-/// Default time a consumer has to ack a message.
-pub const DEFAULT_TTL_MS: i64 = 30_000;
-/// Accepted ack deadlines: 100 ms to one day.
-pub const MIN_TTL_MS: i64 = 100;
-pub const MAX_TTL_MS: i64 = 24 * 3600 * 1000;
-pub const MAX_TOPIC_LEN: usize = 128;
-pub const MAX_BIZ_KEY_LEN: usize = 256;
 
 /// The cluster's clock (Redis's, as this node estimates it), epoch ms: what
 /// every due time, deadline and status change is measured on (see
@@ -70,72 +59,15 @@ impl fmt::Display for Status {
     }
 }
 
-/// A 64-bit Snowflake id: 41 bits of milliseconds since [`MessageId::EPOCH_MS`],
-/// 10 bits of worker id, 12 bits of sequence. Sent as a decimal string in JSON
-/// because JavaScript numbers cannot hold 64 bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MessageId(pub i64);
-
-impl MessageId {
-    /// 2024-01-01T00:00:00Z.
-    pub const EPOCH_MS: i64 = 1_704_067_200_000;
-}
-
-impl fmt::Display for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl FromStr for MessageId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.parse::<i64>() {
-            Ok(v) if v > 0 && !s.starts_with('+') => Ok(MessageId(v)),
-            _ => Err(format!(
-                "'{s}' is not a message id (a positive 64-bit decimal number)"
-            )),
-        }
-    }
-}
-
-impl Serialize for MessageId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-/// What a message id looks like in JSON and in a path: a positive 64-bit
-/// decimal number without sign or leading zeros.
-pub const ID_PATTERN: &str = "^[1-9][0-9]{0,18}$";
-
-impl utoipa::PartialSchema for MessageId {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(ID_PATTERN))
-            .description(Some(
-                "A message id: a 64-bit Snowflake as a decimal string (1 to 9223372036854775807)",
-            ))
-            .examples(["382745980652486656"])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for MessageId {}
-
-impl<'de> Deserialize<'de> for MessageId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
 pub use crate::error::ErrorCode;
-pub use crate::ids::{IdGenerator, NoWorkerId};
+pub use crate::ids::{IdGenerator, MessageId, NoWorkerId, ID_PATTERN};
+use crate::input::invalid;
+pub use crate::input::{
+    valid_topic, whole_number, Invalid, DEFAULT_TTL_MS, MAX_BIZ_KEY_LEN, MAX_DELAY_MS,
+    MAX_TOPIC_LEN, MAX_TTL_MS, MIN_TTL_MS,
+};
 use crate::repeat::{parse_repeat, Occurrence, Repeat};
-use crate::retry::{parse_max_attempts, parse_policy, RetryPolicy};
+use crate::retry::{parse_max_attempts, parse_policy, AfterFailure, RetryPolicy};
 
 /// The message as producers and consumers see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -324,28 +256,6 @@ impl Draft {
     }
 }
 
-/// Why a producer's message was refused: a stable code and a sentence.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Invalid {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-fn invalid(code: ErrorCode, message: impl Into<String>) -> Invalid {
-    Invalid {
-        code,
-        message: message.into(),
-    }
-}
-
-pub fn valid_topic(topic: &str) -> bool {
-    !topic.is_empty()
-        && topic.len() <= MAX_TOPIC_LEN
-        && topic
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
-}
-
 const FIELDS: &[&str] = &[
     "topic",
     "bizKey",
@@ -358,19 +268,6 @@ const FIELDS: &[&str] = &[
     "retry",
     "repeat",
 ];
-
-/// A JSON number that is a whole number: `5` and `5.0` alike. JSON does not
-/// tell them apart (nor does JSON Schema's `integer`), and clients that
-/// compute a delay or a count in floating point send `5.0`. A fractional
-/// number, or one a float cannot hold exactly (beyond 2^53), is not one.
-pub fn whole_number(v: &Value) -> Option<i64> {
-    const EXACT: f64 = (1u64 << 53) as f64;
-    let Value::Number(n) = v else { return None };
-    n.as_i64().or_else(|| {
-        let f = n.as_f64()?;
-        (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
-    })
-}
 
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
@@ -565,6 +462,18 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         retry,
         repeat,
     })
+}
+
+/// Where a failed delivery left a message, as a status.
+impl AfterFailure {
+    pub fn status(self) -> Status {
+        match self {
+            AfterFailure::Ready => Status::Ready,
+            AfterFailure::Delaying { .. } => Status::Delaying,
+            AfterFailure::Dead => Status::Dead,
+            AfterFailure::Stopped => Status::Deleted,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::ErrorCode;
-use crate::message::{whole_number, Invalid, MAX_DELAY_MS, MIN_TTL_MS};
+use crate::input::{whole_number, Invalid, MAX_DELAY_MS, MIN_TTL_MS};
 
 /// Shortest `every`.
 pub const MIN_EVERY_MS: i64 = MIN_TTL_MS;

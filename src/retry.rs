@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ErrorCode;
-use crate::message::{whole_number, Invalid, Status};
+use crate::input::{whole_number, Invalid};
 
 /// Deliveries before a message is `Dead`, unless the push says otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 16;
@@ -165,17 +165,6 @@ pub enum AfterFailure {
     /// A recurring message whose series was cancelled during this
     /// delivery: it ends here.
     Stopped,
-}
-
-impl AfterFailure {
-    pub fn status(self) -> Status {
-        match self {
-            AfterFailure::Ready => Status::Ready,
-            AfterFailure::Delaying { .. } => Status::Delaying,
-            AfterFailure::Dead => Status::Dead,
-            AfterFailure::Stopped => Status::Deleted,
-        }
-    }
 }
 
 #[cfg(test)]
