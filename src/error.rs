@@ -1,10 +1,11 @@
 //! Error policy.
 //!
 //! - Each layer has one `thiserror` enum: [`JournalError`] (database),
-//!   [`ShardError`] (Redis and the shard actors), [`ApiError`] (HTTP). Lower
+//!   [`ShardError`] (Redis and the shard actors), `ApiError` (HTTP, in
+//!   `api::error`, which knows the others; nothing here knows HTTP). Lower
 //!   errors convert into higher ones with `From`; `anyhow` is used only in
 //!   `main` and start-up code, where an error ends the process.
-//! - [`ApiError`] is what clients see: every variant maps to one HTTP status
+//! - `ApiError` is what clients see: every variant maps to one HTTP status
 //!   and one stable `error` code, rendered as `{"error": code, "message": text}`.
 //!   Bad input is a 4xx and is rejected before anything is written.
 //! - An outage (Redis, database) is a 503 with a code naming the service. A
@@ -13,8 +14,6 @@
 //! - Messages for operators go to the log with the error's own text; secrets
 //!   (database passwords) are redacted before they reach an error.
 
-use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -188,194 +187,6 @@ impl Serialize for ErrorCode {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The request is malformed or breaks a rule of the contract.
-    #[error("{message}")]
-    Invalid { code: ErrorCode, message: String },
-    #[error("{message}")]
-    TooLarge { code: ErrorCode, message: String },
-    #[error("{message}")]
-    NotFound { code: ErrorCode, message: String },
-    #[error("{message}")]
-    Conflict { code: ErrorCode, message: String },
-    #[error("this route needs an 'Authorization: Bearer TOKEN' header with the admin token")]
-    Unauthorized,
-    /// Refused whoever asks: the dashboard's actions when it is read-only,
-    /// or from another site.
-    #[error("{message}")]
-    Forbidden { code: ErrorCode, message: String },
-    #[error("{0}")]
-    RedisUnavailable(String),
-    #[error("{0}")]
-    JournalUnavailable(String),
-    /// This node cannot take pushes right now (no worker id lease, not a
-    /// cluster member in good standing).
-    #[error("{0}")]
-    NodeUnavailable(String),
-    /// This node has just resumed from a stall and refuses the requests it
-    /// found waiting (see [`crate::stall`]).
-    #[error("{0}")]
-    Stalled(String),
-    #[error("{0}")]
-    JournalRefused(String),
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl ApiError {
-    pub fn invalid(code: ErrorCode, message: impl Into<String>) -> Self {
-        ApiError::Invalid {
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            ApiError::Invalid { code, .. }
-            | ApiError::TooLarge { code, .. }
-            | ApiError::NotFound { code, .. }
-            | ApiError::Conflict { code, .. }
-            | ApiError::Forbidden { code, .. } => *code,
-            ApiError::Unauthorized => ErrorCode::Unauthorized,
-            ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
-            ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
-            ApiError::NodeUnavailable(_) => ErrorCode::NodeUnavailable,
-            ApiError::Stalled(_) => ErrorCode::NodeStalled,
-            ApiError::JournalRefused(_) => ErrorCode::JournalRefused,
-            ApiError::Internal(_) => ErrorCode::Internal,
-        }
-    }
-}
-
-/// Every error answer: a stable code and a sentence for people.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorCode,
-    pub message: String,
-}
-
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::RedisUnavailable(_)
-            | ApiError::JournalUnavailable(_)
-            | ApiError::NodeUnavailable(_)
-            | ApiError::Stalled(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::JournalRefused(_) | ApiError::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(ErrorBody {
-            error: self.code(),
-            message: self.to_string(),
-        })
-    }
-}
-
-impl From<crate::message::Invalid> for ApiError {
-    fn from(e: crate::message::Invalid) -> Self {
-        if e.code == ErrorCode::BodyTooLarge {
-            ApiError::TooLarge {
-                code: e.code,
-                message: e.message,
-            }
-        } else {
-            ApiError::Invalid {
-                code: e.code,
-                message: e.message,
-            }
-        }
-    }
-}
-
-impl From<JournalError> for ApiError {
-    fn from(e: JournalError) -> Self {
-        if let JournalError::Refused(_) = e {
-            tracing::error!(error = %e, "the journal refused a write; answered with 500");
-            return ApiError::JournalRefused(e.to_string());
-        }
-        tracing::warn!(error = %e, "journal error answered with 503");
-        ApiError::JournalUnavailable(e.to_string())
-    }
-}
-
-impl From<ShardError> for ApiError {
-    fn from(e: ShardError) -> Self {
-        match e {
-            ShardError::BadRecord(m) => ApiError::Internal(m),
-            other => {
-                tracing::warn!(error = %other, "redis error answered with 503");
-                ApiError::RedisUnavailable(other.to_string())
-            }
-        }
-    }
-}
-
-impl From<crate::queue::QueueError> for ApiError {
-    fn from(e: crate::queue::QueueError) -> Self {
-        use crate::queue::QueueError as Q;
-        match e {
-            Q::Redis(e) => e.into(),
-            Q::Journal(e) => e.into(),
-            Q::NoWorkerId(e) => e.into(),
-            Q::NotScheduled(m) => ApiError::RedisUnavailable(m),
-            Q::Stalled(m) => ApiError::Stalled(m),
-            Q::NotFound(id) => ApiError::NotFound {
-                code: ErrorCode::NotFound,
-                message: format!("no message {id}"),
-            },
-            e @ Q::JournalBehind(_) => ApiError::Conflict {
-                code: ErrorCode::JournalBehind,
-                message: e.to_string(),
-            },
-        }
-    }
-}
-
-impl From<crate::ids::NoWorkerId> for ApiError {
-    fn from(e: crate::ids::NoWorkerId) -> Self {
-        ApiError::NodeUnavailable(e.to_string())
-    }
-}
-
-impl From<crate::ids::NoWorkerId> for JournalError {
-    fn from(e: crate::ids::NoWorkerId) -> Self {
-        JournalError::Unavailable(e.to_string())
-    }
-}
-
-impl From<crate::cluster::ClusterError> for ApiError {
-    fn from(e: crate::cluster::ClusterError) -> Self {
-        use crate::cluster::ClusterError as C;
-        match e {
-            C::NotPossible(m) => ApiError::Conflict {
-                code: ErrorCode::NotPossible,
-                message: m,
-            },
-            C::NoSuchNode(n) => ApiError::NotFound {
-                code: ErrorCode::NoSuchNode,
-                message: format!("no live node '{n}'"),
-            },
-            C::NoSuchShard(s) => ApiError::NotFound {
-                code: ErrorCode::NoSuchShard,
-                message: format!("no shard {s}"),
-            },
-            other => ApiError::NodeUnavailable(other.to_string()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,7 +202,5 @@ mod tests {
                 "{n}"
             );
         }
-        let body = ApiError::invalid(ErrorCode::InvalidTopic, "x").error_response();
-        assert_eq!(body.status(), StatusCode::BAD_REQUEST);
     }
 }

@@ -219,6 +219,12 @@ impl IdGenerator {
     }
 }
 
+impl From<NoWorkerId> for crate::error::JournalError {
+    fn from(e: NoWorkerId) -> Self {
+        crate::error::JournalError::Unavailable(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,8 @@ pub mod forward;
 pub mod ids;
 pub mod input;
 pub mod journal;
+#[cfg(test)]
+mod layers;
 pub mod message;
 pub mod metrics;
 pub mod node;

@@ -8,8 +8,9 @@ use serde_json::json;
 use super::schema::{AssignmentReply, ClusterReply, RestoreState, ShardView};
 use super::{bool_param, AppState, Query};
 use crate::actors::journal::BacklogView;
-use crate::error::ApiError;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
+use crate::error::ErrorCode;
 use crate::reconcile::ReconcileReport;
 
 /// `GET /admin/journal`: status changes waiting to be written, whether

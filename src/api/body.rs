@@ -15,7 +15,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::error::ErrorCode;
 
 /// Largest request accepted: a full batch of maximal bodies would be far

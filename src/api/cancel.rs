@@ -10,8 +10,9 @@ use super::schema::{
     CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, CancelResult, DeleteNotFound,
 };
 use super::{parse_id, AppState, Query};
-use crate::error::ApiError;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
+use crate::error::ErrorCode;
 use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
 use crate::queue::cancel::{self, CancelOutcome};
 

@@ -11,8 +11,9 @@ use super::schema::{
 use super::{
     batch_deliveries, check_topic, int_param, only_params, parse_id, parse_receipt, AppState, Query,
 };
-use crate::error::ApiError;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
+use crate::error::ErrorCode;
 use crate::message::{whole_number, MessageId, Status};
 use crate::queue::consume::{self, Ack, AckJournal, AckOutcome, NackOutcome};
 use crate::redis::schedule::AfterFailure;

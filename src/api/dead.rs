@@ -5,8 +5,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::schema::{DeadMessage, DeadPage, RequeueOne, RequeueReply, RequeueResult, RequeueTopic};
 use super::{check_topic, int_param, AppState, Query};
-use crate::error::ApiError;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
+use crate::error::ErrorCode;
 use crate::journal::RequeueOutcome;
 use crate::message::{valid_topic, MessageId};
 use crate::queue::dead;

@@ -12,7 +12,8 @@ use actix_web::{web, HttpResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::api::error::{ApiError, ErrorBody};
+use crate::error::ErrorCode;
 
 /// Where Swagger UI lives; `GET /docs` sends browsers to it.
 const UI_ROOT: &str = "/docs/";

@@ -7,8 +7,9 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
 use super::schema::{HealthReply, MessageReply, ReadyReply, RestoreOneReply};
 use super::{bool_param, parse_id, AppState, Query};
-use crate::error::ApiError;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
+use crate::error::ErrorCode;
 use crate::message::MessageId;
 use crate::redis::inspect::evicts;
 use crate::restore::RestoreReport;

@@ -4,7 +4,7 @@
 //! `GET /messages/{id}`, `/health`, `/ready`, the cluster's
 //! `GET /admin/cluster`, `POST /admin/rebalance`, `POST /admin/shards/{s}/move`,
 //! and `GET /admin/reconcile`, `GET /admin/restore`, and `GET /metrics`. Errors are JSON
-//! `{"error": code, "message": text}` ([`crate::error::ApiError`]).
+//! `{"error": code, "message": text}` ([`error::ApiError`]).
 //!
 //! Every route is in one table ([`ROUTES`]); `GET /openapi.json` describes
 //! them all (OpenAPI 3.1: each handler's `#[utoipa::path]`, the bodies'
@@ -19,6 +19,7 @@ mod cancel;
 mod consume;
 mod dead;
 mod docs;
+pub mod error;
 mod manage;
 mod metrics;
 mod produce;
@@ -33,8 +34,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
+use crate::api::error::ApiError;
 use crate::cluster::ClusterHandle;
-use crate::error::ApiError;
 use crate::error::ErrorCode;
 use crate::message::{IdGenerator, MessageId};
 use crate::notify::Topics;

@@ -6,8 +6,8 @@ use serde_json::Value;
 use super::body::JsonBody;
 use super::schema::{PushBatchReply, PushBatchRequest, PushReply, PushRequest};
 use super::AppState;
-use crate::error::ApiError;
-use crate::error::ErrorBody;
+use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;
 use crate::message::{now_ms, parse_draft};
 

@@ -7,7 +7,8 @@ use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
 use super::UiError;
-use crate::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
+use crate::error::ErrorCode;
 
 /// (name, content type, bytes).
 const FILES: &[(&str, &str, &[u8])] = &[

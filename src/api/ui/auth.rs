@@ -30,8 +30,9 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::{esc, layout, page, see_other, UiError};
+use crate::api::error::ApiError;
 use crate::api::{constant_time_eq, AppState};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ErrorCode;
 use crate::message::now_ms;
 
 /// The session cookie's name.

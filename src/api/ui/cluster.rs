@@ -9,8 +9,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use super::auth::check_action;
 use super::{back_with, esc, time, UiError};
 use crate::api::admin::cluster_view;
+use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::error::ApiError;
 
 type Form = web::Form<HashMap<String, String>>;
 

@@ -7,8 +7,9 @@ use std::fmt::Write;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{badge, duration, esc, time, url_encode, UiError};
+use crate::api::error::ApiError;
 use crate::api::{parse_id, AppState};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ErrorCode;
 use crate::message::Status;
 
 /// `GET /ui/messages/{id}`.

@@ -52,7 +52,7 @@ use std::fmt::Write;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpResponse, ResponseError};
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 pub use auth::Viewer;
 
 /// The dashboard's routes, apart from the API's: they answer HTML and are

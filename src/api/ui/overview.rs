@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{esc, history, url_encode, UiError, Viewer};
+use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::error::ApiError;
 use crate::message::Status;
 
 /// Most (topic, status) rows read.
