@@ -81,15 +81,9 @@ impl Cli {
                 std::process::exit(2);
             }
         };
-        // Before any thread starts: the file's values become the twins
-        // that are not set, and clap applies its own precedence.
-        for (var, value) in &from_file.twins {
-            std::env::set_var(var, value);
-        }
-        // A command reads its variables when it is made: make it again.
-        let mut cmd = Cli::command();
+        let given = file::with_settings(&cmd, &args, &from_file);
         match cmd
-            .try_get_matches_from_mut(&args)
+            .try_get_matches_from_mut(&given)
             .and_then(|m| Cli::from_arg_matches(&m))
         {
             Ok(cli) => cli,

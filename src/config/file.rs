@@ -9,9 +9,11 @@
 //!
 //! Keys are the long flags without their dashes (`redis-url`, or
 //! `redis_url`), values strings, numbers or booleans. It is read before
-//! the command line is parsed: each key whose environment twin is not set
-//! sets that twin, so clap's own order applies, flag, then `DELAYQ_*`
-//! variable, then the file, then the default. The file must fit the
+//! the command line is parsed: each key whose flag is not on the command
+//! line and whose `DELAYQ_*` variable is not set is given to clap as that
+//! flag ([`with_settings`]), so the order is flag, then variable, then
+//! the file, then the default; the process's environment is left as it
+//! is. The file must fit the
 //! subcommand it is given to: a key that is no flag, a flag of another
 //! subcommand, a flag with no twin (`--expire`, `--dry-run`, `--repair`:
 //! actions, not settings), a table or an array, a missing file and a TOML
@@ -22,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
+use clap::parser::ValueSource;
 use clap::{Arg, Command};
 
 /// The flag and the environment variable that name the config file.
@@ -43,20 +46,20 @@ pub enum ConfigFileError {
     Key { path: String, message: String },
 }
 
-/// What a config file sets: environment twins and their values, and the
-/// flags they stand for (to name the file when clap refuses a value).
+/// What a config file sets: flags and their values, and the keys that
+/// set them (to name the file when clap refuses a value).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct FromFile {
     pub path: String,
-    /// (variable, value), for the keys whose variable was not set.
-    pub twins: Vec<(String, String)>,
-    /// Long flag → the key as the file wrote it, for the twins set here.
+    /// (long flag, value), for the keys whose variable was not set.
+    pub settings: Vec<(String, String)>,
+    /// Long flag → the key as the file wrote it, for the settings here.
     pub keys: BTreeMap<String, String>,
 }
 
 /// The config file named by `args` (`--config PATH`, `--config=PATH`) or
 /// by `DELAYQ_CONFIG` in `env`: read, checked against the subcommand in
-/// `args`, and turned into the twins to set. None when no file is named,
+/// `args`, and turned into the settings to give. None when no file is named,
 /// or when `args` names no subcommand (clap then prints help, the version
 /// or its own error).
 ///
@@ -89,14 +92,52 @@ pub fn read(
     };
     for (arg, key, value) in settings {
         let var = arg.get_env().expect("settings have a twin");
-        let var = var.to_string_lossy().into_owned();
-        if env(&var).is_none() {
-            out.twins.push((var, value));
+        if env(&var.to_string_lossy()).is_none() {
             let long = arg.get_long().expect("settings have a long flag");
+            out.settings.push((long.to_string(), value));
             out.keys.insert(long.to_string(), key);
         }
     }
     Ok(Some(out))
+}
+
+/// `args` with the file's settings that the command line does not give
+/// added as flags right after the subcommand's name (before any `--`): a
+/// value as `--flag=value`, a switch as `--flag` when the file says true.
+/// `cli` must be built, as for [`read`].
+pub fn with_settings(cli: &Command, args: &[OsString], from_file: &FromFile) -> Vec<OsString> {
+    let (Some(at), Some(sub)) = (subcommand_at(args), subcommand(cli, args)) else {
+        return args.to_vec();
+    };
+    let given = cli
+        .clone()
+        .ignore_errors(true)
+        .try_get_matches_from(args)
+        .ok();
+    let given = given
+        .as_ref()
+        .and_then(|m| m.subcommand_matches(sub.get_name()));
+    let mut added = Vec::new();
+    for (long, value) in &from_file.settings {
+        let Some(arg) = settings(sub).find(|a| a.get_long() == Some(long.as_str())) else {
+            continue;
+        };
+        let on_command_line = given.is_some_and(|m| {
+            m.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
+        });
+        if on_command_line {
+            continue;
+        }
+        if arg.get_action().takes_values() {
+            added.push(OsString::from(format!("--{long}={value}")));
+        } else if !matches!(value.as_str(), "false" | "0" | "no" | "off" | "") {
+            added.push(OsString::from(format!("--{long}")));
+        }
+    }
+    let mut out = args[..=at].to_vec();
+    out.extend(added);
+    out.extend_from_slice(&args[at + 1..]);
+    out
 }
 
 /// The value of `--config` in `args`, before any `--`.
@@ -119,16 +160,25 @@ fn flag_value(args: &[OsString]) -> Option<OsString> {
 /// The subcommand `args` run: the first word that is no flag and no
 /// `--config` value.
 fn subcommand<'c>(cli: &'c Command, args: &[OsString]) -> Option<&'c Command> {
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
+    cli.find_subcommand(&args[subcommand_at(args)?])
+}
+
+/// Where in `args` the subcommand's name stands.
+fn subcommand_at(args: &[OsString]) -> Option<usize> {
+    let mut i = 1;
+    while i < args.len() {
+        let a = &args[i];
         if a == FLAG {
-            it.next();
+            i += 2;
             continue;
         }
-        if a.to_string_lossy().starts_with('-') {
-            continue;
+        if a == "--" {
+            return None;
         }
-        return cli.find_subcommand(a);
+        if !a.to_string_lossy().starts_with('-') {
+            return Some(i);
+        }
+        i += 1;
     }
     None
 }
@@ -337,8 +387,8 @@ mod tests {
         let env = |v: &str| (v == "DELAYQ_SHARDS").then(|| OsString::from("5"));
         let got = read(&cli(), &a, env).unwrap().unwrap();
         assert_eq!(
-            got.twins,
-            [("DELAYQ_KEY_PREFIX".to_string(), "file".to_string())]
+            got.settings,
+            [("key-prefix".to_string(), "file".to_string())]
         );
         assert_eq!(got.keys.keys().collect::<Vec<_>>(), ["key-prefix"]);
         // Named by the variable instead; missing.
@@ -350,6 +400,39 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(read(&cli(), &a, |_| None), Ok(None));
+    }
+
+    #[test]
+    fn settings_become_flags_the_command_line_did_not_give() {
+        let from_file = FromFile {
+            path: "x.toml".into(),
+            settings: vec![
+                ("shards".into(), "3".into()),
+                ("key-prefix".into(), "file".into()),
+                ("log-json".into(), "true".into()),
+            ],
+            ..Default::default()
+        };
+        let a = args(&["delayq", "--config", "x.toml", "serve", "--shards", "5"]);
+        assert_eq!(
+            with_settings(&cli(), &a, &from_file),
+            args(&[
+                "delayq",
+                "--config",
+                "x.toml",
+                "serve",
+                "--key-prefix=file",
+                "--log-json",
+                "--shards",
+                "5"
+            ])
+        );
+        let off = FromFile {
+            settings: vec![("log-json".into(), "false".into())],
+            ..Default::default()
+        };
+        let a = args(&["delayq", "serve"]);
+        assert_eq!(with_settings(&cli(), &a, &off), a);
     }
 
     /// `delayq.example.toml` lists every key of `delayq serve`, and with
