@@ -336,14 +336,8 @@ impl Reconciler {
             let shard: Arc<str> = FLOW_SHARD.into();
             let changes: Vec<StatusChange> = ended
                 .iter()
-                .map(|(id, end)| StatusChange {
-                    id: *id,
-                    status: end.status,
-                    attempts: Some(end.attempts),
-                    at: end.at,
-                    due: None,
-                    shard: shard.clone(),
-                    occurrence: None,
+                .map(|(id, end)| {
+                    StatusChange::ended(*id, end.status, end.attempts, end.at, shard.clone())
                 })
                 .collect();
             self.journal.record_durable(changes).await?;
@@ -380,14 +374,8 @@ impl Reconciler {
                 .iter()
                 .zip(headers)
                 .filter_map(|((id, status, due), h)| {
-                    h.map(|h| StatusChange {
-                        id: *id,
-                        status: *status,
-                        attempts: Some(h.attempts),
-                        at,
-                        due: *due,
-                        shard: shard.clone(),
-                        occurrence: None,
+                    h.map(|h| {
+                        StatusChange::corrected(*id, *status, h.attempts, at, *due, shard.clone())
                     })
                 })
                 .collect();

@@ -15,7 +15,7 @@
 //!   until the journal catches up, so a database outage costs lateness,
 //!   not unbounded memory. Nothing is dropped: at shutdown what the database
 //!   would not take in time is handed back ([`Journal::close`]) and kept in
-//!   Redis until a node writes it (see `node.rs`).
+//!   Redis until a node writes it (see `crate::node`'s spill).
 //! - a batch the database refuses while it answers (a constraint, a
 //!   trigger) is split until the refused changes are alone; they are set
 //!   aside and reported (`GET /admin/journal`), the rest is written. A group

@@ -115,15 +115,7 @@ pub fn requeue_dead(
             }
             Err(e) => return Err(e),
         }
-        let change = StatusChange {
-            id,
-            status: Status::Delaying,
-            attempts: Some(0),
-            at: now,
-            due: Some(now),
-            shard,
-            occurrence: None,
-        };
+        let change = StatusChange::requeued(id, now, shard);
         diesel::insert_into(message_flow::table)
             .values(new_flow(flow_id, node, &change))
             .execute(c)?;
@@ -184,15 +176,7 @@ pub fn delete_dead(
         if changed == 0 {
             return Ok(DeleteDeadOutcome::NotDead(Status::WaitPut));
         }
-        let change = StatusChange {
-            id,
-            status: Status::Deleted,
-            attempts: Some(row.attempts),
-            at: now,
-            due: None,
-            shard,
-            occurrence: None,
-        };
+        let change = StatusChange::deleted(id, row.attempts, now, shard);
         diesel::insert_into(message_flow::table)
             .values(new_flow(flow_id, node, &change))
             .execute(c)?;

@@ -27,6 +27,7 @@ use diesel::prelude::*;
 use crate::journal::models::{MessageRow, NewFlow};
 use crate::journal::schema::message;
 use crate::message::{MessageId, Status};
+use crate::redis::schedule::AfterFailure;
 use crate::repeat::Occurrence;
 
 /// Rows per INSERT statement: well under SQLite's bound-variable limit.
@@ -62,7 +63,122 @@ pub struct StatusChange {
 }
 
 impl StatusChange {
-    /// The change as JSON, to keep outside the process (see `node.rs`).
+    /// A message accepted: WaitPut, at its creation time.
+    pub fn waiting(id: MessageId, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::WaitPut, None, at, shard)
+    }
+
+    /// A due message moved to its topic's ready queue by a scan.
+    pub fn promoted(id: MessageId, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::Ready, None, at, shard)
+    }
+
+    /// A message handed out for its `attempts`-th delivery.
+    pub fn handed_out(id: MessageId, attempts: i32, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::Consuming, Some(attempts), at, shard)
+    }
+
+    /// A delivery acked (or a missed occurrence of a series ended).
+    pub fn consumed(id: MessageId, attempts: i32, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::Consumed, Some(attempts), at, shard)
+    }
+
+    /// A message cancelled (or a dead one deleted): Deleted.
+    pub fn deleted(id: MessageId, attempts: i32, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::Deleted, Some(attempts), at, shard)
+    }
+
+    /// An end Redis recorded (acked, cancelled, dead) that the journal has
+    /// not heard of yet.
+    pub fn ended(
+        id: MessageId,
+        status: Status,
+        attempts: i32,
+        at: i64,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange::plain(id, status, Some(attempts), at, shard)
+    }
+
+    /// A failed delivery (a nack, an ack deadline that passed) and where it
+    /// left the message: due again at once (`at`) or after the retry delay.
+    pub fn failed(
+        id: MessageId,
+        then: AfterFailure,
+        attempts: i32,
+        at: i64,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange {
+            due: Some(match then {
+                AfterFailure::Delaying { due } => due,
+                _ => at,
+            }),
+            ..StatusChange::plain(id, then.status(), Some(attempts), at, shard)
+        }
+    }
+
+    /// A recurring message moved on to its `next` occurrence, due at `due`,
+    /// with no attempts counted.
+    pub fn moved_on(
+        id: MessageId,
+        next: Occurrence,
+        due: i64,
+        at: i64,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange {
+            due: Some(due),
+            occurrence: Some(next),
+            ..StatusChange::plain(id, Status::Delaying, Some(0), at, shard)
+        }
+    }
+
+    /// A dead message brought back: Delaying, due at once, no attempts
+    /// counted.
+    pub fn requeued(id: MessageId, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange {
+            due: Some(at),
+            ..StatusChange::plain(id, Status::Delaying, Some(0), at, shard)
+        }
+    }
+
+    /// The journal's row put right by the reconciler: the status Redis
+    /// holds, with Redis's delivery count and due time.
+    pub fn corrected(
+        id: MessageId,
+        status: Status,
+        attempts: i32,
+        at: i64,
+        due: Option<i64>,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange {
+            due,
+            ..StatusChange::plain(id, status, Some(attempts), at, shard)
+        }
+    }
+
+    /// A change with no due time and no occurrence.
+    fn plain(
+        id: MessageId,
+        status: Status,
+        attempts: Option<i32>,
+        at: i64,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange {
+            id,
+            status,
+            attempts,
+            at,
+            due: None,
+            shard,
+            occurrence: None,
+        }
+    }
+
+    /// The change as JSON, to keep outside the process (see `crate::node`'s spill).
     pub fn to_json(&self) -> String {
         serde_json::json!({
             "id": self.id,

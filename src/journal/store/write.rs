@@ -106,15 +106,7 @@ pub fn insert_messages(
             .zip(&flow_ids)
             .filter(|((_, o), _)| matches!(o, Some(InsertOutcome::Inserted)))
             .map(|((m, _), id)| {
-                let change = StatusChange {
-                    id: m.id,
-                    status: Status::WaitPut,
-                    attempts: None,
-                    at: m.create_time,
-                    due: None,
-                    shard: shard_names(m.id),
-                    occurrence: None,
-                };
+                let change = StatusChange::waiting(m.id, m.create_time, shard_names(m.id));
                 (change, *id)
             })
             .collect();
