@@ -9,6 +9,7 @@ use anyhow::Context as _;
 
 use crate::actors::journal::{Journal, JournalOptions};
 use crate::actors::router::RouterActor;
+use crate::actors::shard::Stale;
 use crate::api::{self, AppState};
 use crate::cluster::worker::{self, RedisWorkerLease};
 use crate::cluster::{self, standalone, ClusterHandle, Member, View};
@@ -18,7 +19,9 @@ use crate::message::{now_ms, IdGenerator};
 use crate::notify::{Notifier, Topics};
 use crate::reconcile::{self, Reconciler};
 use crate::redact;
+use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreStatus, Restorer};
+use tokio::sync::mpsc;
 
 use super::duties::{
     check_eviction, ensure_dataset, probe_clock, publish_journal_behind, reconcile_periodically,
@@ -130,92 +133,28 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     let cluster = match &args.cluster.zookeeper {
         Some(zk) => {
-            let view = View::new(args.cluster.mode.as_str(), &node_id, shards);
-            let (handle, commands) = ClusterHandle::new(view);
-            let me = Member {
-                id: node_id.clone(),
-                address: advertise,
-                start_time: now_ms(),
-                version: env!("CARGO_PKG_VERSION").to_string(),
-            };
-            cluster::zk::start(
-                cluster::zk::Config {
-                    connect: zk.clone(),
-                    session_timeout: args.cluster.zk_session_timeout,
-                    mode: args.cluster.mode,
-                    shards,
-                },
-                me,
-                redis.clone(),
-                ids.clone(),
-                router.clone(),
-                permit.clone(),
-                handle.clone(),
-                commands,
-                stale_rx,
+            join_zookeeper(
+                &args, zk, &node_id, shards, advertise, &redis, &ids, &router, &permit, stale_rx,
             )
-            .await?;
-            handle
+            .await?
         }
         None => {
-            // One standalone node per key prefix: refuse clearly when
-            // another one serves it.
-            standalone::take_lease(&redis, &holder).await?;
-            permit.extend(std::time::Instant::now() + worker::VALID);
-            let mut lease = RedisWorkerLease::new(
-                redis.clone(),
-                ids.clone(),
-                holder.clone(),
-                worker::NODE_WORKERS,
-            );
-            let worker_id = lease.acquire().await?;
-            actix::spawn(lease.keep());
-            let mut view = View::new("standalone", &node_id, shards);
-            view.session = cluster::Session::Standalone;
-            view.leader = Some(node_id.clone());
-            view.worker_id = Some(worker_id);
-            view.nodes = vec![Member {
-                id: node_id.clone(),
-                address: advertise,
-                start_time: now_ms(),
-                version: env!("CARGO_PKG_VERSION").to_string(),
-            }];
-            let (handle, commands) = ClusterHandle::new(view);
-            // A Redis without the marker has lost (or never held) the data
-            // set: rebuild it from the journal before scanning.
-            ensure_dataset(&restorer, &node_id).await?;
-            actix::spawn(standalone::run(
-                redis.clone(),
-                router.clone(),
-                permit.clone(),
-                holder.clone(),
-                handle.clone(),
-                commands,
+            run_standalone(
+                &node_id, shards, advertise, &holder, &redis, &ids, &router, &permit, &restorer,
                 stale_rx,
-            ));
-            handle
+            )
+            .await?
         }
     };
-    actix::spawn(probe_clock(redis.clone()));
-    actix::spawn(publish_journal_behind(
-        redis.clone(),
-        journal.clone(),
-        node_id.clone(),
-    ));
-    actix::spawn(watch_dataset(restorer, node_id.clone(), cluster.clone()));
-    actix::spawn(api::ui::history::run());
-    actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
-    actix::spawn(crate::metrics::sample_shards(
-        redis.clone(),
-        cluster.clone(),
-    ));
-    if !args.reconcile_interval.is_zero() {
-        actix::spawn(reconcile_periodically(
-            reconciler.clone(),
-            cluster.clone(),
-            args.reconcile_interval,
-        ));
-    }
+    spawn_duties(
+        &args,
+        &redis,
+        &journal,
+        &node_id,
+        restorer,
+        &cluster,
+        &reconciler,
+    );
 
     let state = web::Data::new(AppState {
         queue: crate::queue::Queue::new(
@@ -245,6 +184,156 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.forward_secret.clone(),
         forwarding_stopped,
     );
+    listen(&args, state, &node_id, shards, &redis, &cluster)?.await?;
+
+    tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
+    stop_forwarders(stop_forwarding, forwarders).await;
+    release(&args, &cluster, &journal, &redis, &ids, &holder, scan).await;
+    Ok(())
+}
+
+/// Joins the cluster on ZooKeeper: membership, leadership and shard
+/// ownership run in the background ([`cluster::zk`]).
+#[allow(clippy::too_many_arguments)]
+async fn join_zookeeper(
+    args: &ServeArgs,
+    zk: &str,
+    node_id: &str,
+    shards: u32,
+    advertise: String,
+    redis: &RedisSchedule,
+    ids: &Arc<IdGenerator>,
+    router: &Addr<RouterActor>,
+    permit: &cluster::Permit,
+    stale_rx: mpsc::UnboundedReceiver<Stale>,
+) -> anyhow::Result<ClusterHandle> {
+    let view = View::new(args.cluster.mode.as_str(), node_id, shards);
+    let (handle, commands) = ClusterHandle::new(view);
+    let me = Member {
+        id: node_id.to_string(),
+        address: advertise,
+        start_time: now_ms(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    cluster::zk::start(
+        cluster::zk::Config {
+            connect: zk.to_string(),
+            session_timeout: args.cluster.zk_session_timeout,
+            mode: args.cluster.mode,
+            shards,
+        },
+        me,
+        redis.clone(),
+        ids.clone(),
+        router.clone(),
+        permit.clone(),
+        handle.clone(),
+        commands,
+        stale_rx,
+    )
+    .await?;
+    Ok(handle)
+}
+
+/// Runs as the only node ([`standalone`]): takes the standalone lease and a
+/// worker id, and rebuilds Redis from the journal when it lost the data set.
+#[allow(clippy::too_many_arguments)]
+async fn run_standalone(
+    node_id: &str,
+    shards: u32,
+    advertise: String,
+    holder: &str,
+    redis: &RedisSchedule,
+    ids: &Arc<IdGenerator>,
+    router: &Addr<RouterActor>,
+    permit: &cluster::Permit,
+    restorer: &Restorer,
+    stale_rx: mpsc::UnboundedReceiver<Stale>,
+) -> anyhow::Result<ClusterHandle> {
+    // One standalone node per key prefix: refuse clearly when
+    // another one serves it.
+    standalone::take_lease(redis, holder).await?;
+    permit.extend(std::time::Instant::now() + worker::VALID);
+    let mut lease = RedisWorkerLease::new(
+        redis.clone(),
+        ids.clone(),
+        holder.to_string(),
+        worker::NODE_WORKERS,
+    );
+    let worker_id = lease.acquire().await?;
+    actix::spawn(lease.keep());
+    let mut view = View::new("standalone", node_id, shards);
+    view.session = cluster::Session::Standalone;
+    view.leader = Some(node_id.to_string());
+    view.worker_id = Some(worker_id);
+    view.nodes = vec![Member {
+        id: node_id.to_string(),
+        address: advertise,
+        start_time: now_ms(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }];
+    let (handle, commands) = ClusterHandle::new(view);
+    // A Redis without the marker has lost (or never held) the data
+    // set: rebuild it from the journal before scanning.
+    ensure_dataset(restorer, node_id).await?;
+    actix::spawn(standalone::run(
+        redis.clone(),
+        router.clone(),
+        permit.clone(),
+        holder.to_string(),
+        handle.clone(),
+        commands,
+        stale_rx,
+    ));
+    Ok(handle)
+}
+
+/// Starts the node's background duties ([`super::duties`] and the
+/// dashboard's and metrics' samplers).
+fn spawn_duties(
+    args: &ServeArgs,
+    redis: &RedisSchedule,
+    journal: &Journal,
+    node_id: &str,
+    restorer: Restorer,
+    cluster: &ClusterHandle,
+    reconciler: &Reconciler,
+) {
+    actix::spawn(probe_clock(redis.clone()));
+    actix::spawn(publish_journal_behind(
+        redis.clone(),
+        journal.clone(),
+        node_id.to_string(),
+    ));
+    actix::spawn(watch_dataset(
+        restorer,
+        node_id.to_string(),
+        cluster.clone(),
+    ));
+    actix::spawn(api::ui::history::run());
+    actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
+    actix::spawn(crate::metrics::sample_shards(
+        redis.clone(),
+        cluster.clone(),
+    ));
+    if !args.reconcile_interval.is_zero() {
+        actix::spawn(reconcile_periodically(
+            reconciler.clone(),
+            cluster.clone(),
+            args.reconcile_interval,
+        ));
+    }
+}
+
+/// Binds the HTTP (or HTTPS) listener and starts serving.
+fn listen(
+    args: &ServeArgs,
+    state: web::Data<AppState>,
+    node_id: &str,
+    shards: u32,
+    redis: &RedisSchedule,
+    cluster: &ClusterHandle,
+) -> anyhow::Result<actix_web::dev::Server> {
     let mut server = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(api::refuse_when_stalled))
@@ -277,23 +366,40 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mode = cluster.view().mode,
         "delayq serving"
     );
-    server.run().await?;
+    Ok(server.run())
+}
 
-    tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
+/// Lets the forwarders finish their round.
+async fn stop_forwarders(
+    stop_forwarding: tokio::sync::watch::Sender<bool>,
+    forwarders: Vec<tokio::task::JoinHandle<()>>,
+) {
     // Forwarders finish (and ack) what they hold; one stuck on a broker is
     // left: what it holds comes back after its ttl.
     let _ = stop_forwarding.send(true);
     for f in forwarders {
         let _ = tokio::time::timeout(FORWARDER_STOP_WAIT, f).await;
     }
+}
+
+/// Stops the scans and leaves the cluster, flushes the journal (keeping in
+/// Redis what it would not take) and gives the worker id back.
+async fn release(
+    args: &ServeArgs,
+    cluster: &ClusterHandle,
+    journal: &Journal,
+    redis: &RedisSchedule,
+    ids: &IdGenerator,
+    holder: &str,
+    scan: Arbiter,
+) {
     cluster.shutdown().await;
     let unwritten = journal.close(SHUTDOWN_JOURNAL_WAIT).await;
-    spill(&redis, &unwritten).await;
+    spill(redis, &unwritten).await;
     if let Some(w) = ids.worker() {
         if args.cluster.zookeeper.is_none() {
-            RedisWorkerLease::release(&redis, &holder, w).await;
+            RedisWorkerLease::release(redis, holder, w).await;
         }
     }
     scan.stop();
-    Ok(())
 }
