@@ -20,7 +20,7 @@ use crate::actors::journal::Journal;
 use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, Status};
+use crate::message::now_ms;
 use crate::metrics::metrics;
 use crate::notify::Topics;
 use crate::redis::schedule::{AfterFailure, RedisSchedule, TickResult};
@@ -233,15 +233,7 @@ impl ZsetShardActor {
         let m = metrics();
         m.promoted.inc_by(t.moved.len() as u64);
         for (id, topic) in &t.moved {
-            changes.push(StatusChange {
-                id: *id,
-                status: Status::Ready,
-                attempts: None,
-                at: now,
-                due: None,
-                shard: self.delay_key.clone(),
-                occurrence: None,
-            });
+            changes.push(StatusChange::promoted(*id, now, self.delay_key.clone()));
             topics.push(topic);
         }
         for f in &t.failed {
@@ -265,18 +257,13 @@ impl ZsetShardActor {
                     tracing::debug!(shard = self.shard, id = %f.id, "ack deadline passed on the last delivery of a cancelled series");
                 }
             }
-            changes.push(StatusChange {
-                id: f.id,
-                status: f.then.status(),
-                attempts: Some(f.attempts),
-                at: now,
-                due: Some(match f.then {
-                    AfterFailure::Delaying { due } => due,
-                    _ => now,
-                }),
-                shard: self.delay_key.clone(),
-                occurrence: None,
-            });
+            changes.push(StatusChange::failed(
+                f.id,
+                f.then,
+                f.attempts,
+                now,
+                self.delay_key.clone(),
+            ));
         }
         topics.sort_unstable();
         topics.dedup();

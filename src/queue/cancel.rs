@@ -111,15 +111,12 @@ pub async fn cancel_many(
         match r {
             Ok((outcome, attempts)) => {
                 if let Some(attempts) = attempts {
-                    changes.push(StatusChange {
+                    changes.push(StatusChange::deleted(
                         id,
-                        status: Status::Deleted,
-                        attempts: Some(attempts),
-                        at: now,
-                        due: None,
-                        shard: keys.delay(keys.shard_of(id)).into(),
-                        occurrence: None,
-                    });
+                        attempts,
+                        now,
+                        keys.delay(keys.shard_of(id)).into(),
+                    ));
                 }
                 outcomes.push(outcome);
             }

@@ -110,29 +110,15 @@ async fn skip_missed(state: &Queue, claimed: Vec<Claimed>) -> Result<Vec<Claimed
             (Advanced::Next { at }, Some(next)) => {
                 let occ = next.occurrence.expect("a next occurrence has its number");
                 tracing::debug!(id = %id, skipped = ?c.message.occurrence, next = occ.number, "missed occurrence skipped (misfire: skip)");
-                changes.push(StatusChange {
-                    id,
-                    status: Status::Delaying,
-                    attempts: Some(0),
-                    at,
-                    due: Some(next.due_time),
-                    shard,
-                    occurrence: Some(occ),
-                });
+                changes.push(StatusChange::moved_on(id, occ, next.due_time, at, shard));
                 state.router.do_send(WakeShard {
                     shard: c.shard,
                     at_ms: next.due_time,
                 });
             }
-            (Advanced::Ended { at } | Advanced::Next { at }, _) => changes.push(StatusChange {
-                id,
-                status: Status::Consumed,
-                attempts: Some(c.attempts),
-                at,
-                due: None,
-                shard,
-                occurrence: None,
-            }),
+            (Advanced::Ended { at } | Advanced::Next { at }, _) => {
+                changes.push(StatusChange::consumed(id, c.attempts, at, shard))
+            }
             // Changed meanwhile (cancelled): left as it is.
             (Advanced::Changed, _) => {}
         }
@@ -165,18 +151,15 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
     for c in claimed {
         let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
         *deadline = (*deadline).min(now + c.message.ttl);
-        changes.push(StatusChange {
-            id: c.message.id,
-            status: Status::Consuming,
-            attempts: Some(c.attempts),
-            at: c.at,
-            due: None,
-            shard: inflight_names
+        changes.push(StatusChange::handed_out(
+            c.message.id,
+            c.attempts,
+            c.at,
+            inflight_names
                 .entry(c.shard)
                 .or_insert_with(|| keys.inflight(c.shard).into())
                 .clone(),
-            occurrence: None,
-        });
+        ));
         let receipt = Receipt {
             attempts: c.attempts,
             deadline: c.at + c.message.ttl,
@@ -283,24 +266,12 @@ pub async fn ack_deliveries(
     let ids = &ids[..];
     let keys = state.redis.keys();
     let now = now_ms();
-    let consumed = |id: MessageId, attempts: i32, at: i64| StatusChange {
-        id,
-        status: Status::Consumed,
-        attempts: Some(attempts),
-        at,
-        due: None,
-        shard: keys.inflight(keys.shard_of(id)).into(),
-        occurrence: None,
+    let consumed = |id: MessageId, attempts: i32, at: i64| {
+        StatusChange::consumed(id, attempts, at, keys.inflight(keys.shard_of(id)).into())
     };
     // A recurring message moved on to an occurrence: Delaying, no attempts.
-    let moved_on = |id: MessageId, next: Occurrence, due: i64, at: i64| StatusChange {
-        id,
-        status: Status::Delaying,
-        attempts: Some(0),
-        at,
-        due: Some(due),
-        shard: keys.inflight(keys.shard_of(id)).into(),
-        occurrence: Some(next),
+    let moved_on = |id: MessageId, next: Occurrence, due: i64, at: i64| {
+        StatusChange::moved_on(id, next, due, at, keys.inflight(keys.shard_of(id)).into())
     };
     let mut outcomes = vec![AckOutcome::NotInFlight(None); ids.len()];
     let mut changes = Vec::new();
@@ -574,18 +545,13 @@ pub async fn nack(
                     }
                     AfterFailure::Stopped => {}
                 }
-                changes.push(StatusChange {
+                changes.push(StatusChange::failed(
                     id,
-                    status: then.status(),
-                    attempts: Some(attempts),
+                    then,
+                    attempts,
                     at,
-                    due: Some(match then {
-                        AfterFailure::Delaying { due } => due,
-                        _ => at,
-                    }),
-                    shard: keys.inflight(shard).into(),
-                    occurrence: None,
-                });
+                    keys.inflight(shard).into(),
+                ));
                 NackOutcome::Failed { attempts, then }
             }
             NackResult::NotInFlight => NackOutcome::NotInFlight(None),

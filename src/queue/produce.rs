@@ -43,15 +43,13 @@ impl Queue {
             for ((i, id), end) in held.iter().zip(ends) {
                 if let Some(end) = end {
                     let shard = self.redis.keys().shard_of(*id);
-                    changes.push(crate::journal::StatusChange {
-                        id: *id,
-                        status: end.status,
-                        attempts: Some(end.attempts),
-                        at: end.at,
-                        due: None,
-                        shard: self.redis.keys().inflight(shard).into(),
-                        occurrence: None,
-                    });
+                    changes.push(crate::journal::StatusChange::ended(
+                        *id,
+                        end.status,
+                        end.attempts,
+                        end.at,
+                        self.redis.keys().inflight(shard).into(),
+                    ));
                     again.push(*i);
                 }
             }

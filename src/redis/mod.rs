@@ -1,6 +1,7 @@
 //! Redis: the schedule. Key names ([`keys`]), the stored record ([`record`]),
 //! the atomic steps as Lua ([`scripts`]), the connection, and the checks
-//! and repairs of the reconciler and the restore cursor ([`inspect`]).
+//! and repairs of the reconciler and the restore cursor ([`inspect`]), and
+//! the journal spill list ([`spill`]).
 
 pub mod inspect;
 pub mod keys;
@@ -8,6 +9,7 @@ pub mod record;
 pub mod reply;
 pub mod schedule;
 pub mod scripts;
+pub mod spill;
 
 use std::time::Duration;
 

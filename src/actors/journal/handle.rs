@@ -1,0 +1,383 @@
+//! [`Journal`], the handle the rest of delayq uses: starting the actor
+//! threads and batchers, queueing inserts and status changes, the backlog's
+//! state, shutdown, and the reads.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::JournalError;
+use crate::journal::connection::{self, JournalUrl};
+use crate::journal::models::{FlowRow, MessageRow};
+use crate::journal::store::{
+    DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
+};
+use crate::message::{now_ms, IdGenerator, Message, MessageId, Status};
+use crate::redis::schedule::RedisSchedule;
+
+use super::actor::{lower_thread_priority, JournalActor};
+use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
+use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
+use super::messages::{
+    CountLive, DeadPage, DeleteDead, FindMessage, LiveByBizKey, LivePage, LiveStates, Ping,
+    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
+};
+use super::write_lock::WriteLock;
+
+/// How the journal is started.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalOptions {
+    /// Status changes queued before promotion pauses (`--journal-backlog`).
+    pub backlog: usize,
+    /// The nice value of the thread that writes the status changes no
+    /// caller waits for (`--journal-nice`; 0: the process's own priority).
+    pub background_nice: i32,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            backlog: DEFAULT_BACKLOG,
+            background_nice: 0,
+        }
+    }
+}
+
+/// Default of `--journal-nice`.
+pub const DEFAULT_NICE: i32 = 10;
+
+/// A flow write waiting this long for the database means the journal is
+/// behind (see [`Journal::behind`]).
+const HUNG_WRITE_MS: i64 = 1_000;
+/// How long a caller waits for its status change to be durable.
+const DURABLE_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Clone)]
+pub struct Journal {
+    actor: Addr<JournalActor>,
+    inserts: mpsc::UnboundedSender<InsertRequest>,
+    flows: mpsc::UnboundedSender<FlowRequest>,
+    urgent: mpsc::UnboundedSender<FlowRequest>,
+    backlog: Arc<Backlog>,
+}
+
+impl Journal {
+    /// Starts the JournalActor threads and the two batchers. Must run inside
+    /// an actix system. `backlog` bounds the queued status changes (see
+    /// [`Journal::lagging`]).
+    pub fn start(
+        url: &JournalUrl,
+        redis: RedisSchedule,
+        node: NodeInfo,
+        ids: Arc<IdGenerator>,
+        options: JournalOptions,
+    ) -> Journal {
+        let keys = redis.keys().clone();
+        let writers = url.parallel_writers();
+        // One thread per parallel insert batch, one for the changes callers
+        // wait for, two for reads; and one for the other changes.
+        let threads = writers + 3;
+        let pool = connection::pool(url, threads as u32 + 1);
+        let write_lock =
+            matches!(url, JournalUrl::Sqlite(_)).then(|| Arc::new(WriteLock::default()));
+        let make = move |background: bool| {
+            let (pool, write_lock, ids, node, keys) = (
+                pool.clone(),
+                write_lock.clone(),
+                ids.clone(),
+                node.clone(),
+                keys.clone(),
+            );
+            move || JournalActor {
+                pool: pool.clone(),
+                write_lock: write_lock.clone(),
+                ids: ids.clone(),
+                node: node.clone(),
+                delay_names: (0..keys.shards()).map(|s| keys.delay(s).into()).collect(),
+                keys: keys.clone(),
+                background,
+            }
+        };
+        let actor = SyncArbiter::start_with_thread_builder(
+            threads,
+            || std::thread::Builder::new().name("journal".into()),
+            make(false),
+        );
+        // Status changes no caller waits for (a promotion, a hand-out, an
+        // ack answered before its commit) are the bulk of the journal's
+        // work during a burst of deliveries. Their thread runs at a lower
+        // CPU priority, so on a busy machine handing messages out comes
+        // first and the journal catches up after (within `--journal-backlog`).
+        let nice = options.background_nice;
+        let background_actor = make(true);
+        let background = SyncArbiter::start_with_thread_builder(
+            1,
+            || std::thread::Builder::new().name("journal-changes".into()),
+            move || {
+                lower_thread_priority(nice);
+                background_actor()
+            },
+        );
+        let (inserts, insert_rx) = mpsc::unbounded_channel();
+        let (flows, flow_rx) = mpsc::unbounded_channel();
+        let (urgent, urgent_rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog {
+            limit: options.backlog.max(1),
+            ..Default::default()
+        });
+        actix::spawn(run_inserts(actor.clone(), insert_rx, writers));
+        actix::spawn(run_flows(
+            background,
+            flow_rx,
+            backlog.clone(),
+            redis.clone(),
+        ));
+        actix::spawn(run_flows(actor.clone(), urgent_rx, backlog.clone(), redis));
+        Journal {
+            actor,
+            inserts,
+            flows,
+            urgent,
+            backlog,
+        }
+    }
+
+    /// More status changes wait to be written than the backlog allows: the
+    /// shard actors hold off promoting due messages until it shrinks.
+    pub fn lagging(&self) -> bool {
+        self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit
+    }
+
+    /// Half the backlog is taken: bulk work (a restore) waits before it
+    /// adds more, leaving the rest to the scans and consumers.
+    pub fn half_full(&self) -> bool {
+        self.backlog.pending.load(Ordering::Acquire) >= self.backlog.limit / 2
+    }
+
+    /// Status changes are waiting because the journal is unreachable (or
+    /// takes no writes), or more wait than the backlog allows: Redis is
+    /// ahead of the journal by more than the usual milliseconds.
+    pub fn behind(&self) -> bool {
+        let writing = self.backlog.writing_since.load(Ordering::Acquire);
+        self.backlog.failing_since.load(Ordering::Acquire) != 0
+            || self.lagging()
+            || (writing != 0 && now_ms() - writing > HUNG_WRITE_MS)
+    }
+
+    /// Status changes waiting to be written.
+    pub fn backlog_pending(&self) -> usize {
+        self.backlog.pending.load(Ordering::Acquire)
+    }
+
+    pub fn backlog(&self) -> BacklogView {
+        let refused = self
+            .backlog
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        BacklogView {
+            pending: self.backlog.pending.load(Ordering::Acquire),
+            limit: self.backlog.limit,
+            lagging: self.lagging(),
+            refused: self.backlog.refused_total.load(Ordering::Acquire),
+            recent_refused: refused.iter().rev().take(100).cloned().collect(),
+        }
+    }
+
+    /// Shutdown: waits up to `wait` for every queued status change to be
+    /// written, then gives back what the database did not take (for the
+    /// caller to keep elsewhere). Changes queued afterwards are not
+    /// covered: stop producing them first.
+    pub async fn close(&self, wait: Duration) -> Vec<StatusChange> {
+        let b = &self.backlog;
+        b.closing_at.store(
+            (now_ms() as u64).saturating_add(wait.as_millis() as u64),
+            Ordering::Release,
+        );
+        b.closing.store(true, Ordering::Release);
+        // Writers give up on a failing write after the deadline; allow them
+        // one more attempt's time to hand their changes back.
+        let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(10);
+        while b.pending.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stuck = b.pending.load(Ordering::Acquire);
+        if stuck > 0 {
+            tracing::error!(
+                changes = stuck,
+                "status changes still being written when the node stopped (a database statement hung); they may not be journaled"
+            );
+        }
+        std::mem::take(&mut *b.unwritten.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Makes messages durable (status WaitPut). Answers once their
+    /// transaction committed, or with the error that stopped it: then
+    /// nothing of the call was written.
+    pub async fn insert(&self, messages: Vec<Message>) -> Result<Vec<InsertOutcome>, JournalError> {
+        let (reply, rx) = oneshot::channel();
+        self.inserts
+            .send(InsertRequest { messages, reply })
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        rx.await
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+    }
+
+    /// Queues status changes; they are written within a few milliseconds,
+    /// and retried until written.
+    pub fn record(&self, changes: Vec<StatusChange>) {
+        if changes.is_empty() {
+            return;
+        }
+        let n = changes.len();
+        self.backlog.pending.fetch_add(n, Ordering::AcqRel);
+        if self
+            .flows
+            .send(FlowRequest {
+                changes,
+                done: None,
+            })
+            .is_err()
+        {
+            self.backlog.pending.fetch_sub(n, Ordering::AcqRel);
+            tracing::error!(
+                changes = n,
+                "journal flow writer has stopped; status changes not recorded"
+            );
+        }
+    }
+
+    /// Like [`Journal::record`], and waits until the changes are committed.
+    pub async fn record_durable(&self, changes: Vec<StatusChange>) -> Result<(), JournalError> {
+        self.committed(&self.urgent, changes).await
+    }
+
+    async fn committed(
+        &self,
+        lane: &mpsc::UnboundedSender<FlowRequest>,
+        changes: Vec<StatusChange>,
+    ) -> Result<(), JournalError> {
+        let (done, rx) = oneshot::channel();
+        let n = changes.len();
+        self.backlog.pending.fetch_add(n, Ordering::AcqRel);
+        lane.send(FlowRequest {
+            changes,
+            done: Some(done),
+        })
+        .map_err(|_| {
+            self.backlog.pending.fetch_sub(n, Ordering::AcqRel);
+            JournalError::Unavailable("journal is shutting down".into())
+        })?;
+        match tokio::time::timeout(DURABLE_WAIT, rx).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(refused))) => Err(JournalError::Refused(refused)),
+            Ok(Err(_)) => Err(JournalError::Unavailable("journal is shutting down".into())),
+            Err(_) => Err(JournalError::Unavailable(
+                "the journal database did not commit in time; the change is queued and will be written when it answers".into(),
+            )),
+        }
+    }
+
+    pub async fn find(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+        self.actor.send(FindMessage(id)).await?
+    }
+
+    pub async fn live_page(&self, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor.send(LivePage { after, limit }).await?
+    }
+
+    pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {
+        self.actor.send(CountLive { after }).await?
+    }
+
+    pub async fn live_states(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
+        self.actor.send(LiveStates { after, limit }).await?
+    }
+
+    pub async fn states_of(&self, ids: Vec<i64>) -> Result<Vec<RowState>, JournalError> {
+        self.actor.send(StatesOf(ids)).await?
+    }
+
+    pub async fn rows_of(&self, ids: Vec<i64>) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor.send(RowsOf(ids)).await?
+    }
+
+    pub async fn ping(&self) -> Result<(), JournalError> {
+        self.actor.send(Ping).await?
+    }
+
+    pub async fn dead_page(
+        &self,
+        topic: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError> {
+        self.actor
+            .send(DeadPage {
+                topic: topic.to_string(),
+                after,
+                limit,
+            })
+            .await?
+    }
+
+    pub async fn requeue_dead(
+        &self,
+        id: MessageId,
+        now: i64,
+    ) -> Result<RequeueOutcome, JournalError> {
+        self.actor.send(RequeueDead { id, now }).await?
+    }
+
+    pub async fn delete_dead(
+        &self,
+        id: MessageId,
+        now: i64,
+    ) -> Result<DeleteDeadOutcome, JournalError> {
+        self.actor.send(DeleteDead { id, now }).await?
+    }
+
+    pub async fn topic_page(
+        &self,
+        topic: &str,
+        status: Status,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor
+            .send(TopicPage {
+                topic: topic.to_string(),
+                status,
+                after,
+                limit,
+            })
+            .await?
+    }
+
+    pub async fn topic_counts(&self, limit: i64) -> Result<Vec<(String, i16, i64)>, JournalError> {
+        self.actor.send(TopicCounts { limit }).await?
+    }
+
+    pub async fn live_by_biz_key(
+        &self,
+        query: LiveByBizKey,
+    ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
+        self.actor.send(query).await?
+    }
+
+    /// Waits until every status change queued so far is written.
+    pub async fn flush(&self) -> Result<(), JournalError> {
+        self.committed(&self.flows, Vec::new()).await?;
+        self.committed(&self.urgent, Vec::new()).await
+    }
+}

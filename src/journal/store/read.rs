@@ -1,0 +1,240 @@
+//! Reading the journal: one message with its history, keyset pages of live
+//! messages (restore, reconciler), a topic's messages, and bizKey lookups.
+
+use diesel::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::JournalConn;
+use crate::journal::models::{FlowRow, MessageRow};
+use crate::journal::schema::{message, message_flow};
+use crate::message::{MessageId, Status};
+use crate::with_conn;
+
+use super::INSERT_CHUNK;
+
+pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .find(id.0)
+        .select(MessageRow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// A message and its history as of one moment: both read in one
+/// transaction (one snapshot), so a batch committed between the two reads
+/// cannot show a history ahead of the message's status.
+pub fn find_with_history(
+    conn: &mut JournalConn,
+    id: MessageId,
+) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+    Ok(with_conn!(conn, c => c.transaction(|c| {
+        let Some(row) = message::table
+            .find(id.0)
+            .select(MessageRow::as_select())
+            .first(c)
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let history = message_flow::table
+            .filter(message_flow::message_id.eq(id.0))
+            .order((
+                message_flow::flow_time.asc(),
+                message_flow::attempts.asc(),
+                message_flow::status.asc(),
+                message_flow::id.asc(),
+            ))
+            .select(FlowRow::as_select())
+            .load(c)?;
+        Ok::<_, diesel::result::Error>(Some((row, history)))
+    }))?)
+}
+
+/// Live messages (not Consumed, Deleted or Dead) with ids above `after`, in
+/// id order: one keyset page of a restore.
+pub fn live_page(
+    conn: &mut JournalConn,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?)
+}
+
+/// How many live messages have ids above `after`: what a restore or a
+/// reconciliation from there will read (an index-only count, over
+/// `(status, id)`).
+pub fn count_live(conn: &mut JournalConn, after: i64) -> Result<u64, JournalError> {
+    let n: i64 = with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .count()
+        .get_result(c))?;
+    Ok(n as u64)
+}
+
+/// What the reconciler reads of a message row: enough to tell where Redis
+/// should hold it, without its body.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = message)]
+pub struct RowState {
+    pub id: i64,
+    pub topic: String,
+    pub status: i16,
+    pub updated_time: i64,
+    pub due_time: i64,
+    pub ttl: i64,
+}
+
+impl RowState {
+    pub fn status(&self) -> Status {
+        Status::from_code(self.status).unwrap_or(Status::WaitPut)
+    }
+}
+
+/// Live messages with ids above `after`, in id order, without their bodies:
+/// one keyset page of a reconciliation; with the id to go on after (None
+/// at the end).
+pub fn live_states(
+    conn: &mut JournalConn,
+    after: i64,
+    limit: i64,
+) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
+    let rows: Vec<RowState> = with_conn!(conn, c => message::table
+        .filter(message::id.gt(after))
+        .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(RowState::as_select())
+        .load(c))?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
+    Ok((rows, next))
+}
+
+/// The rows of these ids the journal holds, whatever their status.
+pub fn states_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<RowState>, JournalError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let rows: Vec<RowState> = with_conn!(conn, c => message::table
+            .filter(message::id.eq_any(chunk))
+            .select(RowState::as_select())
+            .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// The whole rows of these ids the journal holds.
+pub fn rows_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<MessageRow>, JournalError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
+            .filter(message::id.eq_any(chunk))
+            .select(MessageRow::as_select())
+            .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// Messages of a topic in one status with ids above `after`, in id order
+/// (the `(status, topic, id)` index): one page of the dashboard's topic view.
+pub fn topic_page(
+    conn: &mut JournalConn,
+    topic: &str,
+    status: Status,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::status.eq(status.code()))
+        .filter(message::topic.eq(topic))
+        .filter(message::id.gt(after))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?)
+}
+
+/// How many messages each topic has in each status but Consumed and
+/// Deleted: `(topic, status code, count)`, topics in name order, at most
+/// `limit` rows. An index-only count over `(status, topic, id)`: it reads
+/// one index entry per live or dead message.
+pub fn topic_counts(
+    conn: &mut JournalConn,
+    limit: i64,
+) -> Result<Vec<(String, i16, i64)>, JournalError> {
+    let shown = [
+        Status::WaitPut.code(),
+        Status::Delaying.code(),
+        Status::Ready.code(),
+        Status::Consuming.code(),
+        Status::Dead.code(),
+    ];
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::status.eq_any(shown))
+        .group_by((message::topic, message::status))
+        .select((message::topic, message::status, diesel::dsl::count_star()))
+        .order((message::topic.asc(), message::status.asc()))
+        .limit(limit)
+        .load::<(String, i16, i64)>(c))?)
+}
+
+/// One page of the live messages of a topic whose bizKey starts with
+/// `prefix`, ids above `after`, in id order; with the id to continue after
+/// when there may be more.
+pub fn live_by_biz_key_prefix(
+    conn: &mut JournalConn,
+    topic: &str,
+    prefix: &str,
+    after: i64,
+    limit: i64,
+) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for ch in prefix.chars() {
+        if matches!(ch, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(ch);
+    }
+    pattern.push('%');
+    let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
+        .filter(message::topic.eq(topic))
+        .filter(message::live_biz_key.like(&pattern).escape('\\'))
+        .filter(message::id.gt(after))
+        .order(message::id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
+    // LIKE ignores case on MySQL's default collations and on SQLite for
+    // ASCII: keep only exact prefixes.
+    let rows = rows
+        .into_iter()
+        .filter(|r| {
+            r.live_biz_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with(prefix))
+        })
+        .collect();
+    Ok((rows, next))
+}
+
+/// The live message holding `(topic, bizKey)`, if any.
+pub fn live_by_biz_key(
+    conn: &mut JournalConn,
+    topic: &str,
+    key: &str,
+) -> Result<Option<MessageRow>, JournalError> {
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::topic.eq(topic))
+        .filter(message::live_biz_key.eq(key))
+        .select(MessageRow::as_select())
+        .first(c)
+        .optional())?)
+}

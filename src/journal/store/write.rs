@@ -1,0 +1,340 @@
+//! Writing the journal: messages inserted as WaitPut (a group commit), and
+//! status changes applied in batches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use diesel::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::JournalConn;
+use crate::journal::models::{MessageRow, NewFlow, NewMessage};
+use crate::journal::schema::{message, message_flow};
+use crate::message::{IdGenerator, Message, MessageId, Status};
+use crate::repeat::Occurrence;
+use crate::with_conn;
+
+use super::{
+    is_unique_violation, live_holder, new_flow, InsertOutcome, NodeInfo, StatusChange, INSERT_CHUNK,
+};
+
+/// Inserts messages as WaitPut with their first flow row, all in one
+/// transaction. A message whose `(topic, bizKey)` is live already, in the
+/// journal or earlier in the same batch, is not inserted.
+///
+/// Another writer (this node's or another node's) may commit the same live
+/// `(topic, bizKey)` between this batch's check and its insert. The unique
+/// index refuses it; then only the rows of that chunk are tried again, one
+/// by one, each behind a savepoint, and a refused row answers with the
+/// message that holds its bizKey: the rest of the batch is written as usual.
+pub fn insert_messages(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    shard_names: &dyn Fn(MessageId) -> Arc<str>,
+    msgs: &[Message],
+) -> Result<Vec<InsertOutcome>, JournalError> {
+    let mut flow_ids = Vec::with_capacity(msgs.len());
+    for _ in msgs {
+        flow_ids.push(ids.next_id()?);
+    }
+    with_conn!(conn, c => c.transaction(|c| {
+        let mut outcomes: Vec<Option<InsertOutcome>> = Vec::with_capacity(msgs.len());
+        // (a later message, the earlier one of the same batch it repeats)
+        let mut repeats = Vec::new();
+        let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut rows = Vec::with_capacity(msgs.len());
+        let mut row_of = Vec::with_capacity(msgs.len());
+        for (i, m) in msgs.iter().enumerate() {
+            if let Some(key) = m.biz_key.as_deref() {
+                if let Some(&first) = seen.get(&(m.topic.as_str(), key)) {
+                    repeats.push((i, first));
+                    outcomes.push(None);
+                    continue;
+                }
+                seen.insert((m.topic.as_str(), key), i);
+                let existing = message::table
+                    .filter(message::topic.eq(&m.topic))
+                    .filter(message::live_biz_key.eq(key))
+                    .select(MessageRow::as_select())
+                    .first(c)
+                    .optional()?;
+                if let Some(row) = existing {
+                    outcomes.push(Some(InsertOutcome::Duplicate(Box::new(row))));
+                    continue;
+                }
+            }
+            rows.push(NewMessage::waiting(m));
+            row_of.push(i);
+            outcomes.push(Some(InsertOutcome::Inserted));
+        }
+        for (chunk, msg_of) in rows.chunks(INSERT_CHUNK).zip(row_of.chunks(INSERT_CHUNK)) {
+            match c.transaction(|c| diesel::insert_into(message::table).values(chunk).execute(c)) {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => {
+                    for (row, &i) in chunk.iter().zip(msg_of) {
+                        match c.transaction(|c| diesel::insert_into(message::table).values(row).execute(c)) {
+                            Ok(_) => {}
+                            Err(e) if is_unique_violation(&e) => {
+                                let m = &msgs[i];
+                                let key = m.biz_key.as_deref().unwrap_or_default();
+                                match live_holder(c, &m.topic, key)? {
+                                    Some(holder) => {
+                                        tracing::info!(topic = %m.topic, biz_key = key, id = holder.id, "another writer took this bizKey meanwhile; answered with its message");
+                                        outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder)));
+                                    }
+                                    None => return Err(e),
+                                }
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for (i, first) in repeats {
+            let row = match &outcomes[first] {
+                Some(InsertOutcome::Duplicate(row)) => row.clone(),
+                _ => Box::new(waiting_row(&msgs[first])),
+            };
+            outcomes[i] = Some(InsertOutcome::Duplicate(row));
+        }
+        let changes: Vec<(StatusChange, MessageId)> = msgs
+            .iter()
+            .zip(&outcomes)
+            .zip(&flow_ids)
+            .filter(|((_, o), _)| matches!(o, Some(InsertOutcome::Inserted)))
+            .map(|((m, _), id)| {
+                let change = StatusChange::waiting(m.id, m.create_time, shard_names(m.id));
+                (change, *id)
+            })
+            .collect();
+        let flows: Vec<NewFlow> = changes.iter().map(|(ch, id)| new_flow(*id, node, ch)).collect();
+        for chunk in flows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
+        }
+        Ok::<_, diesel::result::Error>(outcomes.into_iter().map(|o| o.expect("every message has an outcome")).collect())
+    }))
+    .map_err(JournalError::from)
+}
+
+fn waiting_row(m: &Message) -> MessageRow {
+    let n = NewMessage::waiting(m);
+    MessageRow {
+        id: n.id,
+        topic: m.topic.clone(),
+        biz_key: m.biz_key.clone(),
+        live_biz_key: m.biz_key.clone(),
+        body: m.body.clone(),
+        priority: n.priority,
+        ttl: n.ttl,
+        delay_ms: n.delay_ms,
+        due_time: n.due_time,
+        create_time: n.create_time,
+        status: n.status,
+        attempts: 0,
+        updated_time: n.updated_time,
+        max_attempts: n.max_attempts,
+        retry: n.retry,
+        repeat_spec: n.repeat_spec,
+        occurrence: n.occurrence,
+        occurrence_time: n.occurrence_time,
+    }
+}
+
+/// The order in which changes of one message happened: a terminal status
+/// ends its life; otherwise by time, then by delivery count (a redelivered
+/// message's Ready belongs to its previous delivery), then the end of a
+/// failed delivery after the delivery itself, then by status code (the
+/// statuses of one delivery follow their codes' order).
+fn happened_order(ch: &StatusChange) -> (bool, i64, i32, bool, i16) {
+    (
+        ch.status.is_terminal(),
+        ch.at,
+        ch.attempts.unwrap_or(0),
+        ch.due.is_some(),
+        ch.status.code(),
+    )
+}
+
+/// Writes flow rows and moves each message to its latest status, in one
+/// transaction. Two rules make the order of batches (and of the journal's
+/// two flow lanes) irrelevant where it matters: a message already Consumed,
+/// Deleted or Dead keeps that status (reaching one frees its bizKey), and
+/// `attempts` only grows.
+pub fn apply_changes(
+    conn: &mut JournalConn,
+    ids: &IdGenerator,
+    node: &NodeInfo,
+    changes: &[StatusChange],
+) -> Result<(), JournalError> {
+    // Each message ends the batch in the state of its latest change, in the
+    // order the changes happened (`happened_order`), and with its highest
+    // delivery count; updates are grouped by outcome so a batch costs a few
+    // statements, not one per message.
+    // A recurring message moved on to a later occurrence in this batch: the
+    // highest such move per message, applied first and on its own (below),
+    // so a later change of the new occurrence in the same batch (its Ready,
+    // its delivery) cannot hide it.
+    let mut moves: HashMap<MessageId, &StatusChange> = HashMap::new();
+    for ch in changes {
+        if let Some(occ) = ch.occurrence {
+            let e = moves.entry(ch.id).or_insert(ch);
+            if e.occurrence.is_some_and(|o| occ.number > o.number) {
+                *e = ch;
+            }
+        }
+    }
+    let mut latest: HashMap<MessageId, &StatusChange> = HashMap::new();
+    let mut attempts: HashMap<MessageId, i32> = HashMap::new();
+    for ch in changes {
+        let e = latest.entry(ch.id).or_insert(ch);
+        if happened_order(ch) >= happened_order(e) {
+            *e = ch;
+        }
+        // Deliveries of an earlier occurrence do not count against the
+        // one the message moved on to.
+        let before_move = moves
+            .get(&ch.id)
+            .is_some_and(|m| happened_order(ch) < happened_order(m));
+        if let (Some(a), false) = (ch.attempts, before_move) {
+            let m = attempts.entry(ch.id).or_insert(a);
+            *m = (*m).max(a);
+        }
+    }
+    // (status, highest attempts, at, due again) → ids
+    type Outcome = (Status, Option<i32>, i64, Option<i64>);
+    let mut groups: HashMap<Outcome, Vec<i64>> = HashMap::new();
+    for (id, ch) in latest {
+        let key = (ch.status, attempts.get(&id).copied(), ch.at, ch.due);
+        groups.entry(key).or_default().push(id.0);
+    }
+    let move_rows: Vec<(Occurrence, i64, i64)> = moves
+        .values()
+        .filter_map(|ch| ch.occurrence.map(|o| (o, ch.id.0, ch.at)))
+        .collect();
+    let mut flows = Vec::with_capacity(changes.len());
+    for ch in changes {
+        flows.push(new_flow(ids.next_id()?, node, ch));
+    }
+
+    with_conn!(conn, c => c.transaction(|c| {
+        for chunk in flows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
+        }
+        // Occurrence moves first: whatever the order the changes arrive in,
+        // the row never goes back to an earlier occurrence, and a move is
+        // never lost behind a later change.
+        for (occ, id, _) in &move_rows {
+            diesel::update(
+                message::table
+                    .filter(message::id.eq(id))
+                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+                    .filter(message::occurrence.lt(occ.number)),
+            )
+            .set((
+                message::occurrence.eq(occ.number),
+                message::occurrence_time.eq(occ.due_time),
+                message::attempts.eq(0),
+                message::due_time.eq(occ.due_time),
+            ))
+            .execute(c)?;
+        }
+        for ((status, attempts, at, due), ids) in &groups {
+            for chunk in ids.chunks(INSERT_CHUNK) {
+                let target = message::table
+                    .filter(message::id.eq_any(chunk))
+                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
+                if status.is_terminal() {
+                    diesel::update(target)
+                        .set((
+                            message::status.eq(status.code()),
+                            message::updated_time.eq(at),
+                            message::live_biz_key.eq(None::<String>),
+                        ))
+                        .execute(c)?;
+                } else if let Some(due) = due {
+                    diesel::update(target.filter(message::updated_time.le(at)))
+                        .set((
+                            message::status.eq(status.code()),
+                            message::updated_time.eq(at),
+                            message::due_time.eq(due),
+                        ))
+                        .execute(c)?;
+                } else {
+                    // A change older than the row's last one (it came by the
+                    // other lane, or a batch later) does not turn it back.
+                    diesel::update(target.filter(message::updated_time.le(at)))
+                        .set((message::status.eq(status.code()), message::updated_time.eq(at)))
+                        .execute(c)?;
+                }
+                if let Some(a) = attempts {
+                    // A recurring message past its first occurrence takes
+                    // counts only from changes not older than its row: an
+                    // earlier occurrence's late change must not count
+                    // against the current one.
+                    diesel::update(
+                        message::table
+                            .filter(message::id.eq_any(chunk))
+                            .filter(message::attempts.lt(a))
+                            .filter(
+                                message::occurrence
+                                    .is_null()
+                                    .or(message::occurrence.le(1))
+                                    .or(message::updated_time.le(at)),
+                            ),
+                    )
+                    .set(message::attempts.eq(a))
+                    .execute(c)?;
+                }
+            }
+        }
+        Ok::<_, diesel::result::Error>(())
+    }))
+    .map_err(JournalError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(status: Status, attempts: Option<i32>, at: i64) -> StatusChange {
+        StatusChange {
+            id: MessageId(1),
+            status,
+            attempts,
+            at,
+            due: None,
+            shard: "".into(),
+            occurrence: None,
+        }
+    }
+
+    #[test]
+    fn changes_order_as_they_happened() {
+        let order = |c: &StatusChange| happened_order(c);
+        // A redelivery's Ready and the next Consuming in the same millisecond.
+        let requeued = change(Status::Ready, Some(1), 100);
+        let claimed = change(Status::Consuming, Some(2), 100);
+        assert!(order(&claimed) > order(&requeued));
+        // A message moved and handed out in the same millisecond.
+        assert!(
+            order(&change(Status::Consuming, Some(1), 7)) > order(&change(Status::Ready, None, 7))
+        );
+        // An ack is the end, even beside a later-stamped change.
+        assert!(
+            order(&change(Status::Consumed, Some(2), 100))
+                > order(&change(Status::Ready, Some(2), 101))
+        );
+        // A nack in the millisecond of its delivery ends that delivery.
+        let mut nacked = change(Status::Delaying, Some(2), 100);
+        nacked.due = Some(5000);
+        assert!(order(&nacked) > order(&claimed));
+        // Otherwise time decides.
+        assert!(
+            order(&change(Status::Delaying, None, 9))
+                > order(&change(Status::Consuming, Some(3), 8))
+        );
+    }
+}

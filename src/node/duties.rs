@@ -1,0 +1,155 @@
+//! A serving node's background duties: the eviction check, the journal's
+//! lag published for other nodes, the periodic reconciliation, the clock
+//! probe, and watching that Redis still holds the data set.
+
+use std::time::Duration;
+
+use crate::actors::journal::Journal;
+use crate::cluster::ClusterHandle;
+use crate::reconcile::{Reconciler, Repair};
+use crate::redis::inspect::evicts;
+use crate::redis::schedule::RedisSchedule;
+use crate::restore::Restorer;
+
+use super::spill::replay_spill;
+
+/// Warns when Redis may evict keys: a dropped key loses messages while the
+/// data set marker survives, so only the reconciler would bring them back.
+pub(super) async fn check_eviction(redis: &RedisSchedule) {
+    match redis.maxmemory_policy().await {
+        Some(p) if evicts(&p) => tracing::warn!(
+            maxmemory_policy = %p,
+            "Redis may evict keys under memory pressure (maxmemory-policy is not noeviction): \
+             an evicted key loses scheduled messages until the reconciler schedules them again; \
+             set maxmemory-policy noeviction"
+        ),
+        Some(_) => {}
+        None => tracing::info!(
+            "cannot read Redis's maxmemory-policy (CONFIG is disabled); make sure it is noeviction"
+        ),
+    }
+}
+
+/// Every node says in Redis, each second, whether its journal is behind
+/// (see [`Journal::behind`]): acks and cancels it applied in Redis may not
+/// be in the journal yet, so the journal's live rows cannot be trusted to
+/// be live.
+pub(super) async fn publish_journal_behind(
+    redis: RedisSchedule,
+    journal: Journal,
+    node_id: String,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(e) = redis.say_journal_behind(&node_id, journal.behind()).await {
+            tracing::debug!(error = %e, "cannot publish whether the journal is behind");
+        }
+    }
+}
+
+/// Every `every`, the leader compares the journal with Redis and schedules
+/// again what Redis lost with its data set marker intact (see
+/// [`crate::reconcile`]). While the marker is missing the data set watch
+/// restores everything instead.
+pub(super) async fn reconcile_periodically(
+    reconciler: Reconciler,
+    cluster: ClusterHandle,
+    every: Duration,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        if !cluster.is_leader() {
+            continue;
+        }
+        if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
+            continue;
+        }
+        // A message a node acked or cancelled in Redis while its journal was
+        // down still looks live in the journal, and once its tombstone is
+        // gone, missing from Redis: repairing it would deliver it again.
+        match reconciler.redis.journals_behind().await {
+            Ok(nodes) if nodes.is_empty() => {}
+            Ok(nodes) => {
+                tracing::info!(?nodes, "a node's journal is behind; reconciling later");
+                continue;
+            }
+            Err(_) => continue,
+        }
+        tracing::debug!("reconciling the journal with Redis");
+        match reconciler.run(Repair::Delivery, |_| {}).await {
+            Ok(r) if r.is_clean() => tracing::debug!(
+                journal_scanned = r.journal_scanned,
+                redis_scanned = r.redis_scanned,
+                elapsed_ms = r.elapsed_ms,
+                "reconciled: the journal and Redis agree"
+            ),
+            Ok(r) => tracing::warn!(
+                missing = r.missing.count,
+                rescheduled = r.missing.repaired,
+                unscheduled = r.unscheduled.count,
+                put_back = r.unscheduled.repaired,
+                finished_in_journal = r.finished_in_journal.count,
+                status_mismatch = r.status_mismatch.count,
+                unknown = r.unknown.count,
+                elapsed_ms = r.elapsed_ms,
+                "reconciled: the journal and Redis differed; messages Redis lost are scheduled again \
+                 (GET /admin/reconcile?repair=true puts the rest right)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
+        }
+    }
+}
+
+/// Reads Redis's clock every [`crate::clock::PROBE`], so this node's
+/// estimate of the cluster's clock follows it (see [`crate::clock`]).
+pub(super) async fn probe_clock(redis: RedisSchedule) {
+    let mut every = tokio::time::interval(crate::clock::PROBE);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = redis.probe_clock().await {
+            tracing::debug!(error = %e, "cannot read Redis's clock");
+        }
+    }
+}
+
+/// How often a node checks that Redis still holds its data set.
+const DATASET_CHECK: Duration = Duration::from_secs(1);
+
+/// Restores every live message from the journal when Redis has no dataset
+/// marker (a new Redis, or one that lost its data), then sets the marker.
+pub(super) async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow::Result<()> {
+    if restorer.redis.has_dataset_marker().await? {
+        return Ok(());
+    }
+    let report = restorer
+        .all(true, false, |_| {})
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if report.restored > 0 {
+        tracing::warn!(
+            restored = report.restored,
+            "Redis held no delayq data set; restored it from the journal"
+        );
+    }
+    restorer.redis.set_dataset_marker(node_id).await?;
+    Ok(())
+}
+
+/// Redis may lose its data while the node runs (a restart without
+/// persistence, a flush): notice it and rebuild from the journal. A duty of
+/// the leader alone, so one node restores.
+pub(super) async fn watch_dataset(restorer: Restorer, node_id: String, cluster: ClusterHandle) {
+    let mut every = tokio::time::interval(DATASET_CHECK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if !cluster.is_leader() {
+            continue;
+        }
+        if let Err(e) = ensure_dataset(&restorer, &node_id).await {
+            tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
+        }
+        replay_spill(&restorer.redis, &restorer.journal, &node_id).await;
+    }
+}

@@ -1,0 +1,353 @@
+//! Reconciliation: the journal and Redis compared, message by message, and
+//! put right on request. A restore only adds what Redis lacks and only runs
+//! when the data set marker is gone; Redis can also lose part of its data
+//! with the marker intact (an AOF `everysec` crash, a replica promoted
+//! before it caught up, an evicted key), and a message answered 200 must
+//! still be delivered.
+//!
+//! Two passes, each in small pages with a pause after each page (on a
+//! serving node pages of 100, over a Redis connection of its own, and a
+//! pause of at least 2 ms and four times as long as the page took, see
+//! [`Options`] and [`crate::node`]), so the scans that deliver messages
+//! keep their lateness:
+//! - the journal's live rows (not Consumed, Deleted or Dead), in keyset
+//!   pages by id, each page looked up in Redis with one pipeline: is the
+//!   record in its shard's hash, is there a tombstone, and where does it sit
+//!   (delay zset, ready queue, in-flight zset);
+//! - each shard's message hash, walked with HSCAN, the ids looked up in the
+//!   journal: Redis holding what the journal says is finished, or what the
+//!   journal does not know.
+//!
+//! The journal lags Redis by a few milliseconds (its flow rows are written
+//! in batches), and a push is in the journal before Redis has it, so only
+//! rows whose last change is older than the grace period are compared, and
+//! a Redis state is held against the journal only when it is older than
+//! the grace period too (an ack deadline tells when a message was handed
+//! out, a due time when it became ready). Every difference found is looked
+//! at once more, both sides read again, before it is reported or repaired.
+//!
+//! | kind | what | repair |
+//! |---|---|---|
+//! | `missing` | live in the journal; Redis has no record and no tombstone | scheduled again like a restore (`Schedule`: idempotent, tombstone-aware; an overdue one is due at once), recorded Delaying |
+//! | `unscheduled` | Redis holds the record, but in no delay zset, ready queue or in-flight zset | put back in its delay zset with its record's score (replace.lua) |
+//! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead | removed from Redis, leaving a tombstone (purge.lua) |
+//! | `statusMismatch` | both hold it live, in different statuses | the journal follows Redis (the live state): a status change is recorded |
+//! | `unknown` | Redis holds it; the journal has no such row | reported only: the journal may have lost the row (a database restored from a backup) and Redis holds the only copy |
+//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back |
+//!
+//! The leader runs it every `--reconcile-interval` and repairs by itself
+//! what keeps messages from being delivered (`missing`, `unscheduled`) and
+//! what would bring an ended one back (`unjournaled`);
+//! `GET /admin/reconcile?repair=true` and `delayq reconcile --repair`
+//! repair every kind but `unknown`.
+//!
+//! This module holds what a difference is (its kinds, the rule that
+//! classifies a row and its Redis state) and the report; [`reconciler`]
+//! holds the [`Reconciler`], which reads both sides, settles and repairs.
+
+mod reconciler;
+
+pub use reconciler::Reconciler;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::journal::store::RowState;
+use crate::message::{MessageId, Status};
+use crate::redis::inspect::{End, Held, Place};
+
+/// Differences looked at again together.
+const RECHECK_BATCH: usize = 1_000;
+/// How long a difference must last before it counts: the journal's flow
+/// batches land within milliseconds.
+const RECHECK_AFTER: Duration = Duration::from_millis(500);
+/// Ids shown per kind of difference.
+const SAMPLE: usize = 20;
+/// Named on the flow rows a repair writes.
+const FLOW_SHARD: &str = "reconcile";
+
+/// What a reconciliation puts right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Repair {
+    /// Report only.
+    None,
+    /// What keeps messages from being delivered (`missing`,
+    /// `unscheduled`) or would bring an ended one back (`unjournaled`).
+    Delivery,
+    /// Every kind but `unknown`.
+    All,
+}
+
+impl Repair {
+    fn covers(self, kind: &Kind) -> bool {
+        match self {
+            Repair::None => false,
+            Repair::Delivery => matches!(
+                kind,
+                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_)
+            ),
+            Repair::All => !matches!(kind, Kind::Unknown),
+        }
+    }
+}
+
+/// How a reconciliation runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Rows changed (and Redis states reached) more recently are left out.
+    pub grace: Duration,
+    /// Journal rows per page (and records per HSCAN step).
+    pub page: usize,
+    /// The least pause after each page, for the scans' sake.
+    pub pause: Duration,
+    /// After each page, also pause this many times as long as the page
+    /// took: a reconciliation then takes at most about 1 / (1 + idle) of
+    /// the machine's time while it runs, however fast the machine is.
+    pub idle: u32,
+}
+
+/// One kind of difference: how many, how many were repaired, and the first
+/// few.
+#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Difference {
+    pub count: u64,
+    pub repaired: u64,
+    pub sample: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    pub id: MessageId,
+    /// The journal's status, where it has the row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal: Option<Status>,
+    /// Where Redis holds it, as a status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis: Option<Status>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileReport {
+    pub repair: Repair,
+    /// Live journal rows compared (older than the grace period).
+    pub journal_scanned: u64,
+    /// Live journal rows left out: changed within the grace period.
+    pub journal_recent: u64,
+    /// Records of Redis's message hashes walked.
+    pub redis_scanned: u64,
+    pub missing: Difference,
+    pub unscheduled: Difference,
+    pub finished_in_journal: Difference,
+    pub unknown: Difference,
+    pub status_mismatch: Difference,
+    pub unjournaled: Difference,
+    pub grace_ms: u64,
+    pub started_at: i64,
+    pub elapsed_ms: u64,
+}
+
+impl ReconcileReport {
+    /// No difference of any kind.
+    pub fn is_clean(&self) -> bool {
+        self.differences() == 0
+    }
+
+    pub fn differences(&self) -> u64 {
+        self.missing.count
+            + self.unscheduled.count
+            + self.finished_in_journal.count
+            + self.unknown.count
+            + self.status_mismatch.count
+            + self.unjournaled.count
+    }
+
+    fn of(&mut self, kind: &Kind) -> &mut Difference {
+        match kind {
+            Kind::Missing => &mut self.missing,
+            Kind::Unscheduled => &mut self.unscheduled,
+            Kind::FinishedInJournal => &mut self.finished_in_journal,
+            Kind::Unknown => &mut self.unknown,
+            Kind::StatusMismatch { .. } => &mut self.status_mismatch,
+            Kind::Unjournaled(_) => &mut self.unjournaled,
+        }
+    }
+}
+
+/// One difference of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Missing,
+    Unscheduled,
+    FinishedInJournal,
+    Unknown,
+    /// The journal says `journal`; Redis holds it as `redis` (due at `due`
+    /// when scheduled).
+    StatusMismatch {
+        journal: Status,
+        redis: Status,
+        due: Option<i64>,
+    },
+    /// Redis ended it; the journal did not record the end.
+    Unjournaled(End),
+}
+
+/// Compares one message's journal row (None: no row) with what Redis holds
+/// of it. `cutoff` is now minus the grace period: a state reached after it
+/// may be one the other side has not heard of yet.
+fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
+    let Some(row) = row else {
+        return matches!(held, Held::Record(_)).then_some(Kind::Unknown);
+    };
+    if let Held::Unjournaled(end) = held {
+        // An end the node that made it has not journaled yet, or never
+        // will (it stopped): once it is older than the grace period, the
+        // journal is told, whatever it says now (a terminal row only
+        // needs Redis to forget the entry).
+        return (end.at < cutoff).then_some(Kind::Unjournaled(end));
+    }
+    if row.updated_time >= cutoff {
+        return None;
+    }
+    let journal = row.status();
+    if journal.is_terminal() {
+        return matches!(held, Held::Record(_)).then_some(Kind::FinishedInJournal);
+    }
+    let place = match held {
+        Held::Absent => return Some(Kind::Missing),
+        Held::Unjournaled(_) => unreachable!("handled above"),
+        // Acked or cancelled in Redis lately: the journal is catching up.
+        Held::Finished => return None,
+        Held::Record(Place::Nowhere) => return Some(Kind::Unscheduled),
+        Held::Record(p) => p,
+    };
+    // The end of a delivery (a nack, an expired ack deadline) came before
+    // its deadline: once that is older than the grace period, so is the end.
+    let delivery_over = row.updated_time + row.ttl < cutoff;
+    let (redis, due, settled) = match place {
+        Place::Delay { due } => (
+            Status::Delaying,
+            Some(due),
+            journal != Status::Consuming || delivery_over,
+        ),
+        Place::Ready => (
+            Status::Ready,
+            None,
+            match journal {
+                Status::Consuming => delivery_over,
+                _ => row.due_time < cutoff,
+            },
+        ),
+        Place::InFlight { deadline } => (Status::Consuming, None, deadline - row.ttl < cutoff),
+        Place::Nowhere => unreachable!("handled above"),
+    };
+    (redis != journal && settled).then_some(Kind::StatusMismatch {
+        journal,
+        redis,
+        due,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: Status, updated: i64, due: i64) -> RowState {
+        RowState {
+            id: 1,
+            topic: "t".into(),
+            status: status.code(),
+            updated_time: updated,
+            due_time: due,
+            ttl: 1_000,
+        }
+    }
+
+    const CUT: i64 = 100_000;
+
+    #[test]
+    fn recent_rows_are_left_alone() {
+        let r = row(Status::Delaying, CUT, CUT + 50_000);
+        assert_eq!(classify(Some(&r), Held::Absent, CUT), None);
+    }
+
+    #[test]
+    fn kinds() {
+        let old = CUT - 10_000;
+        let delaying = row(Status::Delaying, old, CUT + 50_000);
+        assert_eq!(
+            classify(Some(&delaying), Held::Absent, CUT),
+            Some(Kind::Missing)
+        );
+        assert_eq!(classify(Some(&delaying), Held::Finished, CUT), None);
+        assert_eq!(
+            classify(Some(&delaying), Held::Record(Place::Nowhere), CUT),
+            Some(Kind::Unscheduled)
+        );
+        let due = CUT + 50_000;
+        assert_eq!(
+            classify(Some(&delaying), Held::Record(Place::Delay { due }), CUT),
+            None
+        );
+        assert_eq!(
+            classify(None, Held::Record(Place::Nowhere), CUT),
+            Some(Kind::Unknown)
+        );
+        assert_eq!(classify(None, Held::Finished, CUT), None);
+        let consumed = row(Status::Consumed, old, old);
+        assert_eq!(
+            classify(Some(&consumed), Held::Record(Place::Ready), CUT),
+            Some(Kind::FinishedInJournal)
+        );
+        assert_eq!(classify(Some(&consumed), Held::Finished, CUT), None);
+    }
+
+    #[test]
+    fn status_mismatches_wait_for_both_sides_to_settle() {
+        let old = CUT - 10_000;
+        // Handed out long ago; the journal still says Delaying.
+        let delaying = row(Status::Delaying, old, old);
+        let long_ago = Held::Record(Place::InFlight {
+            deadline: old + 1_000,
+        });
+        assert_eq!(
+            classify(Some(&delaying), long_ago, CUT),
+            Some(Kind::StatusMismatch {
+                journal: Status::Delaying,
+                redis: Status::Consuming,
+                due: None
+            })
+        );
+        // Handed out a moment ago: its Consuming row may be on its way.
+        let just_now = Held::Record(Place::InFlight {
+            deadline: CUT + 1_000,
+        });
+        assert_eq!(classify(Some(&delaying), just_now, CUT), None);
+        // Delaying in the journal, ready in Redis: only once its due time
+        // is older than the grace period.
+        let due_now = row(Status::Delaying, old, CUT + 5);
+        assert_eq!(
+            classify(Some(&due_now), Held::Record(Place::Ready), CUT),
+            None
+        );
+        assert!(classify(Some(&delaying), Held::Record(Place::Ready), CUT).is_some());
+        // Consuming in the journal, scheduled again in Redis: only once the
+        // delivery's ack deadline is older than the grace period.
+        let consuming = row(Status::Consuming, CUT - 500, old);
+        let again = Held::Record(Place::Delay { due: CUT + 9_000 });
+        assert_eq!(classify(Some(&consuming), again, CUT), None);
+        let consuming = row(Status::Consuming, old, old);
+        assert_eq!(
+            classify(Some(&consuming), again, CUT),
+            Some(Kind::StatusMismatch {
+                journal: Status::Consuming,
+                redis: Status::Delaying,
+                due: Some(CUT + 9_000)
+            })
+        );
+    }
+}
