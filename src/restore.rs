@@ -125,6 +125,7 @@ fn progress_of(r: &RestoreReport, expire: bool, started_at: i64, cursor: i64) ->
 
 impl Restorer {
     /// Restores every live message. `progress` is called after each page.
+    #[tracing::instrument(name = "restore", level = "debug", skip(self, progress))]
     pub async fn all(
         &self,
         expire: bool,
@@ -279,6 +280,7 @@ impl Restorer {
     }
 
     /// Restores one message, when it is live.
+    #[tracing::instrument(name = "restore", level = "debug", skip(self))]
     pub async fn one(
         &self,
         id: MessageId,
@@ -323,14 +325,16 @@ impl Restorer {
             report.restored += ids.len() as u64 - n;
             return Ok(());
         }
-        let messages = wanted.iter().map(|r| (r.message(), r.attempts)).collect();
+        let messages: Vec<_> = wanted.iter().map(|r| (r.message(), r.attempts)).collect();
+        let ids: Vec<MessageId> = messages.iter().map(|(m, _)| m.id).collect();
         let added = self
             .router
             .send(Schedule(messages))
             .await
             .map_err(crate::error::ShardError::from)??;
         // The router records the restored messages Delaying.
-        for outcome in added {
+        for (id, outcome) in ids.iter().zip(added) {
+            tracing::debug!(id = %id, ?outcome, "restored from the journal");
             match outcome {
                 Scheduled::Added { .. } => {
                     report.restored += 1;

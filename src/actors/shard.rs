@@ -227,12 +227,14 @@ impl ZsetShardActor {
 
     /// Records what a scan did and wakes the consumers of its topics.
     fn record(&mut self, t: TickResult) {
+        let _scan = tracing::debug_span!("scan", shard = self.shard, epoch = self.epoch).entered();
         let now = t.at;
         let mut changes = Vec::with_capacity(t.moved.len() + t.failed.len());
         let mut topics: Vec<&str> = Vec::new();
         let m = metrics();
         m.promoted.inc_by(t.moved.len() as u64);
         for (id, topic) in &t.moved {
+            tracing::debug!(id = %id, topic = %topic, "due: ready for its consumers");
             changes.push(StatusChange::promoted(*id, now, self.delay_key.clone()));
             topics.push(topic);
         }

@@ -312,7 +312,7 @@ fn spawn_duties(
     ));
     actix::spawn(api::ui::history::run());
     actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
-    actix::spawn(crate::metrics::sample_shards(
+    actix::spawn(crate::cluster::health::sample_shards(
         redis.clone(),
         cluster.clone(),
     ));

@@ -21,6 +21,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 /// Waits up to `timeout_s` for ready messages of `topic` and hands out up
 /// to `count` of them; an empty list when none came.
+#[tracing::instrument(name = "poll", level = "debug", skip(state))]
 pub async fn poll(
     state: &Queue,
     topic: &str,
@@ -149,6 +150,7 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
         m.count(&m.delivered, topic, n);
     }
     for c in claimed {
+        tracing::debug!(id = %c.message.id, shard = c.shard, attempt = c.attempts, late_ms = c.at - c.message.due_time, "handed out");
         let deadline = deadlines.entry(c.shard).or_insert(i64::MAX);
         *deadline = (*deadline).min(now + c.message.ttl);
         changes.push(StatusChange::handed_out(
@@ -257,6 +259,7 @@ pub async fn ack(
 /// `Stale` and changes nothing), a recurring message's occurrence (an ack
 /// of an earlier occurrence, retried after its answer was lost, never acks
 /// a later one that is handed out by now).
+#[tracing::instrument(name = "ack", level = "debug", skip_all, fields(acks = acks.len()))]
 pub async fn ack_deliveries(
     state: &Queue,
     acks: &[Ack],
@@ -466,6 +469,9 @@ pub async fn ack_deliveries(
         AckJournal::Committed => state.journal.record_durable(changes).await?,
         AckJournal::Queued => state.journal.record(changes),
     }
+    for (id, outcome) in ids.iter().zip(&outcomes) {
+        tracing::debug!(id = %id, ?outcome, "acked");
+    }
     match lookup_error {
         Some(e) => Err(e),
         None => Ok(outcomes),
@@ -510,6 +516,7 @@ pub enum NackOutcome {
 /// Gives back delivered messages, each with its own wait (`None`: its retry
 /// policy) and the receipt of the delivery given back when the consumer
 /// has one, and answers once the journal committed what became of them.
+#[tracing::instrument(name = "nack", level = "debug", skip_all, fields(nacks = nacks.len()))]
 pub async fn nack(
     state: &Queue,
     nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
@@ -572,6 +579,9 @@ pub async fn nack(
         state.waiters.notify(topic);
     }
     state.journal.record_durable(changes).await?;
+    for ((id, _, _), outcome) in nacks.iter().zip(&outcomes) {
+        tracing::debug!(id = %id, ?outcome, "given back");
+    }
     match lookup_error {
         Some(e) => Err(e),
         None => Ok(outcomes),

@@ -21,6 +21,7 @@ impl Queue {
     /// Makes messages durable (one group commit, all or none), then
     /// schedules them. A message whose `(topic, bizKey)` is live already
     /// answers with that message.
+    #[tracing::instrument(name = "push", level = "debug", skip_all, fields(messages = messages.len()))]
     pub async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
         let mut outcomes = self.journal.insert(messages.clone()).await?;
         // A bizKey's holder may have ended in Redis (an ack answered before
@@ -69,6 +70,7 @@ impl Queue {
         for (m, outcome) in messages.into_iter().zip(outcomes) {
             match outcome {
                 InsertOutcome::Inserted => {
+                    tracing::debug!(id = %m.id, topic = %m.topic, due = m.due_time, "accepted");
                     metrics.count(&metrics.pushed, &m.topic, 1);
                     accepted.push(Accepted {
                         id: m.id,
@@ -78,6 +80,7 @@ impl Queue {
                     to_schedule.push((m, 0));
                 }
                 InsertOutcome::Duplicate(row) => {
+                    tracing::debug!(id = row.id, topic = %m.topic, "its bizKey's message is live: answered with it");
                     accepted.push(Accepted {
                         id: MessageId(row.id),
                         fresh: false,
