@@ -17,10 +17,10 @@ use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
 use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, Message, MessageId, Status};
+use crate::message::{now_ms, Message, Status};
 use crate::notify::Topics;
 pub use crate::notify::{Touch, WakeAll};
-use crate::redis::schedule::{CancelResult, RedisSchedule, Scheduled};
+use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 /// Messages with their delivery counts.
 pub type Batch = Vec<(Message, i32)>;
@@ -30,15 +30,6 @@ pub type Batch = Vec<(Message, i32)>;
 #[derive(Message)]
 #[rtype(result = "Result<Vec<Scheduled>, ShardError>")]
 pub struct Schedule(pub Batch);
-
-/// Cancel a message that has not been handed to a consumer; with
-/// `tombstone_absent`, keep one Redis does not hold from being scheduled.
-#[derive(Message)]
-#[rtype(result = "Result<CancelResult, ShardError>")]
-pub struct Cancel {
-    pub id: MessageId,
-    pub tombstone_absent: bool,
-}
 
 /// This node now owns `shard` with this epoch: start scanning it.
 #[derive(Message)]
@@ -152,15 +143,6 @@ impl Handler<Schedule> for RouterActor {
                 Ok(added)
             }),
         )
-    }
-}
-
-impl Handler<Cancel> for RouterActor {
-    type Result = ResponseFuture<Result<CancelResult, ShardError>>;
-
-    fn handle(&mut self, msg: Cancel, _: &mut Self::Context) -> Self::Result {
-        let redis = self.redis.clone();
-        Box::pin(async move { redis.cancel(msg.id, msg.tombstone_absent).await })
     }
 }
 

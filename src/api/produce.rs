@@ -30,10 +30,7 @@ pub const MAX_BATCH: usize = 1_000;
 pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
-    let accepted = state
-        .queue
-        .accept(vec![draft.into_message(state.ids.next_id()?, now)])
-        .await?;
+    let accepted = state.queue.push(vec![draft], now).await?;
     Ok(HttpResponse::Ok().json(PushReply {
         id: accepted[0].id,
         duplicate: (!accepted[0].fresh).then_some(true),
@@ -77,17 +74,16 @@ pub async fn push_batch(
         ));
     }
     let now = now_ms();
-    let mut messages = Vec::with_capacity(list.len());
+    let mut drafts = Vec::with_capacity(list.len());
     for (i, v) in list.iter().enumerate() {
-        let draft = parse_draft(v, state.max_body, now).map_err(|mut e| {
+        drafts.push(parse_draft(v, state.max_body, now).map_err(|mut e| {
             e.message = format!("messages[{i}]: {}", e.message);
             ApiError::from(e)
-        })?;
-        messages.push(draft.into_message(state.ids.next_id()?, now));
+        })?);
     }
     let ids = state
         .queue
-        .accept(messages)
+        .push(drafts, now)
         .await?
         .into_iter()
         .map(|a| a.id)

@@ -6,7 +6,7 @@ use super::{Queue, QueueError};
 use crate::actors::router::Schedule;
 use crate::error::ShardError;
 use crate::journal::InsertOutcome;
-use crate::message::{Message, MessageId, Status};
+use crate::message::{Draft, Message, MessageId, Status};
 
 /// What accepting a message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,11 +18,22 @@ pub struct Accepted {
 }
 
 impl Queue {
+    /// Gives checked drafts their ids (from this node's worker id lease;
+    /// none without one) and accepts them, all or none: see
+    /// [`Queue::accept`].
+    pub async fn push(&self, drafts: Vec<Draft>, now: i64) -> Result<Vec<Accepted>, QueueError> {
+        let mut messages = Vec::with_capacity(drafts.len());
+        for draft in drafts {
+            messages.push(draft.into_message(self.ids.next_id()?, now));
+        }
+        self.accept(messages).await
+    }
+
     /// Makes messages durable (one group commit, all or none), then
     /// schedules them. A message whose `(topic, bizKey)` is live already
     /// answers with that message.
     #[tracing::instrument(name = "push", level = "debug", skip_all, fields(messages = messages.len()))]
-    pub async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
+    async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
         let mut outcomes = self.journal.insert(messages.clone()).await?;
         // A bizKey's holder may have ended in Redis (an ack answered before
         // its journal write) with its end still on its way to the journal:
