@@ -56,6 +56,24 @@ pub fn dead_page(
         .collect())
 }
 
+/// The row of message `id` in transaction `c` when it is Dead; else
+/// `Err(None)` when there is none, `Err(Some(status))` when it is not dead.
+/// A macro: the body runs on each backend's connection (`with_conn!`).
+macro_rules! dead_row {
+    ($c:expr, $id:expr) => {
+        match message::table
+            .find($id.0)
+            .select(MessageRow::as_select())
+            .first($c)
+            .optional()?
+        {
+            None => Err(None),
+            Some(row) if row.status() != Status::Dead => Err(Some(row.status())),
+            Some(row) => Ok(row),
+        }
+    };
+}
+
 /// What bringing a dead message back did.
 #[derive(Debug, Clone)]
 pub enum RequeueOutcome {
@@ -81,16 +99,11 @@ pub fn requeue_dead(
 ) -> Result<RequeueOutcome, JournalError> {
     let flow_id = ids.next_id()?;
     with_conn!(conn, c => c.transaction(|c| {
-        let Some(row) = message::table
-            .find(id.0)
-            .select(MessageRow::as_select())
-            .first(c)
-            .optional()? else {
-            return Ok(RequeueOutcome::NotFound);
+        let row = match dead_row!(c, id) {
+            Ok(row) => row,
+            Err(None) => return Ok(RequeueOutcome::NotFound),
+            Err(Some(status)) => return Ok(RequeueOutcome::NotDead(status)),
         };
-        if row.status() != Status::Dead {
-            return Ok(RequeueOutcome::NotDead(row.status()));
-        }
         let update = diesel::update(
             message::table
                 .filter(message::id.eq(id.0))
@@ -153,16 +166,11 @@ pub fn delete_dead(
 ) -> Result<DeleteDeadOutcome, JournalError> {
     let flow_id = ids.next_id()?;
     with_conn!(conn, c => c.transaction(|c| {
-        let Some(row) = message::table
-            .find(id.0)
-            .select(MessageRow::as_select())
-            .first(c)
-            .optional()? else {
-            return Ok(DeleteDeadOutcome::NotFound);
+        let row = match dead_row!(c, id) {
+            Ok(row) => row,
+            Err(None) => return Ok(DeleteDeadOutcome::NotFound),
+            Err(Some(status)) => return Ok(DeleteDeadOutcome::NotDead(status)),
         };
-        if row.status() != Status::Dead {
-            return Ok(DeleteDeadOutcome::NotDead(row.status()));
-        }
         let changed = diesel::update(
             message::table
                 .filter(message::id.eq(id.0))
