@@ -17,7 +17,7 @@ use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
 use crate::cluster::Permit;
 use crate::error::ShardError;
 use crate::journal::StatusChange;
-use crate::message::{now_ms, Message, Status};
+use crate::message::{now_ms, Message};
 use crate::notify::Topics;
 pub use crate::notify::{Touch, WakeAll};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
@@ -124,15 +124,11 @@ impl Handler<Schedule> for RouterActor {
                     let shard = keys.shard_of(m.id);
                     let slot = &mut earliest[shard as usize];
                     *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
-                    changes.push(StatusChange {
-                        id: m.id,
-                        status: Status::Delaying,
-                        attempts: None,
+                    changes.push(StatusChange::scheduled(
+                        m.id,
                         at,
-                        due: None,
-                        shard: act.delay_names[shard as usize].clone(),
-                        occurrence: None,
-                    });
+                        act.delay_names[shard as usize].clone(),
+                    ));
                 }
                 act.journal.record(changes);
                 for (shard, at) in earliest.into_iter().enumerate() {

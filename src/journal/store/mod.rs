@@ -68,6 +68,11 @@ impl StatusChange {
         StatusChange::plain(id, Status::WaitPut, None, at, shard)
     }
 
+    /// A message written into its shard's delay zset (pushed, restored).
+    pub fn scheduled(id: MessageId, at: i64, shard: Arc<str>) -> StatusChange {
+        StatusChange::plain(id, Status::Delaying, None, at, shard)
+    }
+
     /// A due message moved to its topic's ready queue by a scan.
     pub fn promoted(id: MessageId, at: i64, shard: Arc<str>) -> StatusChange {
         StatusChange::plain(id, Status::Ready, None, at, shard)
