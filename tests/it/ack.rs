@@ -3,7 +3,7 @@
 //! Batch acks (`POST /ack`) and ack-then-poll (`POST /get/{topic}`) answer a
 //! result per id in one journal commit.
 
-use crate::common::{status, Backend, Env};
+use crate::common::{status, wait_every, Backend, Env};
 use serde_json::json;
 
 backend_tests!(
@@ -261,14 +261,19 @@ async fn ack_and_poll_in_one_round_trip(b: Backend) {
     assert_eq!(body["messages"][0]["id"], second.as_str());
     assert_eq!(body["messages"][0]["status"], "Consuming");
     // Acks carried by a poll reach the journal right after the answer.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while first
-        .iter()
-        .any(|id| env.journal.row(id).unwrap().status != status::CONSUMED)
-    {
-        assert!(std::time::Instant::now() < deadline, "acks not journaled");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let every = std::time::Duration::from_millis(20);
+    wait_every(
+        "the acks journaled",
+        std::time::Duration::from_secs(5),
+        every,
+        || async {
+            first
+                .iter()
+                .all(|id| env.journal.row(id).unwrap().status == status::CONSUMED)
+                .then_some(())
+        },
+    )
+    .await;
     // The last batch is acked on its own; nothing is left.
     let r = env.post_json("/ack", &json!({"ids": [second]})).await;
     assert_eq!(r.assert_ok()["acked"], 1);

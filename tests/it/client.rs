@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::{now_ms, status, Backend, Env};
+use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
     CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, Message, MessageId,
     NewMessage, Outcome, Repeat, Retry,
@@ -68,18 +68,16 @@ async fn wait_seen(
     what: &str,
     done: impl Fn(&HashMap<MessageId, Vec<Message>>) -> bool,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if done(&seen.lock().unwrap()) {
-            return;
+    let every = Duration::from_millis(20);
+    wait_every(what, Duration::from_secs(30), every, || async {
+        let seen = seen.lock().unwrap();
+        if done(&seen) {
+            Ok(())
+        } else {
+            Err(format!("handlers saw {} messages", seen.len()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: handlers saw {} messages",
-            seen.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 /// Pushes `n` messages to `topic` due after `delay`.
@@ -427,11 +425,14 @@ async fn shutdown_lets_running_handlers_finish_and_acks_them(b: Backend) {
         .concurrency(4)
         .poll_timeout(Duration::from_secs(1));
     let consumer = Running::start(consumer, handler);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while started.lock().unwrap().len() < 4 {
-        assert!(Instant::now() < deadline, "4 handlers did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let every = Duration::from_millis(10);
+    wait_every(
+        "4 handlers to start",
+        Duration::from_secs(30),
+        every,
+        || async { (started.lock().unwrap().len() >= 4).then_some(()) },
+    )
+    .await;
     assert!(finished.lock().unwrap().is_empty());
     let stats = consumer.stop().await;
 

@@ -177,17 +177,14 @@ async fn rabbitmq_gets_every_message_across_a_broker_restart() {
 }
 
 async fn connect_rabbit(url: &str) -> lapin::Connection {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match lapin::Connection::connect(url, Default::default()).await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("RabbitMQ not ready yet: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => panic!("cannot connect to RabbitMQ: {e}"),
-        }
-    }
+    let every = Duration::from_millis(500);
+    wait_every(
+        "a connection to RabbitMQ",
+        Duration::from_secs(60),
+        every,
+        || lapin::Connection::connect(url, Default::default()),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

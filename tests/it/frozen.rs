@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
-use crate::common::{now_ms, parse_id, random_hex, Backend, Env};
+use crate::common::{now_ms, parse_id, random_hex, wait_every, Backend, Env};
 use serde_json::{json, Value};
 
 struct Scenario {
@@ -382,15 +382,17 @@ fn check(c: &Cluster, s: &Scenario, o: &Outcome) -> Figures {
 async fn rejoins(c: &Cluster, frozen: usize) {
     c.wait_ready(frozen, Duration::from_secs(30)).await;
     let nginx = c.nginx.as_ref().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !nginx.out_of_rotation().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "nginx keeps {:?} out of rotation",
-            nginx.out_of_rotation()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what = "nginx to take every node back into rotation";
+    let every = Duration::from_millis(200);
+    wait_every(what, Duration::from_secs(20), every, || async {
+        let out = nginx.out_of_rotation();
+        if out.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{out:?} out of rotation"))
+        }
+    })
+    .await;
     let topic = format!("back{}", random_hex(4));
     let id = c
         .push(frozen, json!({"topic": topic, "body": "b", "delay": 100}))

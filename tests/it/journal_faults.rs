@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::mariadb::PrivateMariadb;
-use crate::common::{random_hex, status, Backend, Env};
+use crate::common::{random_hex, status, wait_every, Backend, Env};
 use delayq::with_conn;
 use diesel::connection::SimpleConnection;
 use serde_json::{json, Value};
@@ -91,8 +91,9 @@ async fn refused_rows_are_set_aside_and_the_rest_is_written(b: Backend) {
     for id in &ok {
         env.wait_status(id, status::CONSUMED).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = "the poison row to be set aside";
+    let every = Duration::from_millis(200);
+    let (j, refused) = wait_every(what, Duration::from_secs(20), every, || async {
         let j = admin_journal(&env).await;
         let refused: HashSet<String> = j["recentRefused"]
             .as_array()
@@ -101,19 +102,17 @@ async fn refused_rows_are_set_aside_and_the_rest_is_written(b: Backend) {
             .map(|r| r["id"].as_str().unwrap().to_string())
             .collect();
         if refused.contains(&poison) && j["pending"] == 0 {
-            assert!(j["refused"].as_u64().unwrap() >= 1);
-            assert!(
-                refused.iter().all(|id| *id == poison),
-                "only the poison row is set aside: {j}"
-            );
-            break;
+            Ok((j, refused))
+        } else {
+            Err(j)
         }
-        assert!(
-            Instant::now() < deadline,
-            "the poison row was not set aside: {j}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert!(j["refused"].as_u64().unwrap() >= 1);
+    assert!(
+        refused.iter().all(|id| *id == poison),
+        "only the poison row is set aside: {j}"
+    );
     // The poison row stays as the database last took it.
     assert_eq!(env.journal.row(&poison).unwrap().status, status::WAIT_PUT);
 }
@@ -211,8 +210,9 @@ async fn a_full_backlog_holds_promotion_and_a_stop_keeps_changes_in_redis() {
         "accepted messages never delivered"
     );
     // The kept changes were written, and every message ends Consumed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = "every change written and every message Consumed";
+    let every = Duration::from_millis(300);
+    wait_every(what, Duration::from_secs(30), every, || async {
         let left: i64 = redis::cmd("LLEN")
             .arg(env.keys.journal_spill())
             .query(&mut env.redis.con())
@@ -226,14 +226,14 @@ async fn a_full_backlog_holds_promotion_and_a_stop_keeps_changes_in_redis() {
             .query(&mut env.redis.con())
             .unwrap();
         if left == 0 && open == 0 && behind == 0 {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "{left} changes still in Redis, {open} messages not Consumed, {behind} nodes behind"
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{left} changes still in Redis, {open} messages not Consumed, {behind} nodes behind"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    })
+    .await;
     drop(env);
 }
 

@@ -104,8 +104,9 @@ async fn a_scripted_workload_shows_in_the_counts_and_the_lateness_histogram() {
     r.assert_ok();
 
     // The shard gauges are sampled every few seconds.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let m = loop {
+    let what = "the shard gauges to count 2 delaying";
+    let every = Duration::from_millis(500);
+    let m = wait_every(what, Duration::from_secs(15), every, || async {
         let m = Scrape::of(&env).await;
         let delaying: f64 = (0..SHARDS)
             .map(|s| {
@@ -114,11 +115,13 @@ async fn a_scripted_workload_shows_in_the_counts_and_the_lateness_histogram() {
                 ))
             })
             .sum();
-        if delaying == 2.0 || std::time::Instant::now() > deadline {
-            break m;
+        if delaying == 2.0 {
+            Ok(m)
+        } else {
+            Err(format!("{delaying} delaying"))
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    })
+    .await;
 
     assert_eq!(m.get("delayq_pushed_total{topic=\"orders\"}"), 5.0);
     assert_eq!(m.get("delayq_pushed_total{topic=\"mails\"}"), 2.0);

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crate::common::mariadb::PrivateMariadb;
-use crate::common::{random_hex, status, Backend, Env};
+use crate::common::{random_hex, status, wait_every, Backend, Env};
 use serde_json::json;
 
 /// The database is killed under load for 10 s, then comes back.
@@ -131,23 +131,19 @@ async fn database_outage_loses_nothing() {
     );
     // The status changes made during the outage all reach the journal: every
     // accepted message ends Consumed.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = "every accepted message Consumed in the journal";
+    let every = Duration::from_millis(200);
+    wait_every(what, Duration::from_secs(20), every, || async {
         let open: Vec<&String> = accepted
             .iter()
             .filter(|id| env.journal.row(id).map(|r| r.status) != Some(status::CONSUMED))
             .collect();
-        if open.is_empty() {
-            break;
+        match open.first() {
+            None => Ok(()),
+            Some(one) => Err(format!("{} not Consumed, e.g. {one}", open.len())),
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} messages not Consumed in the journal, e.g. {}",
-            open.len(),
-            open[0]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     drop(env);
 }
 

@@ -8,9 +8,9 @@
 //! `DELAYQ_WALK_STEPS` sets its length (default 300).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{now_ms, parse_id, status, Backend, Env, Reply};
+use crate::common::{now_ms, parse_id, status, wait_every, Backend, Env, Reply};
 use serde_json::{json, Value};
 
 backend_tests!(random_walks_keep_redis_and_the_journal_consistent);
@@ -271,19 +271,20 @@ async fn random_walks_keep_redis_and_the_journal_consistent(b: Backend) {
         }
     }
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("seed {seed}: Redis and the journal to agree");
+    let every = Duration::from_millis(300);
+    wait_every(&what, Duration::from_secs(20), every, || async {
         let disagreements = disagreements(&env, &ids);
         if disagreements.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "{:?}",
+                &disagreements[..disagreements.len().min(10)]
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "seed {seed}: Redis and the journal disagree: {:?}",
-            &disagreements[..disagreements.len().min(10)]
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    })
+    .await;
 }
 
 /// Where Redis holds a message: 'D' delay zset, 'F' in flight, 'X' in

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{now_ms, status, Backend, Env, Received};
+use crate::common::{now_ms, status, wait_every, Backend, Env, Received};
 use serde_json::{json, Value};
 
 backend_tests!(
@@ -70,14 +70,17 @@ async fn every_with_times_delivers_each_occurrence_on_time(b: Backend) {
     );
     // The journal holds the next occurrence within moments of the ack's
     // answer (the ack is answered once Redis applied it).
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let row = loop {
+    let every = Duration::from_millis(20);
+    let what = "the journal to hold the next occurrence";
+    let row = wait_every(what, Duration::from_secs(5), every, || async {
         let row = env.journal.row(&id).unwrap();
-        if row.occurrence == Some(2) || std::time::Instant::now() > deadline {
-            break row;
+        if row.occurrence == Some(2) {
+            Ok(row)
+        } else {
+            Err(format!("{row:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(
         (
             row.status,

@@ -2,9 +2,9 @@
 //! and worker ids that never collide with a tool run beside it.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Backend, Env, SHARDS};
+use crate::common::{wait_every, Backend, Env, SHARDS};
 use serde_json::json;
 
 fn worker_of(id: i64) -> i64 {
@@ -34,18 +34,13 @@ async fn a_second_standalone_node_is_refused(b: Backend) {
         .spawn()
         .unwrap();
     // It waits for the first node's lease to lapse, then gives up.
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let status = loop {
-        if let Some(s) = second.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the second standalone node kept running"
-        );
-        // Meanwhile the first node serves as before.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // Meanwhile the first node serves as before.
+    let what = "the second standalone node to give up";
+    let every = Duration::from_millis(500);
+    let status = wait_every(what, Duration::from_secs(40), every, || {
+        std::future::ready(second.try_wait().unwrap())
+    })
+    .await;
     assert!(!status.success());
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(

@@ -51,14 +51,11 @@ impl TlsRedis {
             .stderr(log)
             .spawn()
             .expect("spawn redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server --tls-port did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = "redis-server --tls-port to listen";
+        let every = Duration::from_millis(20);
+        wait_every_blocking(what, Duration::from_secs(10), every, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
         TlsRedis { port, child }
     }
 
@@ -255,14 +252,17 @@ async fn the_node_serves_https_to_the_client_and_reads_a_renewed_certificate_on_
         "read before the signal"
     );
     signal(&node, "HUP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while served_name(port, &pki).await != "node-2" {
-        assert!(
-            Instant::now() < deadline,
-            "the renewed certificate is not served"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = "the renewed certificate to be served";
+    let every = Duration::from_millis(100);
+    wait_every(what, Duration::from_secs(10), every, || async {
+        let name = served_name(port, &pki).await;
+        if name == "node-2" {
+            Ok(())
+        } else {
+            Err(name)
+        }
+    })
+    .await;
     round_trip(&client, "https").await;
     // A broken file on SIGHUP leaves the certificate before it in place.
     std::fs::write(&key, "not a key").unwrap();
@@ -272,6 +272,28 @@ async fn the_node_serves_https_to_the_client_and_reads_a_renewed_certificate_on_
     round_trip(&client, "https").await;
     let _ = node.kill();
     let _ = node.wait();
+}
+
+/// Waits until the journal shows `id` Consumed: forwarded, and the
+/// broker or receiver confirmed it. Giving up, the server's log is
+/// printed as it stops.
+async fn wait_forwarded(env: &Env, id: &str, within: Duration, every: Duration) {
+    let what = format!("{id} to be forwarded");
+    wait_every(&what, within, every, || async {
+        (env.journal.row(id).unwrap().status == status::CONSUMED).then_some(())
+    })
+    .await
+}
+
+/// Waits (up to 20 s) until the server's log says `text`.
+async fn wait_logged(env: &Env, text: &str) {
+    let what = format!("the server to log {text:?}");
+    let every = Duration::from_millis(200);
+    wait_every(&what, Duration::from_secs(20), every, || async {
+        let log = std::fs::read_to_string(&env.server.log).unwrap();
+        log.contains(text).then_some(())
+    })
+    .await
 }
 
 fn signal(child: &std::process::Child, sig: &str) {
@@ -345,34 +367,20 @@ async fn webhooks_over_https_and_their_tokens_stay_out_of_the_log() {
     let rogue_id = env
         .push(serde_json::json!({"topic": "rogue", "body": "never", "maxAttempts": 2}))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while env.journal.row(&id).unwrap().status != status::CONSUMED {
-        assert!(
-            Instant::now() < deadline,
-            "not forwarded; log:\n{}",
-            env.server.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_forwarded(
+        &env,
+        &id,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+    )
+    .await;
     let received = hook.received.lock().unwrap().clone();
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].1.get("x-delayq-id"), Some(&id));
 
     // The receiver with a certificate nobody trusts never sees a request,
     // and the log says why.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let log = std::fs::read_to_string(&env.server.log).unwrap();
-        if log.contains("not signed by a CA delayq trusts") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reason logged:\n{}",
-            env.server.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_logged(&env, "not signed by a CA delayq trusts").await;
     assert!(rogue.received.lock().unwrap().is_empty());
     assert_ne!(env.journal.row(&rogue_id).unwrap().status, status::CONSUMED);
     let log = std::fs::read_to_string(&env.server.log).unwrap();
@@ -413,15 +421,13 @@ async fn nats_over_tls() {
     let id = env
         .push(serde_json::json!({"topic": "orders", "body": "b"}))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while env.journal.row(&id).unwrap().status != status::CONSUMED {
-        assert!(
-            Instant::now() < deadline,
-            "not forwarded; log:\n{}",
-            env.server.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_forwarded(
+        &env,
+        &id,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+    )
+    .await;
     let mut stream = js.get_stream("ORDERS").await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 1);
     let consumer = stream
@@ -447,19 +453,7 @@ async fn nats_over_tls() {
     env.stop_server();
     env.config.extra_args.truncate(2);
     env.start_server().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let log = std::fs::read_to_string(&env.server.log).unwrap();
-        if log.contains("not signed by a CA delayq trusts") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reason logged:\n{}",
-            env.server.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_logged(&env, "not signed by a CA delayq trusts").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -495,15 +489,13 @@ async fn rabbitmq_over_tls_with_a_client_certificate() {
     let id = env
         .push(serde_json::json!({"topic": "orders", "body": "b"}))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while env.journal.row(&id).unwrap().status != status::CONSUMED {
-        assert!(
-            Instant::now() < deadline,
-            "not forwarded; log:\n{}",
-            env.server.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_forwarded(
+        &env,
+        &id,
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+    )
+    .await;
     let got = channel
         .basic_get(
             "orders".into(),

@@ -18,18 +18,17 @@ async fn active_standby_failover_after_kill9() {
     // The active node scans alone whether or not the standby has joined
     // yet: wait for the standby to see it lead (a loaded machine can take
     // seconds to connect a ZooKeeper session).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let admin = loop {
+    let every = Duration::from_millis(100);
+    let what = "the standby to see the leader";
+    let admin = wait_every(what, Duration::from_secs(30), every, || async {
         let admin = c.admin(standby).await;
         if admin["leader"] == owners[0].as_str() && admin["nodes"].as_array().unwrap().len() == 2 {
-            break admin;
+            Ok(admin)
+        } else {
+            Err(admin)
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the standby never saw the leader: {admin}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(admin["mode"], "active-standby");
     assert_eq!(admin["nodes"].as_array().unwrap().len(), 2, "{admin}");
     // What Prometheus sees of the pair.
@@ -134,29 +133,28 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
     );
 
     // It rejoins as a standby.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let every = Duration::from_millis(200);
+    let what = "the old owner to rejoin as standby";
+    let a = wait_every(what, Duration::from_secs(30), every, || async {
         let a = c.admin(active).await;
         if a["session"] == "connected"
             && a["leader"] == Cluster::node_name(standby)
             && a["inGoodStanding"] == true
         {
-            assert!(
-                a["shards"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .all(|s| s["scanningHere"] == false),
-                "{a}"
-            );
-            break;
+            Ok(a)
+        } else {
+            Err(a)
         }
-        assert!(
-            Instant::now() < deadline,
-            "the old owner did not rejoin as standby: {a}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert!(
+        a["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["scanningHere"] == false),
+        "{a}"
+    );
     assert_eq!(c.admin(standby).await["nodes"].as_array().unwrap().len(), 2);
 }
 
@@ -246,8 +244,9 @@ async fn killing_the_zookeeper_leader_keeps_delivering() {
     c.zk.kill(leader);
     // Pushes go on; a node that lost ZooKeeper for longer than a third of
     // its session refuses them for a moment (503), as a client retries.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ids2 = loop {
+    let what = "a push accepted after the ZooKeeper leader died";
+    let every = Duration::from_millis(200);
+    let ids2 = wait_every(what, Duration::from_secs(20), every, || async {
         let r = c
             .post(
                 1,
@@ -256,20 +255,19 @@ async fn killing_the_zookeeper_leader_keeps_delivering() {
             )
             .await;
         if r.status == 200 {
-            break r.json["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect::<Vec<_>>();
+            return Some(
+                r.json["ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect::<Vec<_>>(),
+            );
         }
         r.assert_error(503, "node_unavailable");
-        assert!(
-            Instant::now() < deadline,
-            "pushes refused for 20 s after the ZooKeeper leader died"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        None
+    })
+    .await;
     let expected: HashSet<String> = ids.into_iter().chain(ids2).collect();
     let got = drain(
         &c.http,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
-use crate::common::{now_ms, random_hex, sleep_until_ms, status, Received};
+use crate::common::{now_ms, random_hex, sleep_until_ms, status, wait_every, Received};
 use serde_json::{json, Value};
 
 /// Long-polls the nodes `ports` (one after another), acking everything,
@@ -121,19 +121,18 @@ fn owners_of(admin: &Value) -> Vec<Option<String>> {
 /// Waits (up to 10 s: the nodes learn of each other through ZooKeeper)
 /// until node `i`'s `GET /metrics` shows `series` at `expected`.
 async fn wait_metric(c: &Cluster, i: usize, series: &str, expected: f64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("node {i}'s {series} to be {expected}");
+    let every = Duration::from_millis(200);
+    wait_every(&what, Duration::from_secs(10), every, || async {
         let text = c.get(i, "/metrics").await.text;
         let value: Option<f64> = text
             .lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok());
         if value == Some(expected) {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{value:?}:\n{text}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node {i}: {series} is {value:?}, not {expected}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
-use crate::common::now_ms;
+use crate::common::{now_ms, wait_every};
 use serde_json::{json, Value};
 
 /// The shards `GET /admin/cluster` (its answer `v`) says its node scans.
@@ -160,11 +160,14 @@ async fn a_node_that_cannot_reach_redis_gives_up_its_shards() {
     c.stop(0);
     c.set_redis_url(0, &format!("redis://127.0.0.1:{}/0", proxy.port));
     c.start_node(0).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while scanned_here(&c.admin(0).await).is_empty() {
-        assert!(Instant::now() < deadline, "node 0 never took a shard");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let every = Duration::from_millis(200);
+    wait_every(
+        "node 0 to take a shard",
+        Duration::from_secs(30),
+        every,
+        || async { (!scanned_here(&c.admin(0).await).is_empty()).then_some(()) },
+    )
+    .await;
     proxy.cut();
     let cut_at = Instant::now();
     let messages: Vec<Value> = (0..40)
@@ -196,20 +199,26 @@ async fn a_node_that_cannot_reach_redis_gives_up_its_shards() {
         "node 1 scans every shard"
     );
     proxy.heal();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let nodes = c.admin(1).await["nodes"].clone();
-        if nodes
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n["id"] == json!("node-0"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 0 never rejoined: {nodes}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let every = Duration::from_millis(200);
+    wait_every(
+        "node 0 to rejoin",
+        Duration::from_secs(30),
+        every,
+        || async {
+            let nodes = c.admin(1).await["nodes"].clone();
+            let back = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["id"] == json!("node-0"));
+            if back {
+                Ok(())
+            } else {
+                Err(nodes)
+            }
+        },
+    )
+    .await;
 }
 
 /// A hand-off whose owner-node delete fails once (a ZooKeeper error at that
@@ -220,14 +229,14 @@ async fn a_failed_owner_delete_in_a_hand_off_does_not_orphan_the_shard() {
     c.stop(0);
     c.set_env(0, "DELAYQ_FAULTS", "zk_delete_owner_fails");
     c.start_node(0).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let shard = loop {
-        if let Some(&s) = scanned_here(&c.admin(0).await).first() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "node 0 never took a shard");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let every = Duration::from_millis(200);
+    let shard = wait_every(
+        "node 0 to take a shard",
+        Duration::from_secs(30),
+        every,
+        || async { scanned_here(&c.admin(0).await).first().copied() },
+    )
+    .await;
     c.post(
         0,
         &format!("/admin/shards/{shard}/move?to=node-1"),
@@ -235,15 +244,14 @@ async fn a_failed_owner_delete_in_a_hand_off_does_not_orphan_the_shard() {
     )
     .await
     .assert_ok();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !scanned_here(&c.admin(1).await).contains(&shard) {
-        assert!(
-            Instant::now() < deadline,
-            "shard {shard} orphaned after a failed delete; node 0:\n{}",
-            c.node(0).log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Giving up, the nodes' logs are printed as they stop.
+    let what = format!("node 1 to take shard {shard} after a failed delete (not orphaned)");
+    wait_every(&what, Duration::from_secs(15), every, || async {
+        scanned_here(&c.admin(1).await)
+            .contains(&shard)
+            .then_some(())
+    })
+    .await;
     let log = std::fs::read_to_string(&c.node(0).log).unwrap();
     assert!(
         log.contains("cannot delete the shard's owner node; trying again"),
@@ -282,11 +290,14 @@ async fn a_second_process_with_the_same_node_id_waits() {
     let c = Cluster::builder().nodes(1).start().await;
     c.wait_ready(0, Duration::from_secs(30)).await;
     let all = c.keys.shards() as usize;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while scanned_here(&c.admin(0).await).len() < all {
-        assert!(Instant::now() < deadline, "node 0 never took every shard");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let every = Duration::from_millis(200);
+    wait_every(
+        "node 0 to take every shard",
+        Duration::from_secs(30),
+        every,
+        || async { (scanned_here(&c.admin(0).await).len() == all).then_some(()) },
+    )
+    .await;
     // node-0 pauses (shorter than its session); a twin starts meanwhile.
     c.node(0).signal("STOP");
     let twin = c.start_twin(0).await;

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{now_ms, status, Backend, Env, SHARDS};
+use crate::common::{now_ms, status, wait_every, Backend, Env, SHARDS};
 use delayq::with_conn;
 use diesel::connection::SimpleConnection;
 use serde_json::{json, Value};
@@ -131,14 +131,12 @@ async fn an_ack_lost_with_a_crash_does_not_bring_the_message_back() {
     env.start_server().await;
     // The reconciler finishes the journal's side (once the killed node's
     // word that its journal is behind is stale) ...
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while env.journal.row(&id).unwrap().status != status::CONSUMED {
-        assert!(
-            Instant::now() < deadline,
-            "the journal never got the ack's end"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = "the journal to get the ack's end";
+    let every = Duration::from_millis(100);
+    wait_every(what, Duration::from_secs(30), every, || async {
+        (env.journal.row(&id).unwrap().status == status::CONSUMED).then_some(())
+    })
+    .await;
     // ... and nothing brought the message back.
     env.assert_nothing("revival", 3).await;
     let history = env.history_statuses(&id).await;
@@ -298,16 +296,17 @@ async fn manual_repairs_wait_for_a_journal_that_is_behind() {
         .await;
     r.assert_ok();
     // The node says within a few seconds that its journal is behind.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let refused = loop {
+    let what = "a repair refused";
+    let every = Duration::from_millis(200);
+    let refused = wait_every(what, Duration::from_secs(15), every, || async {
         let r = env.get_path("/admin/reconcile?repair=true").await;
         if r.status == 409 {
-            break r;
+            return Some(r);
         }
         assert_eq!(r.status, 200, "{}", r.text);
-        assert!(Instant::now() < deadline, "a repair was never refused");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        None
+    })
+    .await;
     refused.assert_error(409, "journal_behind");
     assert!(refused.text.contains("test-node-1"), "{}", refused.text);
     let tool = Command::new(env!("CARGO_BIN_EXE_delayq"))
@@ -327,15 +326,16 @@ async fn manual_repairs_wait_for_a_journal_that_is_behind() {
     with_conn!(&mut lock, c => c.batch_execute("ROLLBACK")).unwrap();
     drop(lock);
     env.wait_status(&id, status::CONSUMED).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let every = Duration::from_millis(250);
+    wait_every("a repair taken", Duration::from_secs(20), every, || async {
         let r = env.get_path("/admin/reconcile?repair=true").await;
         if r.status == 200 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("refused: {}", r.text))
         }
-        assert!(Instant::now() < deadline, "still refused: {}", r.text);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
 }
 
 /// A recurring series that fell behind (its consumer away for several
