@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, tail, Backend, Env, Journal, Redis, SHARDS};
+use crate::common::{free_port, tail, Backend, Env, Journal, Redis};
 use delayq::redis::keys::Keys;
 use serde_json::{json, Value};
 
@@ -297,22 +297,6 @@ fn human(n: u64) -> String {
     out
 }
 
-/// The tool's arguments for the test's Redis and journal.
-fn tool_args(env: &Env, sub: &str, extra: &[&str]) -> Vec<String> {
-    let mut a = vec![sub.to_string()];
-    a.extend(extra.iter().map(|s| s.to_string()));
-    for (flag, value) in [
-        ("--redis-url", env.config.redis_url.clone()),
-        ("--database-url", env.config.database_url.clone()),
-        ("--key-prefix", env.config.key_prefix.clone()),
-        ("--shards", SHARDS.to_string()),
-    ] {
-        a.push(flag.into());
-        a.push(value);
-    }
-    a
-}
-
 /// The report: stdout's one line, a JSON object with exactly `keys`.
 fn report(stdout: &str, keys: &[&str]) -> Value {
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -325,17 +309,18 @@ fn report(stdout: &str, keys: &[&str]) -> Value {
 
 /// Runs the tool with stderr on a pseudo-terminal (`script`): its report
 /// and what the terminal showed.
-fn on_a_terminal(env: &Env, args: &[String]) -> (String, String) {
-    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+fn on_a_terminal(env: &Env, args: &[&str]) -> (String, String) {
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_str().unwrap().replace('\'', r"'\''"));
     let out_file = env.dir.path().join("report.json");
-    let line: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_delayq").to_string())
-        .chain(args.iter().cloned())
-        .map(|a| quote(&a))
+    let tool = env.tool(args);
+    let line: Vec<String> = std::iter::once(tool.get_program())
+        .chain(tool.get_args())
+        .map(quote)
         .collect();
     let shell = format!(
         "stty cols 120 rows 40; {} > {}",
         line.join(" "),
-        quote(out_file.to_str().unwrap())
+        quote(out_file.as_os_str())
     );
     let out = command("script")
         .args(["-qec", &shell, "/dev/null"])
@@ -349,8 +334,8 @@ fn on_a_terminal(env: &Env, args: &[String]) -> (String, String) {
 }
 
 /// Runs the tool with stderr piped: its report and its stderr.
-fn in_a_pipe(args: &[String]) -> (String, String) {
-    let out = delayq().args(args).output().unwrap();
+fn in_a_pipe(env: &Env, args: &[&str]) -> (String, String) {
+    let out = env.run_tool(args);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     (String::from_utf8_lossy(&out.stdout).to_string(), stderr)
@@ -394,7 +379,7 @@ async fn tool_progress_on_a_terminal_and_in_a_pipe(b: Backend) {
         ids.extend(env.push_batch(batch).await);
     }
     env.wait_scheduled(ids.last().unwrap()).await;
-    let restore = tool_args(&env, "restore", &[]);
+    let restore = ["restore"];
 
     // A terminal: a bar over every live row, no plain lines.
     env.redis.wipe_schedule(&env.keys);
@@ -438,7 +423,7 @@ async fn tool_progress_on_a_terminal_and_in_a_pipe(b: Backend) {
 
     // A pipe: plain lines, no bar.
     env.redis.wipe_schedule(&env.keys);
-    let (stdout, stderr) = in_a_pipe(&restore);
+    let (stdout, stderr) = in_a_pipe(&env, &restore);
     let r = report(&stdout, RESTORE_KEYS);
     assert_eq!(r["restored"], N, "{r}");
     assert!(
@@ -451,7 +436,7 @@ async fn tool_progress_on_a_terminal_and_in_a_pipe(b: Backend) {
     );
 
     // The same for reconcile: its bar counts journal rows and Redis records.
-    let reconcile = tool_args(&env, "reconcile", &[]);
+    let reconcile = ["reconcile"];
     let (stdout, screen) = on_a_terminal(&env, &reconcile);
     let r = report(&stdout, RECONCILE_KEYS);
     let read = ["journalScanned", "journalRecent", "redisScanned"]
@@ -467,7 +452,7 @@ async fn tool_progress_on_a_terminal_and_in_a_pipe(b: Backend) {
         );
     }
     assert!(!screen.contains("reconcile: journal rows"), "{screen}");
-    let (stdout, stderr) = in_a_pipe(&reconcile);
+    let (stdout, stderr) = in_a_pipe(&env, &reconcile);
     report(&stdout, RECONCILE_KEYS);
     assert!(stderr.contains("reconcile: journal rows"), "{stderr}");
     assert!(

@@ -9,7 +9,6 @@
 //! warns about a Redis that may evict keys.
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{now_ms, parse_id, status, Backend, Env, SHARDS};
@@ -290,32 +289,6 @@ async fn lost_keys_are_delivered_without_an_operator(b: Backend) {
     );
 }
 
-/// `delayq SUBCOMMAND ...` against the test's Redis and journal: its report
-/// (one JSON line on stdout) and its stderr.
-fn run_cli(env: &Env, sub: &str, extra: &[&str]) -> (Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .arg(sub)
-        .args(extra)
-        .args(["--redis-url", &env.config.redis_url])
-        .args(["--database-url", &env.config.database_url])
-        .args(["--key-prefix", &env.config.key_prefix])
-        .args(["--shards", &SHARDS.to_string()])
-        .output()
-        .expect("run delayq");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        out.status.success(),
-        "delayq {sub} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected one JSON line, got:\n{stdout}");
-    let v =
-        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]));
-    (v, stderr)
-}
-
 async fn restore_progress_and_resume(b: Backend) {
     const N: usize = 3000;
     let env = reconciling_env(b).start().await;
@@ -393,7 +366,7 @@ async fn restore_progress_and_resume(b: Backend) {
     );
     let r = env.get_path("/admin/restore").await;
     assert_eq!(r.assert_ok()["resumable"]["after"], cursor, "{}", r.text);
-    let (report, stderr) = run_cli(&env, "restore", &["--expire"]);
+    let (report, stderr) = env.run_tool_report(&["restore", "--expire"]);
     assert_eq!(report["resumedAfter"], cursor, "{report}");
     assert_eq!(
         (report["scanned"].as_u64(), report["restored"].as_u64()),
@@ -440,12 +413,8 @@ async fn a_killed_restore_resumes(b: Backend) {
     env.wait_scheduled(ids.last().unwrap()).await;
     env.redis.wipe_schedule(&env.keys);
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .args(["restore", "--expire"])
-        .args(["--redis-url", &env.config.redis_url])
-        .args(["--database-url", &env.config.database_url])
-        .args(["--key-prefix", &env.config.key_prefix])
-        .args(["--shards", &SHARDS.to_string()])
+    let mut child = env
+        .tool(&["restore", "--expire"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -472,7 +441,7 @@ async fn a_killed_restore_resumes(b: Backend) {
     let done = sorted.iter().filter(|&&id| id <= cursor).count();
     assert!((2000..N).contains(&done), "cursor after {done} of {N} rows");
 
-    let (report, _) = run_cli(&env, "restore", &["--expire"]);
+    let (report, _) = env.run_tool_report(&["restore", "--expire"]);
     assert_eq!(report["resumedAfter"], cursor, "{report}");
     assert_eq!(
         report["scanned"].as_u64(),
@@ -509,8 +478,8 @@ async fn cli_reconcile(b: Backend) {
     redis_cmd::<i64>(&env, &["ZREM", &env.keys.delay(s), lost]);
     tokio::time::sleep(Duration::from_millis(700)).await;
 
-    let grace = ["--reconcile-grace", GRACE];
-    let (report, stderr) = run_cli(&env, "reconcile", &grace);
+    let reconcile = ["reconcile", "--reconcile-grace", GRACE];
+    let (report, stderr) = env.run_tool_report(&reconcile);
     assert_eq!(counts(&report), [1, 0, 0, 0, 0], "{report}");
     assert_eq!(report["repair"], "none", "{report}");
     assert_eq!(report["missing"]["repaired"], 0, "{report}");
@@ -518,7 +487,7 @@ async fn cli_reconcile(b: Backend) {
     assert!(stderr.contains("reconcile: journal rows"), "{stderr}");
     assert!(!holds(&env, lost));
 
-    let (report, _) = run_cli(&env, "reconcile", &["--repair", grace[0], grace[1]]);
+    let (report, _) = env.run_tool_report(&["reconcile", "--repair", "--reconcile-grace", GRACE]);
     assert_eq!(report["repair"], "all", "{report}");
     assert_eq!(report["missing"]["repaired"], 1, "{report}");
     assert!(holds(&env, lost));
@@ -526,7 +495,7 @@ async fn cli_reconcile(b: Backend) {
     env.wait_history(lost, &["WaitPut", "Delaying", "Delaying"])
         .await;
 
-    let (report, _) = run_cli(&env, "reconcile", &grace);
+    let (report, _) = env.run_tool_report(&reconcile);
     assert_eq!(counts(&report), [0; 5], "{report}");
 }
 

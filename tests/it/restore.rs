@@ -4,10 +4,9 @@
 //! and by the server itself at start-up when Redis lost its data set. Never
 //! a duplicate delivery.
 
-use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{now_ms, sleep_until_ms, status, Backend, Env, SHARDS};
+use crate::common::{now_ms, sleep_until_ms, status, Backend, Env};
 use serde_json::{json, Value};
 
 backend_tests!(
@@ -106,33 +105,6 @@ async fn restore_one_after_redis_wipe(b: Backend) {
         .assert_error(400, "invalid_id");
 }
 
-/// `delayq restore` against the test's Redis and journal; returns its report.
-fn run_cli_restore(env: &Env, extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .arg("restore")
-        .args(extra)
-        .args(["--redis-url", &env.config.redis_url])
-        .args(["--database-url", &env.config.database_url])
-        .args(["--key-prefix", &env.config.key_prefix])
-        .args(["--shards", &SHARDS.to_string()])
-        .output()
-        .expect("run delayq restore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "delayq restore failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected one JSON line on stdout, got:\n{stdout}"
-    );
-    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]))
-}
-
 async fn cli_restore(b: Backend) {
     let env = Env::start(b).await;
     let mut ids = Vec::new();
@@ -150,7 +122,7 @@ async fn cli_restore(b: Backend) {
     // A dry run counts and writes nothing.
     let before = env.redis.snapshot();
     let flows_before = env.journal.counts();
-    let report = run_cli_restore(&env, &["--expire", "--dry-run"]);
+    let report = env.run_tool_report(&["restore", "--expire", "--dry-run"]).0;
     assert_eq!(
         (report["restored"].as_u64(), report["dryRun"].as_bool()),
         (Some(3), Some(true)),
@@ -166,7 +138,7 @@ async fn cli_restore(b: Backend) {
 
     // The real one: the running server then delivers every message once.
     let started = now_ms();
-    let report = run_cli_restore(&env, &["--expire"]);
+    let report = env.run_tool_report(&["restore", "--expire"]).0;
     assert_eq!(
         (report["restored"].as_u64(), report["dryRun"].as_bool()),
         (Some(3), Some(false)),
@@ -192,7 +164,7 @@ async fn cli_restore(b: Backend) {
     env.assert_nothing("cli", 1).await;
 
     // Restoring again adds nothing.
-    let report = run_cli_restore(&env, &["--expire"]);
+    let report = env.run_tool_report(&["restore", "--expire"]).0;
     assert_eq!(
         (
             report["restored"].as_u64(),

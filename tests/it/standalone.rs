@@ -69,15 +69,7 @@ async fn a_restore_beside_a_node_uses_its_own_worker_id(b: Backend) {
     }
     let node_worker = worker_of(pushed[0].parse().unwrap());
     env.redis.wipe_schedule(&env.keys);
-    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .arg("restore")
-        .args(["--redis-url", &env.config.redis_url])
-        .args(["--database-url", &env.config.database_url])
-        .args(["--key-prefix", &env.config.key_prefix])
-        .args(["--shards", &SHARDS.to_string()])
-        .args(["--node-id", "restorer"])
-        .output()
-        .unwrap();
+    let out = env.run_tool(&["restore", "--node-id", "restorer"]);
     assert!(
         out.status.success(),
         "{}",

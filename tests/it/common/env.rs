@@ -1,6 +1,8 @@
 //! One test's world, [`Env`]: its own Redis, journal and `delayq serve`,
-//! and the waits for what the server does in its own time. The HTTP helpers are in `http.rs`.
+//! the command-line tools run against them, and the waits for what the
+//! server does in its own time. The HTTP helpers are in `http.rs`.
 
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use delayq::journal::models::MessageRow;
@@ -126,6 +128,76 @@ impl Env {
         self.generation += 1;
         let port = self.server.port;
         self.server = Server::start_on(&self.config, self.generation, Some(port)).await;
+    }
+
+    /// `delayq ARGS...` (a subcommand and its own flags) run on this env's
+    /// Redis, key prefix, shard count and journal, each given as a flag
+    /// unless `args` gives it or the subcommand takes none: `reshard`'s
+    /// `--shards` is the count it moves to, and it reads no journal;
+    /// `migrate` takes the journal alone. Not run yet: the caller may add
+    /// environment variables or pipes. The `DELAYQ_*` variables of the
+    /// test's own environment are not passed on: the flags say it all.
+    pub fn tool(&self, args: &[&str]) -> Command {
+        let sub = args.first().copied().unwrap_or_default();
+        let given = |flag: &str| {
+            args.iter()
+                .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+        };
+        let shards = SHARDS.to_string();
+        let mut flags: Vec<(&str, &str)> = Vec::new();
+        if sub != "migrate" {
+            flags.push(("--redis-url", &self.config.redis_url));
+            flags.push(("--key-prefix", &self.config.key_prefix));
+        }
+        if sub != "reshard" {
+            flags.push(("--database-url", &self.config.database_url));
+            if sub != "migrate" {
+                flags.push(("--shards", &shards));
+            }
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_delayq"));
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("DELAYQ_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.args(args);
+        for (flag, value) in flags {
+            if !given(flag) {
+                cmd.args([flag, value]);
+            }
+        }
+        cmd
+    }
+
+    /// Runs [`Env::tool`] to its end; its exit status and output.
+    pub fn run_tool(&self, args: &[&str]) -> Output {
+        self.tool(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run delayq {}: {e}", args.join(" ")))
+    }
+
+    /// Runs [`Env::tool`], expecting success and a report of one JSON line
+    /// on stdout: the report and what it wrote to stderr.
+    pub fn run_tool_report(&self, args: &[&str]) -> (Value, String) {
+        let out = self.run_tool(args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            out.status.success(),
+            "delayq {} failed ({}):\n{stdout}\n{stderr}",
+            args.join(" "),
+            out.status
+        );
+        let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected one JSON line on stdout, got:\n{stdout}"
+        );
+        let report = serde_json::from_str(lines[0])
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]));
+        (report, stderr)
     }
 
     /// Waits (up to 5 s) until Redis keeps no end for the journal (every

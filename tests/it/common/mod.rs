@@ -8,8 +8,8 @@
 //! - [`Journal`] (`journal.rs`) is the journal database, with direct
 //!   (diesel) reads.
 //! - [`Server`] (`server.rs`) is a `delayq serve` child process.
-//! - [`Env`] (`env.rs`) ties them together and waits for the server; its
-//!   HTTP helpers are in `http.rs`.
+//! - [`Env`] (`env.rs`) ties them together, runs the command-line tools on
+//!   them and waits for the server; its HTTP helpers are in `http.rs`.
 //! - [`wait_until`] (`wait.rs`) waits, with a deadline, for any condition.
 //! - `cluster`, `brokers`, `mariadb`, `tls`, `webhook`, `proxy`, `browser`:
 //!   ZooKeeper ensembles and nginx, RabbitMQ and NATS, a private MariaDB,

@@ -309,14 +309,7 @@ async fn manual_repairs_wait_for_a_journal_that_is_behind() {
     .await;
     refused.assert_error(409, "journal_behind");
     assert!(refused.text.contains("test-node-1"), "{}", refused.text);
-    let tool = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .args(["reconcile", "--repair"])
-        .args(["--redis-url", &env.config.redis_url])
-        .args(["--database-url", &env.config.database_url])
-        .args(["--key-prefix", &env.config.key_prefix])
-        .args(["--shards", &SHARDS.to_string()])
-        .output()
-        .unwrap();
+    let tool = env.run_tool(&["reconcile", "--repair"]);
     assert!(
         !tool.status.success(),
         "the command-line repair ran: {}",
@@ -444,10 +437,7 @@ async fn reshard_moves_every_message_to_its_new_shard() {
     let journal_before = env.journal.counts();
 
     let reshard = |faults: &str| {
-        Command::new(env!("CARGO_BIN_EXE_delayq"))
-            .args(["reshard", "--shards", "8", "--page", "7"])
-            .args(["--redis-url", &env.config.redis_url])
-            .args(["--key-prefix", &env.config.key_prefix])
+        env.tool(&["reshard", "--shards", "8", "--page", "7"])
             .env("DELAYQ_FAULTS", faults)
             .output()
             .unwrap()
