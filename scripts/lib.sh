@@ -179,13 +179,13 @@ ensure_zookeeper() { ensure_apt_packages zookeeper; }
 # nginx: cluster/nginx runs it in front of the nodes.
 ensure_nginx() { ensure_apt_packages nginx; }
 
-# RabbitMQ and NATS: tests/forward.rs starts its own of each (binaries only;
+# RabbitMQ and NATS: tests/it/forward.rs starts its own of each (binaries only;
 # apt's policy keeps the packaged RabbitMQ service from starting).
 ensure_brokers() { ensure_apt_packages rabbitmq-server nats-server; }
-# Chromium and chromedriver: tests/ui.rs drives the dashboard in a headless
+# Chromium and chromedriver: tests/it/ui.rs drives the dashboard in a headless
 # browser over WebDriver.
 ensure_chromium() { ensure_apt_packages chromium chromium-driver; }
-# libfaketime: tests/clock.rs runs a node whose wall clock is off by seconds
+# libfaketime: tests/it/promises.rs runs a node whose wall clock is off by seconds
 # (LD_PRELOAD on that process alone).
 ensure_faketime() { ensure_apt_packages faketime; }
 
@@ -220,7 +220,7 @@ http_ok() { curl -fsS --noproxy '*' -m 3 -o /dev/null "$1" 2>/dev/null; }
 
 # ------------------------------------------------------------ schemathesis ----
 
-# The version tests/openapi.rs runs against the server's own OpenAPI document.
+# The version tests/it/openapi.rs runs against the server's own OpenAPI document.
 SCHEMATHESIS_VERSION=4.32.5
 
 # ensure_schemathesis: schemathesis (PyPI), pinned, in a venv under the cache

@@ -1,0 +1,580 @@
+//! The Rust client (`delayq-client`) against a real server: typed pushes
+//! and cancels round-trip; a `Consumer` handles every message once with
+//! bounded concurrency and acks it, nacks with a delay when its handler asks,
+//! rides out a server restart with backoff, and on shutdown lets its running
+//! handlers finish and acks them before it returns.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::common::{now_ms, status, wait_every, Backend, Env};
+use delayq_client::{
+    CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, Message, MessageId,
+    NewMessage, Outcome, Repeat, Retry,
+};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+backend_tests!(
+    pushes_and_cancels_round_trip,
+    a_consumer_handles_every_message_once_and_acks_it,
+    retry_later_brings_the_message_back_not_before_its_delay,
+    a_consumer_rides_out_a_server_restart,
+    shutdown_lets_running_handlers_finish_and_acks_them
+);
+
+fn client(env: &Env) -> Client {
+    Client::new(&env.url("")).expect("a client of the test server")
+}
+
+/// Every delivery a handler saw, by message id, in order.
+type Seen = Arc<Mutex<HashMap<MessageId, Vec<Message>>>>;
+
+/// A consumer running in its own task until [`Running::stop`].
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<ConsumerStats, Error>>,
+}
+
+impl Running {
+    fn start<H, F>(consumer: Consumer, handler: H) -> Running
+    where
+        H: Fn(Message) -> F + Send + Sync + 'static,
+        F: std::future::Future<Output = Outcome> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(consumer.run(handler, async {
+            let _ = stopped.await;
+        }));
+        Running { stop, task }
+    }
+
+    async fn stop(self) -> ConsumerStats {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the consumer stops within 30 s")
+            .expect("the consumer task")
+            .expect("the consumer ends without an error")
+    }
+}
+
+/// Waits (up to 30 s) until `done` holds for what the handlers saw.
+async fn wait_seen(
+    seen: &Seen,
+    what: &str,
+    done: impl Fn(&HashMap<MessageId, Vec<Message>>) -> bool,
+) {
+    let every = Duration::from_millis(20);
+    wait_every(what, Duration::from_secs(30), every, || async {
+        let seen = seen.lock().unwrap();
+        if done(&seen) {
+            Ok(())
+        } else {
+            Err(format!("handlers saw {} messages", seen.len()))
+        }
+    })
+    .await
+}
+
+/// Pushes `n` messages to `topic` due after `delay`.
+async fn push_n(client: &Client, topic: &str, n: usize, delay: Duration) -> Vec<MessageId> {
+    let messages: Vec<NewMessage> = (0..n)
+        .map(|i| NewMessage::new(topic, format!("m{i}")).delay(delay))
+        .collect();
+    client.push_batch(&messages).await.expect("push_batch")
+}
+
+async fn pushes_and_cancels_round_trip(b: Backend) {
+    let env = Env::start(b).await;
+    let client = client(&env);
+
+    // Every field arrives as sent.
+    let order = NewMessage::new("orders", r#"{"order":42}"#)
+        .delay(Duration::from_secs(600))
+        .priority(7)
+        .ttl(Duration::from_secs(5))
+        .max_attempts(3)
+        .biz_key("order-42")
+        .retry(Retry::exponential(
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        ));
+    let pushed = client.push(&order).await.unwrap();
+    assert!(!pushed.duplicate);
+    let shown = env.message(&pushed.id.to_string()).await;
+    let m = &shown["message"];
+    assert_eq!(m["body"], r#"{"order":42}"#);
+    assert_eq!(m["bizKey"], "order-42");
+    assert_eq!(m["priority"], 7);
+    assert_eq!(m["ttl"], 5000);
+    assert_eq!(m["delay"], 600_000);
+    assert_eq!(m["maxAttempts"], 3);
+    assert_eq!(
+        m["retry"],
+        json!({"backoff": "exponential", "delay": 1000, "max": 10000})
+    );
+    assert!(env.journal.row(&pushed.id.to_string()).is_some());
+
+    // The same live bizKey answers the same id.
+    let again = client.push(&order).await.unwrap();
+    assert_eq!((again.id, again.duplicate), (pushed.id, true));
+
+    // deliverAt and repeat.
+    let at = now_ms() + 120_000;
+    let at_time = SystemTime::UNIX_EPOCH + Duration::from_millis(at as u64);
+    let series = NewMessage::new("orders", "tick")
+        .deliver_at(at_time)
+        .repeat(Repeat::every(Duration::from_secs(60)).times(3));
+    let series = client.push(&series).await.unwrap().id;
+    let shown = env.message(&series.to_string()).await;
+    assert_eq!(shown["message"]["dueTime"], at);
+    assert_eq!(
+        shown["message"]["repeat"],
+        json!({"every": 60000, "times": 3})
+    );
+
+    // A batch: ids in order, each in the journal.
+    let batch = push_n(&client, "orders", 3, Duration::from_secs(600)).await;
+    assert_eq!(batch.iter().collect::<HashSet<_>>().len(), 3);
+    for (i, id) in batch.iter().enumerate() {
+        let shown = env.message(&id.to_string()).await;
+        assert_eq!(shown["message"]["body"], format!("m{i}"));
+    }
+
+    // Cancel one by id (again: still deleted), an unknown id, then the rest
+    // in bulk.
+    assert_eq!(
+        client.cancel(batch[0]).await.unwrap(),
+        CancelOutcome::Deleted
+    );
+    assert_eq!(
+        client.cancel(batch[0]).await.unwrap(),
+        CancelOutcome::Deleted
+    );
+    env.wait_status(&batch[0].to_string(), status::DELETED)
+        .await;
+    assert_eq!(
+        client.cancel(MessageId(1)).await.unwrap(),
+        CancelOutcome::NotFound
+    );
+    let bulk = client.cancel_ids(&batch[1..]).await.unwrap();
+    assert_eq!(bulk.deleted, 2);
+    let results: Vec<_> = bulk.results.iter().map(|r| (r.id, r.result)).collect();
+    assert_eq!(
+        results,
+        vec![
+            (batch[1], CancelOutcome::Deleted),
+            (batch[2], CancelOutcome::Deleted)
+        ]
+    );
+
+    // By bizKey, and by bizKey prefix.
+    let by_key = client.cancel_biz_key("orders", "order-42").await.unwrap();
+    assert_eq!(by_key.deleted, 1);
+    assert_eq!(by_key.results[0].id, pushed.id);
+    env.wait_status(&pushed.id.to_string(), status::DELETED)
+        .await;
+    let group: Vec<NewMessage> = (1..=3)
+        .map(|i| {
+            NewMessage::new("orders", "g")
+                .delay(Duration::from_secs(600))
+                .biz_key(format!("group-7-{i}"))
+        })
+        .collect();
+    client.push_batch(&group).await.unwrap();
+    let by_prefix = client
+        .cancel_biz_key_prefix("orders", "group-7-")
+        .await
+        .unwrap();
+    assert_eq!(by_prefix.matched, 3);
+    assert_eq!(by_prefix.counts.get(&CancelOutcome::Deleted), Some(&3));
+
+    // Refusals carry the server's code and message, and are not retryable.
+    let err = client
+        .push(&NewMessage::new("no spaces", "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidTopic));
+    assert!(!err.is_retryable());
+    assert!(matches!(&err, Error::Api { message, .. } if !message.is_empty()));
+    let err = client.push_batch(&[]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidBatch));
+    let err = client.ack_one(series).await.unwrap_err();
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(409), Some(&ErrorCode::NotInFlight))
+    );
+}
+
+/// The client knows every code the server can send.
+#[test]
+fn every_server_error_code_is_known_to_the_client() {
+    for code in delayq::error::ErrorCode::ALL {
+        let known = ErrorCode::from(code.as_str());
+        assert!(
+            !matches!(known, ErrorCode::Other(_)),
+            "the client does not know the server's code {}",
+            code.as_str()
+        );
+        assert_eq!(known.as_str(), code.as_str());
+    }
+}
+
+async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {
+    const N: usize = 60;
+    let env = Env::start(b).await;
+    let client = client(&env);
+    let ids = push_n(&client, "work", N, Duration::from_millis(500)).await;
+
+    let seen: Seen = Arc::default();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let consumer = Consumer::new(client.clone(), "work")
+        .concurrency(4)
+        .poll_timeout(Duration::from_secs(1));
+    let handler = {
+        let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
+        move |msg: Message| {
+            let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                seen.lock().unwrap().entry(msg.id).or_default().push(msg);
+                running.fetch_sub(1, Ordering::SeqCst);
+                Outcome::Ack
+            }
+        }
+    };
+    let consumer = Running::start(consumer, handler);
+    wait_seen(&seen, "every message handled", |s| s.len() == N).await;
+    let stats = consumer.stop().await;
+
+    let seen = seen.lock().unwrap().clone();
+    for id in &ids {
+        let deliveries = &seen[id];
+        assert_eq!(
+            deliveries.len(),
+            1,
+            "{id} was handled {} times",
+            deliveries.len()
+        );
+        assert_eq!(deliveries[0].attempts, 1);
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (2..=4).contains(&most),
+        "{most} handlers ran at once with concurrency 4"
+    );
+    assert_eq!((stats.received, stats.acked), (N as u64, N as u64));
+    assert_eq!((stats.refused, stats.errors, stats.unsettled), (0, 0, 0));
+    for id in &ids {
+        env.wait_status(&id.to_string(), status::CONSUMED).await;
+    }
+}
+
+async fn retry_later_brings_the_message_back_not_before_its_delay(b: Backend) {
+    const DELAY: Duration = Duration::from_millis(1500);
+    let env = Env::start(b).await;
+    let client = client(&env);
+    let ids = push_n(&client, "later", 3, Duration::ZERO).await;
+
+    // Per id: when the handler asked to retry later, and the deliveries.
+    let asked: Arc<Mutex<HashMap<MessageId, i64>>> = Arc::default();
+    let seen: Seen = Arc::default();
+    let handler = {
+        let (asked, seen) = (asked.clone(), seen.clone());
+        move |msg: Message| {
+            let (asked, seen) = (asked.clone(), seen.clone());
+            async move {
+                let id = msg.id;
+                let first = msg.attempts == 1;
+                seen.lock().unwrap().entry(id).or_default().push(msg);
+                if first {
+                    asked.lock().unwrap().insert(id, now_ms());
+                    Outcome::RetryAfter(DELAY)
+                } else {
+                    Outcome::Ack
+                }
+            }
+        }
+    };
+    let received_at: Arc<Mutex<HashMap<MessageId, i64>>> = Arc::default();
+    let handler = {
+        let received_at = received_at.clone();
+        move |msg: Message| {
+            if msg.attempts > 1 {
+                received_at.lock().unwrap().insert(msg.id, now_ms());
+            }
+            handler(msg)
+        }
+    };
+    let consumer = Consumer::new(client, "later")
+        .concurrency(2)
+        .poll_timeout(Duration::from_secs(1));
+    let consumer = Running::start(consumer, handler);
+    wait_seen(&seen, "each message delivered twice", |s| {
+        s.len() == ids.len() && s.values().all(|d| d.len() == 2)
+    })
+    .await;
+    let stats = consumer.stop().await;
+
+    let asked = asked.lock().unwrap().clone();
+    let received_at = received_at.lock().unwrap().clone();
+    let seen = seen.lock().unwrap().clone();
+    for id in &ids {
+        let deliveries = &seen[id];
+        let (first, second) = (&deliveries[0], &deliveries[1]);
+        assert_eq!((first.attempts, second.attempts), (1, 2));
+        let waited = received_at[id] - asked[id];
+        assert!(
+            waited >= DELAY.as_millis() as i64,
+            "{id} came back {waited} ms after its handler asked for {DELAY:?}"
+        );
+        env.wait_status(&id.to_string(), status::CONSUMED).await;
+        let codes = env.journal.flow_codes(&id.to_string());
+        let handed = codes.iter().position(|c| *c == status::CONSUMING).unwrap();
+        assert_eq!(
+            codes[handed + 1],
+            status::DELAYING,
+            "the nack sent {id} back to Delaying: {codes:?}"
+        );
+    }
+    assert_eq!((stats.received, stats.nacked, stats.acked), (6, 3, 3));
+}
+
+async fn a_consumer_rides_out_a_server_restart(b: Backend) {
+    let mut env = Env::start(b).await;
+    let client = client(&env);
+    let before = push_n(&client, "steady", 20, Duration::ZERO).await;
+
+    let seen: Seen = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |msg: Message| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().entry(msg.id).or_default().push(msg);
+                Outcome::Ack
+            }
+        }
+    };
+    let consumer = Consumer::new(client.clone(), "steady")
+        .concurrency(2)
+        .poll_timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(50), Duration::from_secs(1));
+    let consumer = Running::start(consumer, handler);
+    wait_seen(&seen, "the first 20 handled", |s| s.len() == 20).await;
+
+    // Down for a while: the consumer's polls fail and it backs off.
+    let down = Instant::now();
+    env.stop_server();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.start_server_same_port().await;
+    let down_for = down.elapsed();
+    let after = push_n(&client, "steady", 20, Duration::from_millis(300)).await;
+    wait_seen(&seen, "all 40 handled", |s| s.len() == 40).await;
+    let stats = consumer.stop().await;
+
+    for id in before.iter().chain(&after) {
+        assert!(
+            seen.lock().unwrap().contains_key(id),
+            "{id} was not delivered"
+        );
+        env.wait_status(&id.to_string(), status::CONSUMED).await;
+    }
+    // Backing off from 50 ms to 1 s: about one try a second once the wait
+    // has grown, for the poll and for the acks in hand; not a spin.
+    assert!(
+        stats.errors >= 1,
+        "the consumer saw the server go: {stats:?}"
+    );
+    let most = 10 + 2 * down_for.as_secs();
+    assert!(
+        stats.errors <= most,
+        "{} failed requests in {down_for:?} down: {stats:?}",
+        stats.errors
+    );
+}
+
+async fn shutdown_lets_running_handlers_finish_and_acks_them(b: Backend) {
+    let env = Env::start(b).await;
+    let client = client(&env);
+    let ids = push_n(&client, "slow", 8, Duration::ZERO).await;
+
+    let started: Arc<Mutex<HashSet<MessageId>>> = Arc::default();
+    let finished: Arc<Mutex<HashSet<MessageId>>> = Arc::default();
+    let handler = {
+        let (started, finished) = (started.clone(), finished.clone());
+        move |msg: Message| {
+            let (started, finished) = (started.clone(), finished.clone());
+            async move {
+                started.lock().unwrap().insert(msg.id);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                finished.lock().unwrap().insert(msg.id);
+                Outcome::Ack
+            }
+        }
+    };
+    let consumer = Consumer::new(client, "slow")
+        .concurrency(4)
+        .poll_timeout(Duration::from_secs(1));
+    let consumer = Running::start(consumer, handler);
+    let every = Duration::from_millis(10);
+    wait_every(
+        "4 handlers to start",
+        Duration::from_secs(30),
+        every,
+        || async { (started.lock().unwrap().len() >= 4).then_some(()) },
+    )
+    .await;
+    assert!(finished.lock().unwrap().is_empty());
+    let stats = consumer.stop().await;
+
+    // Every handler started ran to its end and its ack was committed before
+    // the consumer returned; the rest were never handed out.
+    let (started, finished) = (
+        started.lock().unwrap().clone(),
+        finished.lock().unwrap().clone(),
+    );
+    assert_eq!(started, finished);
+    assert_eq!(stats.received, started.len() as u64);
+    assert_eq!((stats.acked, stats.unsettled), (started.len() as u64, 0));
+    for id in &ids {
+        let row = env.journal.row(&id.to_string()).unwrap();
+        if started.contains(id) {
+            assert_eq!(row.status, status::CONSUMED, "{id}");
+        } else {
+            assert_ne!(row.status, status::CONSUMING, "{id} was left in flight");
+        }
+    }
+}
+
+/// An address that takes connections and never answers (a frozen node: its
+/// kernel still accepts them) costs a bounded wait, and the client moves on
+/// to its next address: a push is answered "timed out" after the client's
+/// timeout, and a consumer whose first poll went there receives the
+/// message from the next address once that poll's timeout + 3 s passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_moves_on_from_an_address_that_does_not_answer() {
+    let env = Env::start(Backend::Sqlite).await;
+    // Listening, never accepting nor reading: requests are never answered.
+    let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let frozen_url = format!("http://{}", frozen.local_addr().unwrap());
+    let build = || {
+        Client::builder(&frozen_url)
+            .also(&env.url(""))
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap()
+    };
+
+    let client = build();
+    let began = Instant::now();
+    let err = client
+        .push(&NewMessage::new("moves", "first"))
+        .await
+        .expect_err("the frozen address answered");
+    assert!(
+        matches!(
+            err,
+            Error::Http {
+                what: "timed out",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the push waited {:?}",
+        began.elapsed()
+    );
+    assert_eq!(client.url(), env.url(""), "the client did not move on");
+    let id = client
+        .push(&NewMessage::new("moves", "second"))
+        .await
+        .expect("the next address takes the push")
+        .id;
+
+    let seen: Seen = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |msg: Message| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().entry(msg.id).or_default().push(msg);
+                Outcome::Ack
+            }
+        }
+    };
+    let began = Instant::now();
+    let consumer = Consumer::new(build(), "moves")
+        .poll_timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(50), Duration::from_secs(1));
+    let consumer = Running::start(consumer, handler);
+    wait_seen(&seen, "the message handled", |s| s.contains_key(&id)).await;
+    let waited = began.elapsed();
+    let stats = consumer.stop().await;
+    assert_eq!(stats.errors, 1, "one poll timed out: {stats:?}");
+    assert!(
+        waited < Duration::from_secs(9),
+        "the consumer waited {waited:?} for the frozen address"
+    );
+    env.wait_status(&id.to_string(), status::CONSUMED).await;
+}
+
+/// Kills the child process when dropped (a panicking test leaves nothing
+/// running).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The README's consumer in Python (its standard library only), run as
+/// written against a server: it receives what is pushed and acks it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readmes_python_consumer_receives_and_acks() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let code = readme
+        .split("```python\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a Python block in the README");
+    assert!(
+        code.contains("http://127.0.0.1:7070"),
+        "the block names no server"
+    );
+    let env = Env::start(Backend::Sqlite).await;
+    let code = code.replace("http://127.0.0.1:7070", &env.url(""));
+    let ids = push_n(&client(&env), "sms", 5, Duration::from_millis(300)).await;
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(&code)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdout(out.reopen().unwrap())
+        .spawn()
+        .expect("python3 runs");
+    let _child = KillOnDrop(child);
+    for id in &ids {
+        env.wait_status(&id.to_string(), status::CONSUMED).await;
+    }
+    let printed = std::fs::read_to_string(out.path()).unwrap();
+    for id in &ids {
+        assert!(
+            printed.contains(&id.to_string()),
+            "{id} not printed: {printed}"
+        );
+    }
+}

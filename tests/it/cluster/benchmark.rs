@@ -1,0 +1,141 @@
+//! The cluster benchmark, run by hand.
+
+use super::*;
+
+/// The cluster benchmark (run by hand, figures in BENCHMARKS.md):
+/// `cargo nextest run --release --test it --run-ignored only --no-capture -E 'test(/^cluster::.*cluster_benchmark$/)'`
+/// - failover: kill -9 of the active node → first delivery by the new owner
+///   of a message due after the kill, over `DELAYQ_BENCH_RUNS` (default 5)
+///   kills, with a 6 s session;
+/// - lateness p99 of messages pushed to the node that does not scan their
+///   shard, consumed on that same node;
+/// - lateness p99 while shards move (multi-active rebalance under load).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
+async fn cluster_benchmark() {
+    let runs: usize = std::env::var("DELAYQ_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let session_ms: u64 = 6_000;
+
+    // Failover.
+    let mut c = Cluster::builder().session_ms(session_ms).start().await;
+    let mut failovers = Vec::new();
+    for run in 0..runs {
+        let owners = c
+            .wait_scanners(&[0, 1], Duration::from_secs(60), |_| true)
+            .await;
+        let active = Cluster::index_of(&owners[0]);
+        let standby = 1 - active;
+        let topic = format!("bf{run}{}", random_hex(4));
+        let ids = c.push_batch(standby, messages(&topic, 500, 500, 20)).await;
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        c.kill9(active);
+        let killed_at = now_ms();
+        let expected: HashSet<String> = ids.into_iter().collect();
+        let got = drain(
+            &c.http,
+            &[c.port(standby)],
+            &topic,
+            &expected,
+            Duration::from_secs(40),
+        )
+        .await;
+        assert_delivered(&got, &expected);
+        let first = got
+            .values()
+            .flatten()
+            .filter(|(r, _)| r.msg["dueTime"].as_i64().unwrap() > killed_at)
+            .map(|(r, _)| r.at)
+            .min()
+            .unwrap();
+        failovers.push(first - killed_at);
+        eprintln!("failover run {run}: {} ms", first - killed_at);
+        c.start_node(active).await;
+    }
+    failovers.sort_unstable();
+    let median = failovers[failovers.len() / 2];
+
+    // Lateness of pushes to the non-owner, consumed there.
+    let owners = c
+        .wait_scanners(&[0, 1], Duration::from_secs(60), |_| true)
+        .await;
+    let other = 1 - Cluster::index_of(&owners[0]);
+    let topic = format!("bn{}", random_hex(4));
+    let mut ids = Vec::new();
+    for k in 0..10 {
+        ids.extend(
+            c.push_batch(other, messages(&topic, 500, 1_000 + k * 10, 1))
+                .await,
+        );
+    }
+    let expected: HashSet<String> = ids.into_iter().collect();
+    let got = drain(
+        &c.http,
+        &[c.port(other)],
+        &topic,
+        &expected,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_delivered(&got, &expected);
+    let non_owner: Vec<i64> = got
+        .values()
+        .map(|d| d[0].0.at - d[0].0.msg["dueTime"].as_i64().unwrap())
+        .collect();
+    drop(c);
+
+    // Lateness while shards move.
+    let c = Cluster::builder()
+        .nodes(3)
+        .shards(6)
+        .mode("multi-active")
+        .session_ms(session_ms)
+        .start()
+        .await;
+    c.wait_scanners(&[0, 1, 2], Duration::from_secs(60), |s| {
+        s.iter().all(|v| v.len() == 1)
+    })
+    .await;
+    let topic = format!("br{}", random_hex(4));
+    let mut ids = Vec::new();
+    for k in 0..3 {
+        ids.extend(c.push_batch(k, messages(&topic, 1000, 1_000, 3)).await);
+    }
+    let mover = async {
+        for (n, shard) in [(1usize, 0u32), (2, 1), (0, 2), (1, 3)] {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let to = Cluster::node_name(n);
+            let _ = c
+                .post(
+                    0,
+                    &format!("/admin/shards/{shard}/move?to={to}"),
+                    &json!({}),
+                )
+                .await;
+        }
+        let _ = c.post(1, "/admin/rebalance", &json!({})).await;
+    };
+    let expected: HashSet<String> = ids.into_iter().collect();
+    let ports = [c.port(0), c.port(1), c.port(2)];
+    let (got, ()) = tokio::join!(
+        drain(&c.http, &ports, &topic, &expected, Duration::from_secs(30)),
+        mover
+    );
+    assert_delivered(&got, &expected);
+    let moving: Vec<i64> = got
+        .values()
+        .map(|d| d[0].0.at - d[0].0.msg["dueTime"].as_i64().unwrap())
+        .collect();
+    println!(
+        "cluster benchmark: failover median {median} ms over {runs} kills {failovers:?} (session {session_ms} ms); \
+         non-owner lateness p99 {} ms max {} ms ({} msgs); lateness during shard moves p99 {} ms max {} ms ({} msgs)",
+        p99(non_owner.clone()),
+        non_owner.iter().max().unwrap(),
+        non_owner.len(),
+        p99(moving.clone()),
+        moving.iter().max().unwrap(),
+        moving.len()
+    );
+}

@@ -1,0 +1,159 @@
+//! The test's journal database: which backend, direct (diesel) reads of
+//! what the server wrote, and the journal's status codes.
+
+use std::path::Path;
+
+use delayq::journal::connection::{JournalConn, JournalUrl};
+use delayq::journal::models::{FlowRow, MessageRow};
+use delayq::journal::schema::{message, message_flow};
+use delayq::journal::store;
+use delayq::message::MessageId;
+use delayq::with_conn;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+
+use super::random_hex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Mariadb,
+}
+
+fn mysql_base_url() -> String {
+    std::env::var("DELAYQ_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://delayq:delayq@127.0.0.1:3306".to_string())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// The test's own journal database: a SQLite file in the test's directory,
+/// or a fresh MariaDB database `delayq_test_<hex>` dropped at the end.
+pub struct Journal {
+    /// The URL the server is given.
+    pub url: String,
+    parsed: JournalUrl,
+    mysql_db: Option<String>,
+}
+
+impl Journal {
+    pub fn create(backend: Backend, dir: &Path) -> Journal {
+        match backend {
+            Backend::Sqlite => {
+                let url = format!("sqlite://{}", dir.join("journal.db").display());
+                Journal {
+                    parsed: JournalUrl::parse(&url).unwrap(),
+                    url,
+                    mysql_db: None,
+                }
+            }
+            Backend::Mariadb => {
+                let name = format!("delayq_test_{}", random_hex(16));
+                admin_mysql(&format!("CREATE DATABASE {name}"));
+                let url = format!("{}/{name}", mysql_base_url());
+                Journal {
+                    parsed: JournalUrl::parse(&url).unwrap(),
+                    url,
+                    mysql_db: Some(name),
+                }
+            }
+        }
+    }
+
+    /// A journal the test set up itself at `url` (a database of its own
+    /// server, say): left as it is at the end.
+    pub fn at(url: &str) -> Journal {
+        Journal {
+            url: url.to_string(),
+            parsed: JournalUrl::parse(url).unwrap(),
+            mysql_db: None,
+        }
+    }
+
+    pub fn conn(&self) -> JournalConn {
+        JournalConn::establish(&self.parsed)
+            .unwrap_or_else(|e| panic!("connect to the journal {}: {e}", self.url))
+    }
+
+    /// The message row, read directly from the journal.
+    pub fn row(&self, id: &str) -> Option<MessageRow> {
+        store::find(&mut self.conn(), parse_id(id)).expect("read the message row")
+    }
+
+    /// The message's flow rows, oldest first.
+    pub fn history(&self, id: &str) -> Vec<FlowRow> {
+        store::find_with_history(&mut self.conn(), parse_id(id))
+            .expect("read the flow rows")
+            .map(|(_, history)| history)
+            .unwrap_or_default()
+    }
+
+    /// Status codes of the message's flow rows, oldest first.
+    pub fn flow_codes(&self, id: &str) -> Vec<i16> {
+        self.history(id).iter().map(|f| f.status).collect()
+    }
+
+    /// Rows of `message` and of `message_flow`.
+    pub fn counts(&self) -> (i64, i64) {
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => {
+            let m: i64 = message::table.count().get_result(c).expect("count messages");
+            let f: i64 = message_flow::table.count().get_result(c).expect("count flow rows");
+            (m, f)
+        })
+    }
+
+    /// Flow rows of `status` written by `node` at or after `since` (ms).
+    pub fn flow_rows_by(&self, node: &str, status: i16, since: i64) -> i64 {
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => message_flow::table
+            .filter(message_flow::node_id.eq(node))
+            .filter(message_flow::status.eq(status))
+            .filter(message_flow::flow_time.ge(since))
+            .count()
+            .get_result(c)
+            .expect("count flow rows"))
+    }
+
+    /// Every message row of a topic with this bizKey.
+    pub fn rows_by_biz_key(&self, topic: &str, biz_key: &str) -> Vec<MessageRow> {
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => message::table
+            .filter(message::topic.eq(topic))
+            .filter(message::biz_key.eq(biz_key))
+            .select(MessageRow::as_select())
+            .load(c)
+            .expect("read messages by bizKey"))
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if let Some(name) = &self.mysql_db {
+            admin_mysql(&format!("DROP DATABASE IF EXISTS {name}"));
+        }
+    }
+}
+
+/// Runs one statement as the test user on the `delayq` database.
+fn admin_mysql(sql: &str) {
+    let url = JournalUrl::Mysql(format!("{}/delayq", mysql_base_url()));
+    let mut conn = JournalConn::establish(&url)
+        .unwrap_or_else(|e| panic!("connect to MariaDB ({}): {e}", mysql_base_url()));
+    with_conn!(&mut conn, c => c.batch_execute(sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+pub fn parse_id(id: &str) -> MessageId {
+    id.parse().unwrap_or_else(|e| panic!("bad id {id}: {e}"))
+}
+
+/// Journal status codes.
+pub mod status {
+    pub const WAIT_PUT: i16 = 0;
+    pub const DELAYING: i16 = 1;
+    pub const READY: i16 = 2;
+    pub const CONSUMING: i16 = 3;
+    pub const CONSUMED: i16 = 4;
+    pub const DELETED: i16 = 5;
+    pub const DEAD: i16 = 6;
+}

@@ -1,0 +1,107 @@
+//! Fixtures for the end-to-end tests: every test starts its own redis-server,
+//! its own journal database (SQLite file or MariaDB database) and its own
+//! delayq server process, and tears them all down when it ends.
+//!
+//! - [`Backend`] picks the journal; [`backend_tests!`] runs a test on both.
+//! - [`Redis`] (`redis_server.rs`) is a private `redis-server` child process
+//!   on a free port.
+//! - [`Journal`] (`journal.rs`) is the journal database, with direct
+//!   (diesel) reads.
+//! - [`Server`] (`server.rs`) is a `delayq serve` child process.
+//! - [`Env`] (`env.rs`) ties them together, runs the command-line tools on
+//!   them and waits for the server; its HTTP helpers are in `http.rs`.
+//! - [`wait_until`] (`wait.rs`) waits, with a deadline, for any condition.
+//! - `cluster`, `brokers`, `mariadb`, `tls`, `webhook`, `proxy`, `browser`:
+//!   ZooKeeper ensembles and nginx, RabbitMQ and NATS, a private MariaDB,
+//!   certificates, a webhook receiver, a TCP proxy and Chromium.
+//!
+//! Nothing here mocks anything: the server talks to a real Redis and a real
+//! database, and the tests look into both to check what the server did.
+
+#![allow(dead_code)]
+
+pub mod brokers;
+pub mod browser;
+pub mod cluster;
+pub mod env;
+pub mod http;
+pub mod journal;
+pub mod mariadb;
+pub mod proxy;
+pub mod redis_server;
+pub mod server;
+pub mod tls;
+pub mod wait;
+pub mod webhook;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+pub use env::{Env, EnvBuilder};
+pub use http::{id_of, Received, Reply};
+pub use journal::{parse_id, status, Backend, Journal};
+pub use redis_server::{Redis, Snapshot};
+pub use server::{Server, ServerConfig};
+pub use wait::{wait_every, wait_every_blocking, wait_until};
+
+/// Shards every test server runs with.
+pub const SHARDS: u32 = 4;
+/// Tries at starting a process on a free port before giving up.
+const START_ATTEMPTS: usize = 5;
+
+/// Runs each named `async fn NAME(b: Backend)` once per journal backend:
+/// `NAME::sqlite` and `NAME::mariadb`. Attributes written before a name
+/// (e.g. `#[ignore = "..."]`) apply to both.
+#[allow(unused_macros)]
+macro_rules! backend_tests {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])*
+            async fn sqlite() {
+                super::$name($crate::common::Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])*
+            async fn mariadb() {
+                super::$name($crate::common::Backend::Mariadb).await
+            }
+        }
+    )*};
+}
+
+/// Epoch milliseconds, as the server counts them.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A random lowercase hex string of `n` characters (n ≤ 32).
+pub fn random_hex(n: usize) -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..n].to_string()
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; callers retry on a clash).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The last `lines` lines of a log file, for failure reports.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| format!("<cannot read {}: {e}>", path.display()));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Sleeps until the wall clock reaches `epoch_ms`.
+pub async fn sleep_until_ms(epoch_ms: i64) {
+    let wait = epoch_ms - now_ms();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    }
+}

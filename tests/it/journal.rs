@@ -1,0 +1,219 @@
+//! The journal: a push is durable when it is answered, and every status
+//! change leaves a flow row (visible in `GET /messages/{id}` and in the
+//! `message_flow` table).
+
+use crate::common::{now_ms, status, Backend, Env};
+use serde_json::{json, Value};
+
+backend_tests!(
+    push_is_durable_when_answered,
+    batch_is_durable_when_answered,
+    flow_rows_for_every_transition,
+    flow_order_for_messages_due_at_once
+);
+
+async fn push_is_durable_when_answered(b: Backend) {
+    let env = Env::start(b).await;
+    let before = now_ms();
+    let id = env
+        .push(json!({"topic": "dur", "bizKey": "k1", "body": "{\"order\": 17}", "delay": 5000, "priority": 9, "ttl": 1234}))
+        .await;
+    let after = now_ms();
+    // Read at once, no waiting: the row must be there.
+    let row = env
+        .journal
+        .row(&id)
+        .expect("no journal row right after the push was answered");
+    assert_eq!(row.topic, "dur");
+    assert_eq!(row.biz_key.as_deref(), Some("k1"));
+    assert_eq!(row.body, "{\"order\": 17}");
+    assert_eq!((row.priority, row.ttl, row.delay_ms), (9, 1234, 5000));
+    assert!(
+        (before..=after).contains(&row.create_time),
+        "create_time {} not in [{before}, {after}]",
+        row.create_time
+    );
+    assert_eq!(row.due_time, row.create_time + 5000);
+    assert!(row.status <= status::DELAYING, "status {}", row.status);
+    assert!(!env.journal.history(&id).is_empty(), "no WaitPut flow row");
+
+    let view = env.message(&id).await;
+    let m = &view["message"];
+    assert_eq!(
+        (
+            m["id"].as_str(),
+            m["dueTime"].as_i64(),
+            m["priority"].as_i64()
+        ),
+        (Some(id.as_str()), Some(row.due_time), Some(9))
+    );
+}
+
+async fn batch_is_durable_when_answered(b: Backend) {
+    let env = Env::start(b).await;
+    let messages: Vec<Value> = (0..50)
+        .map(|i| json!({"topic": format!("batch{}", i % 3), "body": format!("body-{i}"), "delay": 10_000 + i, "priority": i % 7, "ttl": 1000 + i}))
+        .collect();
+    let ids = env.push_batch(messages.clone()).await;
+    assert_eq!(ids.len(), 50);
+    let mut conn_rows = Vec::new();
+    for id in &ids {
+        conn_rows.push(
+            env.journal
+                .row(id)
+                .unwrap_or_else(|| panic!("{id} not durable when the batch was answered")),
+        );
+    }
+    for (i, (row, sent)) in conn_rows.iter().zip(&messages).enumerate() {
+        assert_eq!(row.id.to_string(), ids[i]);
+        assert_eq!(row.topic, sent["topic"].as_str().unwrap());
+        assert_eq!(row.body, sent["body"].as_str().unwrap());
+        assert_eq!(row.priority as i64, sent["priority"].as_i64().unwrap());
+        assert_eq!(row.ttl, sent["ttl"].as_i64().unwrap());
+        assert_eq!(
+            row.due_time,
+            row.create_time + sent["delay"].as_i64().unwrap()
+        );
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 50, "ids must be distinct");
+}
+
+/// Checks every history entry names where the change happened.
+fn assert_flow_details(doc: &Value) {
+    for h in doc["history"].as_array().unwrap() {
+        for field in ["shard", "nodeId", "host"] {
+            assert!(
+                h[field].as_str().is_some_and(|s| !s.is_empty()),
+                "empty {field} in {h}"
+            );
+        }
+        assert!(h["time"].as_i64().is_some_and(|t| t > 0), "{h}");
+    }
+}
+
+async fn flow_rows_for_every_transition(b: Backend) {
+    let env = Env::start(b).await;
+
+    // push → consume → ack
+    let id = env
+        .push(json!({"topic": "flow", "body": "x", "delay": 200}))
+        .await;
+    assert_eq!(env.receive_one("flow").await.id(), id);
+    env.ack(&id).await.assert_ok();
+    let doc = env
+        .wait_history(
+            &id,
+            &["WaitPut", "Delaying", "Ready", "Consuming", "Consumed"],
+        )
+        .await;
+    assert_flow_details(&doc);
+    assert_eq!(
+        (
+            doc["message"]["status"].as_str(),
+            doc["message"]["attempts"].as_i64()
+        ),
+        (Some("Consumed"), Some(1))
+    );
+    let rows = env.journal.history(&id);
+    let codes: Vec<i16> = rows.iter().map(|f| f.status).collect();
+    assert_eq!(
+        codes,
+        [
+            status::WAIT_PUT,
+            status::DELAYING,
+            status::READY,
+            status::CONSUMING,
+            status::CONSUMED
+        ]
+    );
+    assert!(rows.iter().all(|f| f.message_id.to_string() == id
+        && f.node_id == "test-node-1"
+        && !f.host.is_empty()));
+    assert!(
+        rows.windows(2).all(|w| w[0].flow_time <= w[1].flow_time),
+        "flow times go back: {rows:?}"
+    );
+
+    // cancelled
+    let cancelled = env
+        .push(json!({"topic": "flow", "body": "c", "delay": 60_000}))
+        .await;
+    env.delete(&cancelled).await.assert_ok();
+    let doc = env
+        .wait_history(&cancelled, &["WaitPut", "Delaying", "Deleted"])
+        .await;
+    assert_flow_details(&doc);
+    assert_eq!(
+        env.journal.flow_codes(&cancelled),
+        [status::WAIT_PUT, status::DELAYING, status::DELETED]
+    );
+
+    // redelivered after its ack deadline
+    let again = env
+        .push(json!({"topic": "flow2", "body": "r", "ttl": 300}))
+        .await;
+    assert_eq!(env.receive_one("flow2").await.id(), again);
+    let second = env.receive_one("flow2").await;
+    assert_eq!(
+        (second.id(), second.msg["attempts"].as_i64()),
+        (again.as_str(), Some(2))
+    );
+    env.ack(&again).await.assert_ok();
+    let doc = env
+        .wait_history(
+            &again,
+            &[
+                "WaitPut",
+                "Delaying",
+                "Ready",
+                "Consuming",
+                "Ready",
+                "Consuming",
+                "Consumed",
+            ],
+        )
+        .await;
+    assert_flow_details(&doc);
+    let consuming: Vec<i64> = doc["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["status"] == "Consuming")
+        .map(|h| h["attempts"].as_i64().unwrap())
+        .collect();
+    assert_eq!(consuming, [1, 2]);
+    let row = env.journal.row(&again).unwrap();
+    assert_eq!((row.status, row.attempts), (status::CONSUMED, 2));
+}
+
+async fn flow_order_for_messages_due_at_once(b: Backend) {
+    let env = Env::start(b).await;
+    let messages: Vec<Value> = (0..200)
+        .map(|i| json!({"topic": "now", "body": format!("{i}")}))
+        .collect();
+    let ids = env.push_batch(messages).await;
+    let got = env
+        .collect("now", ids.len(), std::time::Duration::from_secs(15))
+        .await;
+    assert_eq!(got.len(), ids.len());
+    for r in &got {
+        env.ack(r.id()).await.assert_ok();
+    }
+    let mut bad = Vec::new();
+    for id in &ids {
+        let codes = env.journal.flow_codes(id);
+        if codes != [0, 1, 2, 3, 4] {
+            bad.push((id.clone(), codes));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} messages have flow rows out of order, e.g. {:?}",
+        bad.len(),
+        ids.len(),
+        &bad[..bad.len().min(3)]
+    );
+}

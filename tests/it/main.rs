@@ -1,0 +1,38 @@
+//! delayq's integration tests, one binary: every module below starts real
+//! processes (redis-server, the journal database, `delayq serve`, and for
+//! some ZooKeeper, nginx, RabbitMQ, NATS or Chromium) through the fixtures
+//! in [`common`], and checks what the server did by looking into them.
+//!
+//! Run one module with a test-name filter, e.g.
+//! `cargo nextest run --test it -E 'test(/^restore::/)'`.
+
+#[macro_use]
+mod common;
+
+mod ack;
+mod admin;
+mod bizkey;
+mod cancel;
+mod checker;
+mod client;
+mod cluster;
+mod crash;
+mod delivery;
+mod forward;
+mod frozen;
+mod input;
+mod journal;
+mod journal_faults;
+mod metrics;
+mod openapi;
+mod ops;
+mod outage;
+mod promises;
+mod property;
+mod reconcile;
+mod recurring;
+mod restore;
+mod retry;
+mod standalone;
+mod tls;
+mod ui;

@@ -1,0 +1,292 @@
+//! The dashboard (`/ui`) in a real headless Chromium: its pages show live
+//! data, bodies as text, and its actions work end to end, behind the admin
+//! token, refused from another site and in read-only mode.
+//!
+//! With `DELAYQ_UI_SCREENSHOTS=DIR` the tests save the screenshots of the
+//! main pages the README shows (`docs/screenshots/`) into DIR.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::browser::Browser;
+use crate::common::{Backend, Env};
+use serde_json::json;
+
+const TOKEN: &str = "s3cret-ui";
+const SCRIPT_BODY: &str =
+    r#"<script>window.pwned = 1</script><b id="bold">not bold</b> & "quoted""#;
+
+/// Where screenshots go: the directory asked for, or the test's own.
+fn shots(env: &Env) -> (PathBuf, bool) {
+    match std::env::var_os("DELAYQ_UI_SCREENSHOTS") {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).unwrap();
+            (PathBuf::from(dir), true)
+        }
+        None => (env.dir.path().to_path_buf(), false),
+    }
+}
+
+/// A message of `topic` that used its only attempt: dead.
+async fn dead_message(env: &Env, topic: &str, body: &str, biz_key: &str) -> String {
+    let id = env
+        .push(json!({"topic": topic, "body": body, "bizKey": biz_key, "maxAttempts": 1}))
+        .await;
+    assert_eq!(env.receive_one(topic).await.id(), id);
+    let nack = env
+        .send(env.http.post(env.url(&format!("/nack/{id}"))))
+        .await;
+    assert_eq!(nack.assert_ok()["result"], "dead");
+    env.wait_history(&id, &["WaitPut", "Delaying", "Ready", "Consuming", "Dead"])
+        .await;
+    id
+}
+
+async fn pages_show_live_data(b: Backend) {
+    let env = Env::start(b).await;
+    let (dir, asked) = shots(&env);
+    let id = env
+        .push(json!({"topic": "orders.eu", "body": SCRIPT_BODY, "bizKey": "<img src=x onerror=alert(1)>", "delay": 3_600_000}))
+        .await;
+    env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    if asked {
+        // Some traffic for the overview's rates and charts.
+        for round in 0..4 {
+            for topic in ["sms.reminder", "review.request", "payments.retry"] {
+                let ids = env
+                    .push_batch(
+                        (0..20)
+                            .map(|i| json!({"topic": topic, "body": format!("{{\"n\":{i}}}"), "delay": 50 * i}))
+                            .collect(),
+                    )
+                    .await;
+                for m in env.collect(topic, ids.len(), Duration::from_secs(10)).await {
+                    if round < 3 {
+                        env.ack(m.id()).await.assert_ok();
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        dead_message(
+            &env,
+            "payments.retry",
+            r#"{"order":"A-1042","amount":1999}"#,
+            "order-A-1042",
+        )
+        .await;
+    }
+
+    let browser = Browser::start().await;
+    browser.resize(1360, 1060).await;
+
+    // Overview: the pushed message's topic, with its count.
+    browser.goto(&env.url("/ui")).await;
+    browser.wait_for("orders.eu").await;
+    assert!(browser.text("#topics").await.contains("orders.eu"));
+    if asked {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    browser.screenshot(&dir.join("overview.png")).await;
+
+    // The topic page lists it; a search by bizKey finds it.
+    browser.goto(&env.url("/ui/topics/orders.eu")).await;
+    browser.wait_for(&id).await;
+    let search = browser.find("form.search input[name=q]").await;
+    browser
+        .type_into(&search, "<img src=x onerror=alert(1)>")
+        .await;
+    browser
+        .click(&browser.find("form.search button").await)
+        .await;
+    browser.wait_for("History").await;
+    assert!(browser
+        .current_url()
+        .await
+        .ends_with(&format!("/ui/messages/{id}")));
+
+    // The message: its body as text, nothing of it run or rendered.
+    assert_eq!(browser.text("#body").await, SCRIPT_BODY);
+    let parsed = browser
+        .script(
+            "return [typeof window.pwned, document.querySelectorAll('#body *').length, document.getElementById('bold') === null];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(parsed, json!(["undefined", 0, true]));
+    let history = browser.text("#history").await;
+    assert!(
+        history.contains("WaitPut") && history.contains("Delaying"),
+        "{history}"
+    );
+    assert!(browser
+        .text("body")
+        .await
+        .contains("<img src=x onerror=alert(1)>"));
+    browser.screenshot(&dir.join("message.png")).await;
+
+    // The cluster: this node, leader of itself.
+    let node = env.get_path("/admin/cluster").await.assert_ok()["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    browser.goto(&env.url("/ui/cluster")).await;
+    browser.wait_for("Shards").await;
+    assert_eq!(browser.text("#node").await, node);
+    assert!(browser.text("#nodes").await.contains(&node));
+    browser.screenshot(&dir.join("cluster.png")).await;
+
+    // Restore and reconcile: a report run by clicking.
+    browser.goto(&env.url("/ui/restore")).await;
+    browser.wait_for("Reconcile the journal with Redis").await;
+    let report = browser
+        .find("form[action='/ui/restore/reconcile'] button:not(.primary)")
+        .await;
+    browser.click(&report).await;
+    browser.wait_for("Reconciliation finished").await;
+    assert!(browser.text("#report").await.contains("differences"));
+}
+
+backend_tests!(pages_show_live_data);
+
+/// With an admin token: log in, requeue a dead message from the Dead
+/// letters page, and it is delivered again. A POST from another site, or
+/// without the CSRF token, changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn requeue_by_clicking_behind_the_token() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--admin-token")
+        .arg(TOKEN)
+        .start()
+        .await;
+    let (dir, _) = shots(&env);
+    let id = dead_message(&env, "sms", SCRIPT_BODY, "order-17").await;
+    let other = dead_message(&env, "sms", r#"{"to":"+4915112345678"}"#, "order-18").await;
+
+    let browser = Browser::start().await;
+    browser.resize(1360, 900).await;
+
+    // No session: the login form, which refuses a wrong token.
+    browser.goto(&env.url("/ui/dead/sms")).await;
+    browser.wait_for("Log in").await;
+    browser
+        .type_into(&browser.find("#token").await, "wrong")
+        .await;
+    browser.click(&browser.find("#login").await).await;
+    browser.wait_for("That is not the admin token").await;
+    browser
+        .type_into(&browser.find("#token").await, TOKEN)
+        .await;
+    browser.click(&browser.find("#login").await).await;
+    browser.wait_for("Dead letters of").await;
+    assert!(browser.current_url().await.ends_with("/ui/dead/sms"));
+    assert_eq!(
+        browser.text(&format!("#dead-{id} td.body")).await.len(),
+        40 + "…".len()
+    );
+    browser.screenshot(&dir.join("dead-letters.png")).await;
+
+    // A form posted from another site (an opaque origin): no cookie goes
+    // with it (SameSite) and the browser says where it comes from.
+    let session = browser.cookie("delayq_ui").await.expect("a session cookie");
+    browser
+        .goto(&format!(
+            "data:text/html,<form method=post action='{}'></form><script>document.forms[0].submit()</script>",
+            env.url(&format!("/ui/messages/{other}/requeue"))
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The same with the cookie but without the CSRF token, and with a
+    // token but from another origin.
+    let post = |form: &'static str, origin: Option<&'static str>| {
+        let mut req = env
+            .http
+            .post(env.url(&format!("/ui/messages/{other}/requeue")))
+            .header("Cookie", format!("delayq_ui={session}"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form);
+        if let Some(o) = origin {
+            req = req.header("Origin", o);
+        }
+        req
+    };
+    assert_eq!(env.send(post("back=%2Fui", None)).await.status, 403);
+    assert_eq!(
+        env.send(post("csrf=0000", Some("http://evil.example")))
+            .await
+            .status,
+        403
+    );
+    let no_session = env
+        .send(
+            env.http
+                .post(env.url(&format!("/ui/messages/{other}/requeue")))
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body("csrf=x"),
+        )
+        .await;
+    assert_eq!(no_session.status, 401);
+    assert_eq!(env.message(&other).await["message"]["status"], "Dead");
+    // GET does not act.
+    let get = env.get_path(&format!("/ui/messages/{other}/requeue")).await;
+    assert!([404, 405].contains(&get.status), "{}", get.status);
+
+    // Requeue by clicking: the message is delivered again.
+    browser.goto(&env.url("/ui/dead/sms")).await;
+    let requeue = browser.find(&format!("#dead-{id} button.primary")).await;
+    browser.click(&requeue).await;
+    browser.wait_for(&format!("Message {id} requeued")).await;
+    assert_eq!(env.receive_one("sms").await.id(), id);
+    assert_eq!(env.message(&other).await["message"]["status"], "Dead");
+
+    // Delete the other one from its message page (the question accepted).
+    browser
+        .goto(&env.url(&format!("/ui/messages/{other}")))
+        .await;
+    browser.click(&browser.find("button.danger").await).await;
+    browser.accept_dialog().await;
+    browser.wait_for(&format!("Message {other} deleted")).await;
+    assert_eq!(env.message(&other).await["message"]["status"], "Deleted");
+}
+
+/// `--ui-read-only`: every page shows, no form acts, and the action routes
+/// refuse.
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_offers_no_action() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--ui-read-only")
+        .start()
+        .await;
+    let id = dead_message(&env, "mail", "hello", "k1").await;
+    let browser = Browser::start().await;
+    for page in [
+        "/ui".to_string(),
+        "/ui/dead/mail".to_string(),
+        format!("/ui/messages/{id}"),
+        "/ui/cluster".to_string(),
+        "/ui/restore".to_string(),
+    ] {
+        browser.goto(&env.url(&page)).await;
+        browser.wait_for("read-only").await;
+        assert!(
+            browser.find_all("form[method=post]").await.is_empty(),
+            "{page}"
+        );
+        assert!(browser.find_all("button").await.is_empty(), "{page}");
+    }
+    browser.goto(&env.url("/ui/dead/mail")).await;
+    browser.wait_for(&id).await;
+    let session = browser.cookie("delayq_ui").await.expect("a session cookie");
+    let refused = env
+        .send(
+            env.http
+                .post(env.url(&format!("/ui/messages/{id}/requeue")))
+                .header("Cookie", format!("delayq_ui={session}"))
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body("csrf=x"),
+        )
+        .await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.text.contains("read-only"));
+    assert_eq!(env.message(&id).await["message"]["status"], "Dead");
+}
