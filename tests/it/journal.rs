@@ -2,7 +2,9 @@
 //! change leaves a flow row (visible in `GET /messages/{id}` and in the
 //! `message_flow` table).
 
-use crate::common::{now_ms, status, Backend, Env};
+use std::time::Duration;
+
+use crate::common::{now_ms, status, wait_until, Backend, Env};
 use serde_json::{json, Value};
 
 backend_tests!(
@@ -202,13 +204,27 @@ async fn flow_order_for_messages_due_at_once(b: Backend) {
     for r in &got {
         env.ack(r.id()).await.assert_ok();
     }
-    let mut bad = Vec::new();
-    for id in &ids {
-        let codes = env.journal.flow_codes(id);
-        if codes != [0, 1, 2, 3, 4] {
-            bad.push((id.clone(), codes));
-        }
-    }
+    // An ack is answered once Redis applied it; its Consumed row follows
+    // in the journal's next batch. Wait for every message's five rows,
+    // then check their order.
+    let all = wait_until(
+        "every message's five flow rows",
+        Duration::from_secs(15),
+        || async {
+            let codes: Vec<(String, Vec<i16>)> = ids
+                .iter()
+                .map(|id| (id.clone(), env.journal.flow_codes(id)))
+                .collect();
+            let short = codes.iter().filter(|(_, c)| c.len() < 5).count();
+            if short == 0 {
+                Ok(codes)
+            } else {
+                Err(format!("{short} of {} have fewer", ids.len()))
+            }
+        },
+    )
+    .await;
+    let bad: Vec<_> = all.iter().filter(|(_, c)| c != &[0, 1, 2, 3, 4]).collect();
     assert!(
         bad.is_empty(),
         "{} of {} messages have flow rows out of order, e.g. {:?}",
