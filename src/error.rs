@@ -14,8 +14,6 @@
 //! - Messages for operators go to the log with the error's own text; secrets
 //!   (database passwords) are redacted before they reach an error.
 
-use serde::Serialize;
-
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("journal database error: {0}")]
@@ -91,116 +89,7 @@ pub enum ShardError {
     Mailbox(#[from] actix::MailboxError),
 }
 
-/// Declares [`ErrorCode`]: each code's variant and the name clients see.
-macro_rules! error_codes {
-    ($($variant:ident = $name:literal,)*) => {
-        /// The stable `error` codes of the API: what a client branches on.
-        /// One enum, so a code is never spelled two ways.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum ErrorCode {
-            $($variant,)*
-        }
-
-        impl ErrorCode {
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorCode::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-error_codes! {
-    BizKeyTaken = "biz_key_taken",
-    BodyTooLarge = "body_too_large",
-    Forbidden = "forbidden",
-    Internal = "internal",
-    InvalidBatch = "invalid_batch",
-    InvalidBizKey = "invalid_biz_key",
-    InvalidBody = "invalid_body",
-    InvalidCancel = "invalid_cancel",
-    InvalidContentType = "invalid_content_type",
-    InvalidDelay = "invalid_delay",
-    InvalidField = "invalid_field",
-    InvalidId = "invalid_id",
-    InvalidIds = "invalid_ids",
-    InvalidJson = "invalid_json",
-    InvalidMaxAttempts = "invalid_max_attempts",
-    InvalidMessage = "invalid_message",
-    InvalidParameter = "invalid_parameter",
-    InvalidPath = "invalid_path",
-    InvalidPriority = "invalid_priority",
-    InvalidReceipt = "invalid_receipt",
-    InvalidRepeat = "invalid_repeat",
-    InvalidRetry = "invalid_retry",
-    InvalidShard = "invalid_shard",
-    InvalidTopic = "invalid_topic",
-    InvalidTtl = "invalid_ttl",
-    JournalBehind = "journal_behind",
-    JournalRefused = "journal_refused",
-    JournalUnavailable = "journal_unavailable",
-    MissingBody = "missing_body",
-    MissingId = "missing_id",
-    MissingTo = "missing_to",
-    MissingTopic = "missing_topic",
-    NoSuchNode = "no_such_node",
-    NoSuchRoute = "no_such_route",
-    NoSuchShard = "no_such_shard",
-    NodeStalled = "node_stalled",
-    NodeUnavailable = "node_unavailable",
-    NotDead = "not_dead",
-    NotFound = "not_found",
-    NotInFlight = "not_in_flight",
-    NotPossible = "not_possible",
-    PayloadTooLarge = "payload_too_large",
-    RedisUnavailable = "redis_unavailable",
-    StaleDelivery = "stale_delivery",
-    Unauthorized = "unauthorized",
-    UnknownField = "unknown_field",
-    UnknownParameter = "unknown_parameter",
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl utoipa::PartialSchema for ErrorCode {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
-            .description(Some("What went wrong, for a client to branch on"))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for ErrorCode {}
-
-impl Serialize for ErrorCode {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_codes_are_distinct_snake_case_names() {
-        let names: std::collections::HashSet<&str> =
-            ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(names.len(), ErrorCode::ALL.len());
-        for n in names {
-            assert!(
-                !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
-                "{n}"
-            );
-        }
-    }
-}
+/// The stable `error` codes of the API, what a client branches on, and
+/// the error document: shared with the Rust client through `delayq-proto`,
+/// so a code is never spelled two ways.
+pub use delayq_proto::{ErrorBody, ErrorCode};

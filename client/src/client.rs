@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq_proto::ErrorBody;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -457,17 +458,12 @@ impl Client {
                 reason: e.to_string(),
             });
         }
-        #[derive(serde::Deserialize)]
-        struct ErrorBody {
-            error: String,
-            message: String,
-        }
         match serde_json::from_slice::<ErrorBody>(&bytes) {
             Ok(e) => Err(Error::Api {
                 method: verb,
                 path,
                 status: status.as_u16(),
-                code: ErrorCode::from(e.error.as_str()),
+                code: e.error,
                 message: e.message,
             }),
             Err(_) => Err(Error::Status {

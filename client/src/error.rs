@@ -6,97 +6,11 @@
 //! again after a wait, and a refusal of the request itself, which would be
 //! refused again.
 
-/// Declares [`ErrorCode`]: each code's variant and the name the server sends.
-macro_rules! error_codes {
-    ($($variant:ident = $name:literal,)*) => {
-        /// The server's stable `error` codes: what a caller branches on. A
-        /// code this client does not know is kept as [`ErrorCode::Other`].
-        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum ErrorCode {
-            $($variant,)*
-            Other(String),
-        }
-
-        impl ErrorCode {
-            pub fn as_str(&self) -> &str {
-                match self {
-                    $(ErrorCode::$variant => $name,)*
-                    ErrorCode::Other(code) => code,
-                }
-            }
-        }
-
-        impl From<&str> for ErrorCode {
-            fn from(code: &str) -> Self {
-                match code {
-                    $($name => ErrorCode::$variant,)*
-                    other => ErrorCode::Other(other.to_string()),
-                }
-            }
-        }
-    };
-}
-
-error_codes! {
-    BizKeyTaken = "biz_key_taken",
-    BodyTooLarge = "body_too_large",
-    Forbidden = "forbidden",
-    Internal = "internal",
-    InvalidBatch = "invalid_batch",
-    InvalidBizKey = "invalid_biz_key",
-    InvalidBody = "invalid_body",
-    InvalidCancel = "invalid_cancel",
-    InvalidContentType = "invalid_content_type",
-    InvalidDelay = "invalid_delay",
-    InvalidField = "invalid_field",
-    InvalidId = "invalid_id",
-    InvalidIds = "invalid_ids",
-    InvalidJson = "invalid_json",
-    InvalidMaxAttempts = "invalid_max_attempts",
-    InvalidMessage = "invalid_message",
-    InvalidParameter = "invalid_parameter",
-    InvalidPath = "invalid_path",
-    InvalidPriority = "invalid_priority",
-    InvalidReceipt = "invalid_receipt",
-    InvalidRepeat = "invalid_repeat",
-    InvalidRetry = "invalid_retry",
-    InvalidShard = "invalid_shard",
-    InvalidTopic = "invalid_topic",
-    InvalidTtl = "invalid_ttl",
-    JournalBehind = "journal_behind",
-    JournalRefused = "journal_refused",
-    JournalUnavailable = "journal_unavailable",
-    MissingBody = "missing_body",
-    MissingId = "missing_id",
-    MissingTo = "missing_to",
-    MissingTopic = "missing_topic",
-    // From the shipped nginx: the node did not answer in time (504).
-    NoAnswer = "no_answer",
-    // From the shipped nginx: no node answered (502).
-    NoNode = "no_node",
-    NoSuchNode = "no_such_node",
-    NoSuchRoute = "no_such_route",
-    NoSuchShard = "no_such_shard",
-    NodeStalled = "node_stalled",
-    NodeUnavailable = "node_unavailable",
-    NotDead = "not_dead",
-    NotFound = "not_found",
-    NotInFlight = "not_in_flight",
-    NotPossible = "not_possible",
-    PayloadTooLarge = "payload_too_large",
-    RedisUnavailable = "redis_unavailable",
-    StaleDelivery = "stale_delivery",
-    Unauthorized = "unauthorized",
-    UnknownField = "unknown_field",
-    UnknownParameter = "unknown_parameter",
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The server's stable `error` codes (and those of the nginx shipped in
+/// front of a cluster): what a caller branches on. A code this client does
+/// not know is kept as [`ErrorCode::Other`]. The server's own definition,
+/// from `delayq-proto`.
+pub use delayq_proto::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -198,19 +112,6 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn codes_round_trip_and_unknown_ones_are_kept() {
-        for name in ["not_in_flight", "journal_unavailable", "invalid_topic"] {
-            let code = ErrorCode::from(name);
-            assert!(!matches!(code, ErrorCode::Other(_)), "{name}");
-            assert_eq!(code.as_str(), name);
-        }
-        assert_eq!(
-            ErrorCode::from("new_code"),
-            ErrorCode::Other("new_code".into())
-        );
-    }
 
     #[test]
     fn outages_are_retryable_refusals_are_not() {

@@ -26,6 +26,10 @@
 //! - [`error`]: [`Error`], carrying the server's [`ErrorCode`] and message;
 //!   [`Error::is_retryable`] tells an outage from a refusal.
 //!
+//! [`ErrorCode`] and the outcomes ([`AckOutcome`], [`NackOutcome`],
+//! [`CancelOutcome`]) are the server's own definitions, from the
+//! `delayq-proto` crate both build on, re-exported here.
+//!
 //! The client speaks plain HTTP/1.1 with keep-alive (reqwest, no TLS):
 //! delayq is meant to sit behind a load balancer on a private network.
 

@@ -1,11 +1,17 @@
 //! What the server answers: a push's id, and a result per id for acks,
-//! nacks and cancels.
+//! nacks and cancels. The outcomes themselves ([`AckOutcome`],
+//! [`NackOutcome`], [`CancelOutcome`]) are the server's own types, from
+//! `delayq-proto`.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 use crate::message::{Message, MessageId, Occurrence, Status};
+
+/// Each message's outcome in these answers, as the server defines it
+/// (`delayq-proto`); one a newer server sends reads as `Unknown`.
+pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome};
 
 /// The answer to a push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -40,21 +46,6 @@ pub struct AckResult {
     pub next_occurrence: Option<Occurrence>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AckOutcome {
-    Consumed,
-    /// Not handed out: not delivered yet, its ack deadline passed, or it
-    /// ended otherwise (see the result's `status`).
-    NotInFlight,
-    /// The receipt names another delivery than the current one: nothing
-    /// changed (see the result's `status`).
-    StaleDelivery,
-    NotFound,
-    #[serde(other)]
-    Unknown,
-}
-
 /// What a nack did to one message.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,54 +59,6 @@ pub struct NackResult {
     /// With `delaying`: when it is delivered again (epoch ms).
     #[serde(default)]
     pub due_time: Option<i64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NackOutcome {
-    /// Ready again at once.
-    Ready,
-    /// Back to waiting, until `due_time`.
-    Delaying,
-    /// That was its last attempt.
-    Dead,
-    /// A recurring series cancelled while this occurrence was handed out.
-    Deleted,
-    NotInFlight,
-    /// The receipt names an earlier delivery: nothing changed.
-    StaleDelivery,
-    NotFound,
-    #[serde(other)]
-    Unknown,
-}
-
-/// What cancelling one message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CancelOutcome {
-    /// Cancelled, now or before.
-    Deleted,
-    /// Handed to a consumer: left alone.
-    InFlight,
-    AlreadyConsumed,
-    Dead,
-    NotFound,
-    #[serde(other)]
-    Unknown,
-}
-
-impl CancelOutcome {
-    /// The name the server sends: `deleted`, `in_flight`, ...
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelOutcome::Deleted => "deleted",
-            CancelOutcome::InFlight => "in_flight",
-            CancelOutcome::AlreadyConsumed => "already_consumed",
-            CancelOutcome::Dead => "dead",
-            CancelOutcome::NotFound => "not_found",
-            CancelOutcome::Unknown => "unknown",
-        }
-    }
 }
 
 /// The answer to a cancel by ids or by `bizKey`.

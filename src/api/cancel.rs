@@ -3,11 +3,12 @@
 //! [`crate::queue::cancel`].
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use delayq_proto as proto;
 use serde_json::Value;
 
 use super::body::JsonBody;
 use super::schema::{
-    CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, CancelResult, DeleteNotFound,
+    CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, DeleteNotFound,
 };
 use super::{parse_id, AppState, Query};
 use crate::api::error::ApiError;
@@ -52,7 +53,7 @@ pub async fn delete(
             error: ErrorCode::NotFound,
             message: format!("no message {id}"),
             id,
-            result: CancelResult::NotFound,
+            result: proto::CancelOutcome::NotFound,
         })),
         outcome => Ok(HttpResponse::Ok().json(CancelOne {
             id,
@@ -61,13 +62,13 @@ pub async fn delete(
     }
 }
 
-fn cancel_result(outcome: CancelOutcome) -> CancelResult {
+fn cancel_result(outcome: CancelOutcome) -> proto::CancelOutcome {
     match outcome {
-        CancelOutcome::Deleted => CancelResult::Deleted,
-        CancelOutcome::InFlight => CancelResult::InFlight,
-        CancelOutcome::AlreadyConsumed => CancelResult::AlreadyConsumed,
-        CancelOutcome::Dead => CancelResult::Dead,
-        CancelOutcome::NotFound => CancelResult::NotFound,
+        CancelOutcome::Deleted => proto::CancelOutcome::Deleted,
+        CancelOutcome::InFlight => proto::CancelOutcome::InFlight,
+        CancelOutcome::AlreadyConsumed => proto::CancelOutcome::AlreadyConsumed,
+        CancelOutcome::Dead => proto::CancelOutcome::Dead,
+        CancelOutcome::NotFound => proto::CancelOutcome::NotFound,
     }
 }
 

@@ -2,11 +2,12 @@
 //! [`crate::queue::consume`]; these parse and render.
 
 use actix_web::{web, HttpResponse};
+use delayq_proto as proto;
 
 use super::body::JsonBody;
 use super::schema::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
-    AckResultKind, NackBatchReply, NackRequest, NackResult, NackResultKind, PollReply,
+    NackBatchReply, NackRequest, NackResult, PollReply,
 };
 use super::{
     batch_deliveries, check_topic, int_param, only_params, parse_id, parse_receipt, AppState, Query,
@@ -445,11 +446,11 @@ pub async fn nack_batch(
 
 fn ack_result(outcome: AckOutcome, id: MessageId) -> AckResult {
     let (result, status, next_occurrence) = match outcome {
-        AckOutcome::Consumed => (AckResultKind::Consumed, None, None),
-        AckOutcome::Next(next) => (AckResultKind::Consumed, None, Some(next)),
-        AckOutcome::NotInFlight(status) => (AckResultKind::NotInFlight, Some(status), None),
-        AckOutcome::Stale(now) => (AckResultKind::StaleDelivery, Some(Some(now)), None),
-        AckOutcome::NotFound => (AckResultKind::NotFound, None, None),
+        AckOutcome::Consumed => (proto::AckOutcome::Consumed, None, None),
+        AckOutcome::Next(next) => (proto::AckOutcome::Consumed, None, Some(next)),
+        AckOutcome::NotInFlight(status) => (proto::AckOutcome::NotInFlight, Some(status), None),
+        AckOutcome::Stale(now) => (proto::AckOutcome::StaleDelivery, Some(Some(now)), None),
+        AckOutcome::NotFound => (proto::AckOutcome::NotFound, None, None),
     };
     AckResult {
         id,
@@ -476,20 +477,20 @@ fn nack_result(outcome: NackOutcome, id: MessageId) -> NackResult {
                 _ => None,
             },
             ..result(match then {
-                AfterFailure::Ready => NackResultKind::Ready,
-                AfterFailure::Delaying { .. } => NackResultKind::Delaying,
-                AfterFailure::Dead => NackResultKind::Dead,
-                AfterFailure::Stopped => NackResultKind::Deleted,
+                AfterFailure::Ready => proto::NackOutcome::Ready,
+                AfterFailure::Delaying { .. } => proto::NackOutcome::Delaying,
+                AfterFailure::Dead => proto::NackOutcome::Dead,
+                AfterFailure::Stopped => proto::NackOutcome::Deleted,
             })
         },
         NackOutcome::NotInFlight(status) => NackResult {
             status: Some(status),
-            ..result(NackResultKind::NotInFlight)
+            ..result(proto::NackOutcome::NotInFlight)
         },
         NackOutcome::Stale(now) => NackResult {
             status: Some(Some(now)),
-            ..result(NackResultKind::StaleDelivery)
+            ..result(proto::NackOutcome::StaleDelivery)
         },
-        NackOutcome::NotFound => result(NackResultKind::NotFound),
+        NackOutcome::NotFound => result(proto::NackOutcome::NotFound),
     }
 }

@@ -3,11 +3,10 @@
 //! "message": text}` ([`ErrorBody`]); the errors of the layers below
 //! become one with `From` (see [`crate::error`] for the policy).
 
+pub use crate::error::ErrorBody;
+use crate::error::{ErrorCode, JournalError, ShardError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use serde::Serialize;
-
-use crate::error::{ErrorCode, JournalError, ShardError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -58,7 +57,7 @@ impl ApiError {
             | ApiError::TooLarge { code, .. }
             | ApiError::NotFound { code, .. }
             | ApiError::Conflict { code, .. }
-            | ApiError::Forbidden { code, .. } => *code,
+            | ApiError::Forbidden { code, .. } => code.clone(),
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
             ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
@@ -68,13 +67,6 @@ impl ApiError {
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
-}
-
-/// Every error answer: a stable code and a sentence for people.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorCode,
-    pub message: String,
 }
 
 impl ResponseError for ApiError {
@@ -196,8 +188,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bad_input_is_a_400_with_its_code() {
-        let body = ApiError::invalid(ErrorCode::InvalidTopic, "x").error_response();
-        assert_eq!(body.status(), StatusCode::BAD_REQUEST);
+    fn a_refusal_answers_its_status_and_code() {
+        let e = ApiError::invalid(ErrorCode::InvalidTopic, "x");
+        assert_eq!(e.code(), ErrorCode::InvalidTopic);
+        assert_eq!(e.error_response().status(), StatusCode::BAD_REQUEST);
+        let e = ApiError::Stalled("resumed".into());
+        assert_eq!(e.code(), ErrorCode::NodeStalled);
+        assert_eq!(e.error_response().status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -6,9 +6,14 @@
 //! checked by hand (see `body.rs` and [`crate::message::parse_draft`]), for
 //! error messages that name the field; their types here describe what the
 //! handlers accept, with the same bounds, and are never built.
+//!
+//! What the Rust client reads too comes from `delayq-proto` ([`proto`]):
+//! the error document and codes, and each message's outcome in the
+//! answers to acks, nacks and cancels.
 
 use std::collections::BTreeMap;
 
+use delayq_proto as proto;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
 use utoipa::openapi::{RefOr, Schema};
@@ -287,23 +292,12 @@ pub struct AckReply {
     pub next_occurrence: Option<Occurrence>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AckResultKind {
-    Consumed,
-    NotInFlight,
-    /// The receipt names another delivery; nothing changed (`status`: where
-    /// the message is now).
-    StaleDelivery,
-    NotFound,
-}
-
 /// One id's ack.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AckResult {
     pub id: MessageId,
-    pub result: AckResultKind,
+    pub result: proto::AckOutcome,
     /// Not in flight: the message's status, null when it was never
     /// delivered.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -320,29 +314,12 @@ pub struct AckBatchReply {
     pub results: Vec<AckResult>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum NackResultKind {
-    /// Ready again at once.
-    Ready,
-    /// Back to `Delaying`, due at `dueTime`.
-    Delaying,
-    /// That was its last attempt.
-    Dead,
-    /// A recurring message cancelled while an occurrence was out: it ends.
-    Deleted,
-    NotInFlight,
-    /// The receipt names an earlier delivery; nothing changed.
-    StaleDelivery,
-    NotFound,
-}
-
 /// One id's nack.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NackResult {
     pub id: MessageId,
-    pub result: NackResultKind,
+    pub result: proto::NackOutcome,
     /// The status it is in now; not in flight: null when it was never
     /// delivered.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -363,23 +340,11 @@ pub struct NackBatchReply {
     pub results: Vec<NackResult>,
 }
 
-/// What cancelling one message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CancelResult {
-    Deleted,
-    /// Handed to a consumer: left alone.
-    InFlight,
-    AlreadyConsumed,
-    Dead,
-    NotFound,
-}
-
 /// One message's cancel.
 #[derive(Serialize, ToSchema)]
 pub struct CancelOne {
     pub id: MessageId,
-    pub result: CancelResult,
+    pub result: proto::CancelOutcome,
 }
 
 /// `GET /delete?id=` of an unknown id: an error with a definite result.
@@ -388,7 +353,7 @@ pub struct DeleteNotFound {
     pub error: ErrorCode,
     pub message: String,
     pub id: MessageId,
-    pub result: CancelResult,
+    pub result: proto::CancelOutcome,
 }
 
 /// `POST /cancel`: a result per id (by ids or bizKey), or counts per

@@ -211,20 +211,6 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     );
 }
 
-/// The client knows every code the server can send.
-#[test]
-fn every_server_error_code_is_known_to_the_client() {
-    for code in delayq::error::ErrorCode::ALL {
-        let known = ErrorCode::from(code.as_str());
-        assert!(
-            !matches!(known, ErrorCode::Other(_)),
-            "the client does not know the server's code {}",
-            code.as_str()
-        );
-        assert_eq!(known.as_str(), code.as_str());
-    }
-}
-
 async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {
     const N: usize = 60;
     let env = Env::start(b).await;

@@ -1,0 +1,21 @@
+//! The JSON shapes delayq's server and its Rust client (`delayq-client`)
+//! share: one definition, so a code or an outcome is never spelled two ways.
+//!
+//! - [`ErrorCode`] and [`ErrorBody`]: the `{"error": code, "message": text}`
+//!   document of every refusal, with the codes' snake_case names.
+//! - [`AckOutcome`], [`NackOutcome`], [`CancelOutcome`]: the `result` of one
+//!   message in the answers to acks, nacks and cancels.
+//!
+//! This crate knows nothing of HTTP frameworks, Redis, databases or async
+//! runtimes: serde alone, and utoipa behind the `utoipa` feature for the
+//! server's OpenAPI document. Readers are forgiving: a code or an outcome
+//! a newer server sends reads as [`ErrorCode::Other`] or an `Unknown`
+//! outcome rather than failing.
+
+mod error;
+mod outcome;
+#[cfg(feature = "utoipa")]
+mod schema;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};

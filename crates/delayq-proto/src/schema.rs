@@ -1,0 +1,72 @@
+//! OpenAPI schemas (the `utoipa` feature), for the server's
+//! `/openapi.json`. The outcome enums list what the server sends, not
+//! `Unknown`, and keep the names the document has always given them
+//! (`AckResultKind`, `NackResultKind`, `CancelResult`).
+
+use std::borrow::Cow;
+
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::outcome::{ACK_SENT, CANCEL_SENT, NACK_SENT};
+use crate::{AckOutcome, CancelOutcome, ErrorCode, NackOutcome};
+
+/// A string schema of these names.
+fn names<'a>(names: impl IntoIterator<Item = &'a str>, description: Option<&str>) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(names))
+        .description(description)
+        .into()
+}
+
+impl PartialSchema for ErrorCode {
+    fn schema() -> RefOr<Schema> {
+        names(
+            ErrorCode::ALL.iter().map(ErrorCode::as_str),
+            Some("What went wrong, for a client to branch on"),
+        )
+    }
+}
+
+impl ToSchema for ErrorCode {}
+
+impl PartialSchema for AckOutcome {
+    fn schema() -> RefOr<Schema> {
+        names(ACK_SENT.iter().map(|o| o.as_str()), None)
+    }
+}
+
+impl ToSchema for AckOutcome {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("AckResultKind")
+    }
+}
+
+impl PartialSchema for NackOutcome {
+    fn schema() -> RefOr<Schema> {
+        names(NACK_SENT.iter().map(|o| o.as_str()), None)
+    }
+}
+
+impl ToSchema for NackOutcome {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("NackResultKind")
+    }
+}
+
+impl PartialSchema for CancelOutcome {
+    fn schema() -> RefOr<Schema> {
+        names(
+            CANCEL_SENT.iter().map(|o| o.as_str()),
+            Some("What cancelling one message did."),
+        )
+    }
+}
+
+impl ToSchema for CancelOutcome {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("CancelResult")
+    }
+}
