@@ -1,8 +1,9 @@
 //! Error policy.
 //!
 //! - Each layer has one `thiserror` enum: [`JournalError`] (database),
-//!   [`ShardError`] (Redis and the shard actors), `ApiError` (HTTP, in
-//!   `api::error`, which knows the others; nothing here knows HTTP). Lower
+//!   [`RedisError`] (Redis: the schedule, its scripts and the actors that
+//!   write to it), `ApiError` (HTTP, in `api::error`, which knows the
+//!   others; nothing here knows HTTP). Lower
 //!   errors convert into higher ones with `From`; `anyhow` is used only in
 //!   `main` and start-up code, where an error ends the process.
 //! - `ApiError` is what clients see: every variant maps to one HTTP status
@@ -75,8 +76,10 @@ impl JournalError {
     }
 }
 
+/// What went wrong with Redis: a command or script failed, a record did
+/// not read, a scan was fenced off, or the actor in front of it was gone.
 #[derive(Debug, thiserror::Error)]
-pub enum ShardError {
+pub enum RedisError {
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("redis holds a record delayq cannot read: {0}")]

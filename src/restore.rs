@@ -331,7 +331,7 @@ impl Restorer {
             .router
             .send(Schedule(messages))
             .await
-            .map_err(crate::error::ShardError::from)??;
+            .map_err(crate::error::RedisError::from)??;
         // The router records the restored messages Delaying.
         for (id, outcome) in ids.iter().zip(added) {
             tracing::debug!(id = %id, ?outcome, "restored from the journal");

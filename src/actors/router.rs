@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::actors::journal::Journal;
 use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
 use crate::cluster::Permit;
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Message};
 use crate::notify::Topics;
@@ -28,7 +28,7 @@ pub type Batch = Vec<(Message, i32)>;
 /// Schedule messages (with their delivery counts); answers what happened
 /// to each.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<Scheduled>, ShardError>")]
+#[rtype(result = "Result<Vec<Scheduled>, RedisError>")]
 pub struct Schedule(pub Batch);
 
 /// This node now owns `shard` with this epoch: start scanning it.
@@ -102,7 +102,7 @@ impl Actor for RouterActor {
 }
 
 impl Handler<Schedule> for RouterActor {
-    type Result = ResponseActFuture<Self, Result<Vec<Scheduled>, ShardError>>;
+    type Result = ResponseActFuture<Self, Result<Vec<Scheduled>, RedisError>>;
 
     fn handle(&mut self, msg: Schedule, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
@@ -112,7 +112,7 @@ impl Handler<Schedule> for RouterActor {
                 Ok((msg.0, added))
             }
             .into_actor(self)
-            .map(|res: Result<(Batch, Vec<Scheduled>), ShardError>, act, _| {
+            .map(|res: Result<(Batch, Vec<Scheduled>), RedisError>, act, _| {
                 let (messages, added) = res?;
                 let keys = act.redis.keys();
                 let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::actors::journal::Journal;
 use crate::cluster::Permit;
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::journal::StatusChange;
 use crate::message::now_ms;
 use crate::metrics::metrics;
@@ -173,7 +173,7 @@ impl ZsetShardActor {
                     crate::cluster::health::scan_ok(act.shard);
                     act.after_scan(t, ctx);
                 }
-                Err(ShardError::StaleEpoch { stored, .. }) => {
+                Err(RedisError::StaleEpoch { stored, .. }) => {
                     metrics().scan_refused(act.shard, "stale_epoch");
                     crate::cluster::health::scan_failed(act.shard, "stale epoch");
                     if let Some(suppressed) = crate::cluster::health::may_log(act.shard, "stale") {

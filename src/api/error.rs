@@ -4,7 +4,7 @@
 //! become one with `From` (see [`crate::error`] for the policy).
 
 pub use crate::error::ErrorBody;
-use crate::error::{ErrorCode, JournalError, ShardError};
+use crate::error::{ErrorCode, JournalError, RedisError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
@@ -123,10 +123,10 @@ impl From<JournalError> for ApiError {
     }
 }
 
-impl From<ShardError> for ApiError {
-    fn from(e: ShardError) -> Self {
+impl From<RedisError> for ApiError {
+    fn from(e: RedisError) -> Self {
         match e {
-            ShardError::BadRecord(m) => ApiError::Internal(m),
+            RedisError::BadRecord(m) => ApiError::Internal(m),
             other => {
                 tracing::warn!(error = %other, "redis error answered with 503");
                 ApiError::RedisUnavailable(other.to_string())

@@ -47,7 +47,7 @@ pub async fn reserve_and_grant(
     worker: u16,
     fresh: bool,
     valid_until: Instant,
-) -> Result<(), crate::error::ShardError> {
+) -> Result<(), crate::error::RedisError> {
     let want = now_ms().max(ids.last_ms()) + RESERVE_AHEAD_MS;
     let (before, reserved) = redis.reserve(worker, want).await?;
     if fresh {

@@ -7,7 +7,7 @@ use super::{Queue, QueueError};
 use crate::actors::journal::LiveByBizKey;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
-use crate::redis::schedule::CancelResult;
+use crate::redis::schedule::RedisCancel;
 
 /// Journal rows read per page when cancelling by bizKey prefix.
 const PREFIX_PAGE: i64 = 500;
@@ -49,15 +49,15 @@ async fn cancel_in_redis(
 ) -> Result<(CancelOutcome, Option<i32>), QueueError> {
     let redis = &state.redis;
     Ok(match redis.cancel(id, false).await? {
-        CancelResult::InFlight => (CancelOutcome::InFlight, None),
+        RedisCancel::InFlight => (CancelOutcome::InFlight, None),
         // Ended in Redis, the journal not told yet: the end says how.
-        CancelResult::Finished(end) => (ended(end.status), None),
+        RedisCancel::Finished(end) => (ended(end.status), None),
         // A recurring message in flight: that delivery is its last.
-        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
+        RedisCancel::Deleted { attempts } | RedisCancel::Stopped { attempts } => {
             (CancelOutcome::Deleted, Some(attempts))
         }
         // Redis does not hold it: the journal knows how its life ended.
-        CancelResult::Absent => match state.journal.find(id).await? {
+        RedisCancel::Absent => match state.journal.find(id).await? {
             None => (CancelOutcome::NotFound, None),
             Some((row, _)) => match row.status() {
                 Status::Consumed => (CancelOutcome::AlreadyConsumed, None),
@@ -69,12 +69,12 @@ async fn cancel_in_redis(
                 // tombstone, so neither that push nor a restore brings it back.
                 Status::WaitPut | Status::Delaying | Status::Ready => {
                     match redis.cancel(id, true).await? {
-                        CancelResult::InFlight => (CancelOutcome::InFlight, None),
-                        CancelResult::Deleted { attempts } | CancelResult::Stopped { attempts } => {
+                        RedisCancel::InFlight => (CancelOutcome::InFlight, None),
+                        RedisCancel::Deleted { attempts } | RedisCancel::Stopped { attempts } => {
                             (CancelOutcome::Deleted, Some(attempts))
                         }
-                        CancelResult::Finished(end) => (ended(end.status), None),
-                        CancelResult::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
+                        RedisCancel::Finished(end) => (ended(end.status), None),
+                        RedisCancel::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
                     }
                 }
             },

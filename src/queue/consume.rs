@@ -7,12 +7,12 @@ use std::time::Duration;
 use super::{Queue, QueueError};
 use crate::actors::router::Touch;
 use crate::actors::router::Touch as WakeShard;
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, MessageView, Receipt, Status};
 use crate::metrics::metrics;
 use crate::redis::record;
-use crate::redis::schedule::{AckResult, Advanced, AfterFailure, Claimed, NackResult};
+use crate::redis::schedule::{Advanced, AfterFailure, Claimed, RedisAck, RedisNack};
 use crate::repeat::Occurrence;
 
 /// A waiting long poll looks at the ready queues at least this often, so a
@@ -304,13 +304,13 @@ pub async fn ack_deliveries(
         for (&i, result) in pending.iter().zip(results) {
             let id = ids[i];
             outcomes[i] = match result {
-                AckResult::Acked { attempts } => {
+                RedisAck::Acked { attempts } => {
                     metrics().acked.inc();
                     changes.push(consumed(id, attempts, now));
                     AckOutcome::Consumed
                 }
-                AckResult::Recurring { attempts, record } => {
-                    let (_, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                RedisAck::Recurring { attempts, record } => {
+                    let (_, msg) = record::decode(&record).map_err(RedisError::BadRecord)?;
                     match (acks[i].occurrence(), msg.occurrence) {
                         // The consumer acks an earlier occurrence: that one
                         // was acked already, this one is someone else's.
@@ -321,10 +321,10 @@ pub async fn ack_deliveries(
                         }
                     }
                 }
-                AckResult::NotInFlight {
+                RedisAck::NotInFlight {
                     recurring: Some(record),
                 } => {
-                    let (attempts, msg) = record::decode(&record).map_err(ShardError::BadRecord)?;
+                    let (attempts, msg) = record::decode(&record).map_err(RedisError::BadRecord)?;
                     match msg.occurrence {
                         // Waiting for a later occurrence, not handed out yet:
                         // this acks an earlier one again (its answer was
@@ -342,8 +342,8 @@ pub async fn ack_deliveries(
                         _ => AckOutcome::NotInFlight(None),
                     }
                 }
-                AckResult::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
-                AckResult::Stale {
+                RedisAck::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
+                RedisAck::Stale {
                     state: now,
                     recurring,
                     ..
@@ -361,12 +361,12 @@ pub async fn ack_deliveries(
                     }
                 }
                 // Ended in Redis and not journaled yet: the end says how.
-                AckResult::Finished(Some(end)) => match end.status {
+                RedisAck::Finished(Some(end)) => match end.status {
                     Status::Consumed => AckOutcome::Consumed,
                     other => AckOutcome::NotInFlight(Some(other)),
                 },
                 // Redis does not hold it: the journal knows how its life went.
-                AckResult::Absent | AckResult::Finished(None) => match find(state, id).await {
+                RedisAck::Absent | RedisAck::Finished(None) => match find(state, id).await {
                     Err(e) => {
                         lookup_error.get_or_insert(e);
                         continue;
@@ -390,7 +390,7 @@ pub async fn ack_deliveries(
                             // the message knows its id to ack it; the journal ends
                             // Consumed, so no restore delivers it again.
                             Status::WaitPut | Status::Delaying | Status::Ready
-                                if result == AckResult::Finished(None) =>
+                                if result == RedisAck::Finished(None) =>
                             {
                                 absent.push((i, id, row.attempts.max(1)));
                                 continue;
@@ -529,7 +529,7 @@ pub async fn nack(
     let mut lookup_error: Option<QueueError> = None;
     for (&(id, _, _), result) in nacks.iter().zip(results) {
         outcomes.push(match result {
-            NackResult::Failed {
+            RedisNack::Failed {
                 attempts,
                 then,
                 at,
@@ -561,9 +561,9 @@ pub async fn nack(
                 ));
                 NackOutcome::Failed { attempts, then }
             }
-            NackResult::NotInFlight => NackOutcome::NotInFlight(None),
-            NackResult::Stale { state: now } => NackOutcome::Stale(now),
-            NackResult::Absent => match find(state, id).await {
+            RedisNack::NotInFlight => NackOutcome::NotInFlight(None),
+            RedisNack::Stale { state: now } => NackOutcome::Stale(now),
+            RedisNack::Absent => match find(state, id).await {
                 Err(e) => {
                     lookup_error.get_or_insert(e);
                     NackOutcome::NotFound

@@ -20,7 +20,7 @@ use actix::Addr;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
-use crate::error::{JournalError, ShardError};
+use crate::error::{JournalError, RedisError};
 use crate::message::{IdGenerator, MessageId, NoWorkerId};
 use crate::notify::Topics;
 use crate::redis::schedule::RedisSchedule;
@@ -104,7 +104,7 @@ impl Queue {
 pub enum QueueError {
     /// Redis failed, or holds a record delayq cannot read.
     #[error(transparent)]
-    Redis(#[from] ShardError),
+    Redis(#[from] RedisError),
     /// The journal database failed or refused the write.
     #[error(transparent)]
     Journal(#[from] JournalError),

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use super::{Queue, QueueError};
 use crate::actors::router::Schedule;
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::journal::InsertOutcome;
 use crate::message::{Draft, Message, MessageId, Status};
 
@@ -115,7 +115,7 @@ impl Queue {
             .router
             .send(Schedule(to_schedule.clone()))
             .await
-            .map_err(ShardError::from);
+            .map_err(RedisError::from);
         // The router records the scheduled messages Delaying.
         match scheduled.and_then(|r| r) {
             Ok(_) => Ok(accepted),

@@ -9,7 +9,7 @@ use actix::Addr;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::journal::store::RowState;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
@@ -314,7 +314,7 @@ impl Reconciler {
                     .router
                     .send(Schedule(batch))
                     .await
-                    .map_err(ShardError::from)??;
+                    .map_err(RedisError::from)??;
                 report.missing.repaired += outcomes
                     .iter()
                     .filter(|o| matches!(o, Scheduled::Added { .. }))

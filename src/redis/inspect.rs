@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::message::MessageId;
 use crate::redis::keys::due_of_score;
 use crate::redis::reply::{opt_score, text};
@@ -96,7 +96,7 @@ fn to_i64(v: &Value) -> Option<i64> {
 impl RedisSchedule {
     /// Where Redis holds each message: `(id, topic)` pairs, the topic
     /// naming the ready queue to look in. One pipeline for all.
-    pub async fn locate(&self, items: &[(MessageId, &str)]) -> Result<Vec<Held>, ShardError> {
+    pub async fn locate(&self, items: &[(MessageId, &str)]) -> Result<Vec<Held>, RedisError> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
@@ -116,7 +116,7 @@ impl RedisSchedule {
         let mut out = Vec::with_capacity(items.len());
         for r in replies.chunks(6) {
             if r.len() < 6 {
-                return Err(ShardError::BadRecord(format!("locate returned {r:?}")));
+                return Err(RedisError::BadRecord(format!("locate returned {r:?}")));
             }
             let held = if to_i64(&r[0]) == Some(1) {
                 Held::Record(if let Some(s) = opt_score(&r[1]) {
@@ -144,7 +144,7 @@ impl RedisSchedule {
 
     /// How many records the shards' message hashes hold: what a walk over
     /// them reads.
-    pub async fn record_count(&self) -> Result<u64, ShardError> {
+    pub async fn record_count(&self) -> Result<u64, RedisError> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             pipe.hlen(self.keys.messages(shard));
@@ -161,7 +161,7 @@ impl RedisSchedule {
         shard: u32,
         cursor: u64,
         count: usize,
-    ) -> Result<(u64, Vec<(MessageId, Option<Header>)>), ShardError> {
+    ) -> Result<(u64, Vec<(MessageId, Option<Header>)>), RedisError> {
         let (next, flat): (u64, Vec<Value>) = redis::cmd("HSCAN")
             .arg(self.keys.messages(shard))
             .arg(cursor)
@@ -185,7 +185,7 @@ impl RedisSchedule {
     }
 
     /// The record headers of these messages (None where Redis holds none).
-    pub async fn headers(&self, ids: &[MessageId]) -> Result<Vec<Option<Header>>, ShardError> {
+    pub async fn headers(&self, ids: &[MessageId]) -> Result<Vec<Option<Header>>, RedisError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -202,7 +202,7 @@ impl RedisSchedule {
 
     /// Removes finished messages from Redis, leaving tombstones (purge.lua):
     /// whether each was held.
-    pub async fn purge(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
+    pub async fn purge(&self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
         let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -225,7 +225,7 @@ impl RedisSchedule {
 
     /// Puts messages whose record sits nowhere back in their delay zsets
     /// (replace.lua): whether each was put back.
-    pub async fn replace(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
+    pub async fn replace(&self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
         let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -247,7 +247,7 @@ impl RedisSchedule {
         n: usize,
         by_shard: &BTreeMap<u32, Vec<usize>>,
         pipe: &redis::Pipeline,
-    ) -> Result<Vec<bool>, ShardError> {
+    ) -> Result<Vec<bool>, RedisError> {
         if by_shard.is_empty() {
             return Ok(Vec::new());
         }
@@ -265,7 +265,7 @@ impl RedisSchedule {
     }
 
     /// The cursor of a restore under way or interrupted lately, if any.
-    pub async fn restore_cursor(&self) -> Result<Option<RestoreCursor>, ShardError> {
+    pub async fn restore_cursor(&self) -> Result<Option<RestoreCursor>, RedisError> {
         let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
             .arg(self.keys.restore_cursor())
             .query_async(&mut self.con.clone())
@@ -284,7 +284,7 @@ impl RedisSchedule {
 
     /// Records how far a restore got; the key lapses
     /// [`RESTORE_CURSOR_MS`] after the last page.
-    pub async fn save_restore_cursor(&self, c: &RestoreCursor) -> Result<(), ShardError> {
+    pub async fn save_restore_cursor(&self, c: &RestoreCursor) -> Result<(), RedisError> {
         let key = self.keys.restore_cursor();
         let _: () = redis::pipe()
             .atomic()
@@ -306,7 +306,7 @@ impl RedisSchedule {
     }
 
     /// A restore finished: nothing to resume.
-    pub async fn clear_restore_cursor(&self) -> Result<(), ShardError> {
+    pub async fn clear_restore_cursor(&self) -> Result<(), RedisError> {
         let _: () = redis::cmd("DEL")
             .arg(self.keys.restore_cursor())
             .query_async(&mut self.con.clone())

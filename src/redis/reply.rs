@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::message::{MessageId, Status};
 
 pub fn ids_and_topics(v: &Value) -> Vec<Value> {
@@ -12,8 +12,8 @@ pub fn ids_and_topics(v: &Value) -> Vec<Value> {
     }
 }
 
-pub fn text(v: &Value) -> Result<String, ShardError> {
-    redis::from_redis_value_ref::<String>(v).map_err(|e| ShardError::BadRecord(e.to_string()))
+pub fn text(v: &Value) -> Result<String, RedisError> {
+    redis::from_redis_value_ref::<String>(v).map_err(|e| RedisError::BadRecord(e.to_string()))
 }
 
 pub fn opt_score(v: &Value) -> Option<f64> {
@@ -45,6 +45,6 @@ pub fn place_status(place: &str) -> Status {
     }
 }
 
-pub fn parse_id(v: &Value) -> Result<MessageId, ShardError> {
-    text(v)?.parse().map_err(ShardError::BadRecord)
+pub fn parse_id(v: &Value) -> Result<MessageId, RedisError> {
+    text(v)?.parse().map_err(RedisError::BadRecord)
 }

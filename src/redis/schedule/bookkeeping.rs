@@ -4,7 +4,7 @@
 //! dashboard sessions, Redis's clock).
 
 use super::{End, LeaseOp, RedisSchedule, ShardCounts, BEHIND_FRESH_MS};
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::keys::due_of_score;
 use crate::redis::scripts::evalsha;
@@ -12,7 +12,7 @@ use crate::redis::scripts::evalsha;
 impl RedisSchedule {
     /// A standalone node's ownership token for a shard: one above the stored
     /// epoch (the first scan with it raises the stored value; see tick.lua).
-    pub async fn next_epoch(&self, shard: u32) -> Result<i64, ShardError> {
+    pub async fn next_epoch(&self, shard: u32) -> Result<i64, RedisError> {
         let stored: Option<i64> = redis::cmd("GET")
             .arg(self.keys.epoch(shard))
             .query_async(&mut self.con.clone())
@@ -22,7 +22,7 @@ impl RedisSchedule {
 
     /// Raises shard `shard`'s epoch from `stored` to `next` if it is still
     /// `stored` (takeover.lua): whether it did.
-    pub async fn take_over(&self, shard: u32, stored: i64, next: i64) -> Result<bool, ShardError> {
+    pub async fn take_over(&self, shard: u32, stored: i64, next: i64) -> Result<bool, RedisError> {
         let cmd = evalsha(
             &self.scripts.takeover,
             &[self.keys.epoch(shard)],
@@ -37,7 +37,7 @@ impl RedisSchedule {
 
     /// The ends these messages reached in Redis that the journal has not
     /// recorded yet (the shards' unjournaled hashes), in input order.
-    pub async fn pending_ends(&self, ids: &[MessageId]) -> Result<Vec<Option<End>>, ShardError> {
+    pub async fn pending_ends(&self, ids: &[MessageId]) -> Result<Vec<Option<End>>, RedisError> {
         let mut pipe = redis::pipe();
         for id in ids {
             pipe.hget(
@@ -54,7 +54,7 @@ impl RedisSchedule {
 
     /// Nodes whose journal is behind Redis, by their word of the last
     /// [`BEHIND_FRESH_MS`].
-    pub async fn journals_behind(&self) -> Result<Vec<String>, ShardError> {
+    pub async fn journals_behind(&self) -> Result<Vec<String>, RedisError> {
         Ok(redis::cmd("ZRANGEBYSCORE")
             .arg(self.keys.journal_behind())
             .arg(now_ms() - BEHIND_FRESH_MS)
@@ -66,7 +66,7 @@ impl RedisSchedule {
     /// Says whether `node`'s journal is behind (read by
     /// [`RedisSchedule::journals_behind`]), and forgets the word of nodes
     /// silent for [`BEHIND_FRESH_MS`] (stopped meanwhile).
-    pub async fn say_journal_behind(&self, node: &str, behind: bool) -> Result<(), ShardError> {
+    pub async fn say_journal_behind(&self, node: &str, behind: bool) -> Result<(), RedisError> {
         let key = self.keys.journal_behind();
         let now = now_ms();
         let mut pipe = redis::pipe();
@@ -85,7 +85,7 @@ impl RedisSchedule {
 
     /// Records a logged-out dashboard session (its cookie's signed body)
     /// until `until` (epoch ms), when it would have expired anyway.
-    pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), ShardError> {
+    pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), RedisError> {
         Ok(redis::cmd("ZADD")
             .arg(self.keys.ui_revoked())
             .arg(until)
@@ -96,7 +96,7 @@ impl RedisSchedule {
 
     /// The logged-out dashboard sessions not expired yet (forgetting the
     /// others).
-    pub async fn revoked_ui_sessions(&self) -> Result<Vec<String>, ShardError> {
+    pub async fn revoked_ui_sessions(&self) -> Result<Vec<String>, RedisError> {
         let key = self.keys.ui_revoked();
         let (list,): (Vec<String>,) = redis::pipe()
             .cmd("ZREMRANGEBYSCORE")
@@ -116,7 +116,7 @@ impl RedisSchedule {
     /// The journal has recorded these messages' ends: Redis no longer keeps
     /// them in the shards' unjournaled hashes (their tombstones then expire
     /// as usual).
-    pub async fn journaled(&self, ids: &[MessageId]) -> Result<(), ShardError> {
+    pub async fn journaled(&self, ids: &[MessageId]) -> Result<(), RedisError> {
         let by_shard = self.by_shard(ids.iter().copied());
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
@@ -133,7 +133,7 @@ impl RedisSchedule {
     pub async fn end_absent(
         &self,
         ends: &[(MessageId, Status, i32)],
-    ) -> Result<Vec<bool>, ShardError> {
+    ) -> Result<Vec<bool>, RedisError> {
         let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<i64>)> = self
             .per_shard(
@@ -165,7 +165,7 @@ impl RedisSchedule {
     }
 
     /// Reads Redis's clock (`TIME`) and notes it ([`crate::clock`]).
-    pub async fn probe_clock(&self) -> Result<(), ShardError> {
+    pub async fn probe_clock(&self) -> Result<(), RedisError> {
         let sent = std::time::Instant::now();
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.con.clone())
@@ -176,7 +176,7 @@ impl RedisSchedule {
 
     /// Counts of one shard, each O(1) in Redis: every message Redis holds is
     /// in the message hash, and is delaying, in flight, or else ready.
-    pub async fn shard_counts(&self, shard: u32) -> Result<ShardCounts, ShardError> {
+    pub async fn shard_counts(&self, shard: u32) -> Result<ShardCounts, RedisError> {
         let k = &self.keys;
         let (total, delaying, in_flight, head, epoch): (
             i64,
@@ -217,7 +217,7 @@ impl RedisSchedule {
         key: &str,
         holder: &str,
         lease_ms: u64,
-    ) -> Result<(bool, Option<String>), ShardError> {
+    ) -> Result<(bool, Option<String>), RedisError> {
         let op = match op {
             LeaseOp::Acquire => "acquire",
             LeaseOp::Renew => "renew",
@@ -237,7 +237,7 @@ impl RedisSchedule {
 
     /// Raises worker `worker`'s reserved millisecond to at least `ms`;
     /// returns (reserved before, reserved now).
-    pub async fn reserve(&self, worker: u16, ms: i64) -> Result<(i64, i64), ShardError> {
+    pub async fn reserve(&self, worker: u16, ms: i64) -> Result<(i64, i64), RedisError> {
         let cmd = evalsha(
             &self.scripts.reserve,
             &[self.keys.worker_reserved(worker)],
@@ -249,12 +249,12 @@ impl RedisSchedule {
             .await?;
         let num = |v: String| {
             v.parse::<i64>()
-                .map_err(|e| ShardError::BadRecord(e.to_string()))
+                .map_err(|e| RedisError::BadRecord(e.to_string()))
         };
         Ok((num(before)?, num(now)?))
     }
 
-    pub async fn ping(&self) -> Result<(), ShardError> {
+    pub async fn ping(&self) -> Result<(), RedisError> {
         let _: String = redis::cmd("PING")
             .query_async(&mut self.con.clone())
             .await?;
@@ -262,7 +262,7 @@ impl RedisSchedule {
     }
 
     /// Does this Redis hold a delayq data set (the marker key)?
-    pub async fn has_dataset_marker(&self) -> Result<bool, ShardError> {
+    pub async fn has_dataset_marker(&self) -> Result<bool, RedisError> {
         Ok(redis::cmd("EXISTS")
             .arg(self.keys.dataset_marker())
             .query_async::<i64>(&mut self.con.clone())
@@ -270,7 +270,7 @@ impl RedisSchedule {
             == 1)
     }
 
-    pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), ShardError> {
+    pub async fn set_dataset_marker(&self, node_id: &str) -> Result<(), RedisError> {
         let _: () = redis::pipe()
             .cmd("SET")
             .arg(self.keys.dataset_marker())
@@ -289,7 +289,7 @@ impl RedisSchedule {
 
     /// Records this deployment's shard count with the data set unless one
     /// is recorded already; returns the recorded one.
-    pub async fn record_shard_count(&self) -> Result<u32, ShardError> {
+    pub async fn record_shard_count(&self) -> Result<u32, RedisError> {
         let (recorded,): (Option<String>,) = redis::pipe()
             .cmd("SET")
             .arg(self.keys.shard_count())
@@ -300,12 +300,12 @@ impl RedisSchedule {
             .query_async(&mut self.con.clone())
             .await?;
         recorded.as_deref().unwrap_or("").parse().map_err(|_| {
-            ShardError::BadRecord(format!("{} holds {recorded:?}", self.keys.shard_count()))
+            RedisError::BadRecord(format!("{} holds {recorded:?}", self.keys.shard_count()))
         })
     }
 
     /// `FROM>TO` while a reshard moves the data set.
-    pub async fn resharding(&self) -> Result<Option<String>, ShardError> {
+    pub async fn resharding(&self) -> Result<Option<String>, RedisError> {
         Ok(redis::cmd("GET")
             .arg(self.keys.resharding())
             .query_async(&mut self.con.clone())

@@ -7,10 +7,10 @@ use redis::Value;
 
 use super::outcomes::after_failure;
 use super::{
-    AckResult, Advanced, CancelResult, Claimed, End, FailedDelivery, NackResult, RedisSchedule,
+    Advanced, Claimed, End, FailedDelivery, RedisAck, RedisCancel, RedisNack, RedisSchedule,
     TickResult, TOMBSTONE_MS,
 };
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
 use crate::redis::keys::{due_of_score, score};
 use crate::redis::record;
@@ -36,7 +36,7 @@ impl RedisSchedule {
         shard: u32,
         limit: usize,
         epoch: i64,
-    ) -> Result<TickResult, ShardError> {
+    ) -> Result<TickResult, RedisError> {
         let k = &self.keys;
         let cmd = evalsha(
             &self.scripts.tick,
@@ -65,14 +65,14 @@ impl RedisSchedule {
                     .and_then(|d| d.split_whitespace().next())
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(i64::MAX);
-                return Err(ShardError::StaleEpoch { shard, stored });
+                return Err(RedisError::StaleEpoch { shard, stored });
             }
             other => other?,
         };
         let now_ms = crate::clock::now_ms();
         let parts = ids_and_topics(&reply);
         if parts.len() != 5 {
-            return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+            return Err(RedisError::BadRecord(format!("tick returned {reply:?}")));
         }
         let mut out = TickResult::default();
         for pair in ids_and_topics(&parts[0]).chunks(2) {
@@ -80,11 +80,11 @@ impl RedisSchedule {
         }
         for f in ids_and_topics(&parts[1]).chunks(5) {
             if f.len() < 5 {
-                return Err(ShardError::BadRecord(format!("tick returned {reply:?}")));
+                return Err(RedisError::BadRecord(format!("tick returned {reply:?}")));
             }
             let due = opt_score(&f[4]).unwrap_or(now_ms as f64) as i64;
             let then = after_failure(&text(&f[3])?, due)
-                .ok_or_else(|| ShardError::BadRecord(format!("tick returned {reply:?}")))?;
+                .ok_or_else(|| RedisError::BadRecord(format!("tick returned {reply:?}")))?;
             out.failed.push(FailedDelivery {
                 id: parse_id(&f[0])?,
                 topic: text(&f[1])?,
@@ -105,7 +105,7 @@ impl RedisSchedule {
         &self,
         topic: &str,
         count: usize,
-    ) -> Result<Vec<(f64, u32, String)>, ShardError> {
+    ) -> Result<Vec<(f64, u32, String)>, RedisError> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             pipe.cmd("ZRANGE")
@@ -132,7 +132,7 @@ impl RedisSchedule {
         &self,
         topic: &str,
         per_shard: &BTreeMap<u32, usize>,
-    ) -> Result<Vec<Claimed>, ShardError> {
+    ) -> Result<Vec<Claimed>, RedisError> {
         let now_ms = now_ms();
         let mut pipe = redis::pipe();
         for (&shard, &n) in per_shard {
@@ -151,7 +151,7 @@ impl RedisSchedule {
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
             for rec in records.drain(..) {
-                let (attempts, message) = record::decode(&rec).map_err(ShardError::BadRecord)?;
+                let (attempts, message) = record::decode(&rec).map_err(RedisError::BadRecord)?;
                 out.push(Claimed {
                     shard,
                     at,
@@ -175,7 +175,7 @@ impl RedisSchedule {
     pub async fn ack_many(
         &self,
         acks: &[(MessageId, Option<Receipt>)],
-    ) -> Result<Vec<AckResult>, ShardError> {
+    ) -> Result<Vec<RedisAck>, RedisError> {
         let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<Value>)> = self
             .per_shard(
@@ -200,28 +200,28 @@ impl RedisSchedule {
                 },
             )
             .await?;
-        let mut out = vec![AckResult::Absent; acks.len()];
+        let mut out = vec![RedisAck::Absent; acks.len()];
         for (idx, mut reply) in replies {
             ran_at(&mut reply, 0);
             for (&i, four) in idx.iter().zip(reply.chunks(4)) {
                 if four.len() < 4 {
-                    return Err(ShardError::BadRecord(format!("ack returned {four:?}")));
+                    return Err(RedisError::BadRecord(format!("ack returned {four:?}")));
                 }
                 let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
                 let record = text(&four[2])?;
                 out[i] = match text(&four[0])?.as_str() {
-                    "acked" | "acked_late" => AckResult::Acked { attempts },
-                    "recurring" => AckResult::Recurring { attempts, record },
-                    "not_in_flight" => AckResult::NotInFlight {
+                    "acked" | "acked_late" => RedisAck::Acked { attempts },
+                    "recurring" => RedisAck::Recurring { attempts, record },
+                    "not_in_flight" => RedisAck::NotInFlight {
                         recurring: (!record.is_empty()).then_some(record),
                     },
-                    "stale" => AckResult::Stale {
+                    "stale" => RedisAck::Stale {
                         state: place_status(&text(&four[3])?),
                         attempts,
                         recurring: (!record.is_empty()).then_some(record),
                     },
-                    "finished" => AckResult::Finished(End::parse(&text(&four[3])?)),
-                    _ => AckResult::Absent,
+                    "finished" => RedisAck::Finished(End::parse(&text(&four[3])?)),
+                    _ => RedisAck::Absent,
                 };
             }
         }
@@ -234,7 +234,7 @@ impl RedisSchedule {
     pub async fn advance_many(
         &self,
         items: &[(MessageId, String, Option<Message>)],
-    ) -> Result<Vec<Advanced>, ShardError> {
+    ) -> Result<Vec<Advanced>, RedisError> {
         let now = now_ms();
         let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<Value>)> = self
@@ -293,7 +293,7 @@ impl RedisSchedule {
     pub async fn nack_many(
         &self,
         nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
-    ) -> Result<Vec<NackResult>, ShardError> {
+    ) -> Result<Vec<RedisNack>, RedisError> {
         let now = now_ms();
         let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<Value>)> = self
@@ -324,28 +324,28 @@ impl RedisSchedule {
                 },
             )
             .await?;
-        let mut out = vec![NackResult::Absent; nacks.len()];
+        let mut out = vec![RedisNack::Absent; nacks.len()];
         for (idx, mut reply) in replies {
             let at = ran_at(&mut reply, now);
             for (&i, four) in idx.iter().zip(reply.chunks(4)) {
                 if four.len() < 4 {
-                    return Err(ShardError::BadRecord(format!("nack returned {four:?}")));
+                    return Err(RedisError::BadRecord(format!("nack returned {four:?}")));
                 }
                 let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
                 let due = opt_score(&four[2]).unwrap_or(0.0) as i64;
                 let outcome = text(&four[0])?;
                 out[i] = match after_failure(&outcome, due) {
-                    Some(then) => NackResult::Failed {
+                    Some(then) => RedisNack::Failed {
                         attempts,
                         then,
                         at,
                         topic: text(&four[3])?,
                     },
-                    None if outcome == "not_in_flight" => NackResult::NotInFlight,
-                    None if outcome == "stale" => NackResult::Stale {
+                    None if outcome == "not_in_flight" => RedisNack::NotInFlight,
+                    None if outcome == "stale" => RedisNack::Stale {
                         state: place_status(&text(&four[3])?),
                     },
-                    None => NackResult::Absent,
+                    None => RedisNack::Absent,
                 };
             }
         }
@@ -356,7 +356,7 @@ impl RedisSchedule {
         &self,
         id: MessageId,
         tombstone_absent: bool,
-    ) -> Result<CancelResult, ShardError> {
+    ) -> Result<RedisCancel, RedisError> {
         let shard = self.keys.shard_of(id);
         let k = &self.keys;
         let cmd = evalsha(
@@ -381,19 +381,19 @@ impl RedisSchedule {
         let r = reply.first().map(text).transpose()?.unwrap_or_default();
         let attempts = reply.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
         Ok(match r.as_str() {
-            "deleted" => CancelResult::Deleted { attempts },
-            "stopped" => CancelResult::Stopped { attempts },
-            "in_flight" => CancelResult::InFlight,
+            "deleted" => RedisCancel::Deleted { attempts },
+            "stopped" => RedisCancel::Stopped { attempts },
+            "in_flight" => RedisCancel::InFlight,
             "finished" => match reply
                 .get(2)
                 .and_then(|v| text(v).ok())
                 .as_deref()
                 .and_then(End::parse)
             {
-                Some(end) => CancelResult::Finished(end),
-                None => CancelResult::Absent,
+                Some(end) => RedisCancel::Finished(end),
+                None => RedisCancel::Absent,
             },
-            _ => CancelResult::Absent,
+            _ => RedisCancel::Absent,
         })
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, Script};
 
-use crate::error::ShardError;
+use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId};
 use crate::redis::keys::{score, Keys};
 use crate::redis::record;
@@ -37,7 +37,7 @@ pub const TOMBSTONE_MS: i64 = 120_000;
 pub const BEHIND_FRESH_MS: i64 = 5_000;
 
 impl RedisSchedule {
-    pub async fn new(con: ConnectionManager, keys: Keys, node: &str) -> Result<Self, ShardError> {
+    pub async fn new(con: ConnectionManager, keys: Keys, node: &str) -> Result<Self, RedisError> {
         let scripts = Arc::new(Scripts::default());
         let mut c = con.clone();
         scripts.load(&mut c).await?;
@@ -91,7 +91,7 @@ impl RedisSchedule {
         script: &Script,
         ids: impl Iterator<Item = MessageId>,
         mut call: impl FnMut(u32, &[usize]) -> (Vec<String>, Vec<String>),
-    ) -> Result<Vec<(Vec<usize>, T)>, ShardError> {
+    ) -> Result<Vec<(Vec<usize>, T)>, RedisError> {
         let by_shard = self.by_shard(ids);
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
@@ -111,7 +111,7 @@ impl RedisSchedule {
     pub async fn schedule(
         &self,
         messages: &[(Message, i32)],
-    ) -> Result<Vec<Scheduled>, ShardError> {
+    ) -> Result<Vec<Scheduled>, RedisError> {
         let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<i64>)> = self
             .per_shard(
@@ -153,7 +153,7 @@ impl RedisSchedule {
     pub async fn schedule_requeued(
         &self,
         messages: &[Message],
-    ) -> Result<Vec<Scheduled>, ShardError> {
+    ) -> Result<Vec<Scheduled>, RedisError> {
         let mut pipe = redis::pipe();
         for m in messages {
             let shard = self.keys.shard_of(m.id);
@@ -168,7 +168,7 @@ impl RedisSchedule {
     }
 
     /// Which of these messages does Redis hold already?
-    pub async fn present(&self, ids: &[MessageId]) -> Result<Vec<bool>, ShardError> {
+    pub async fn present(&self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
         let mut pipe = redis::pipe();
         for id in ids {
             pipe.hexists(self.keys.messages(self.keys.shard_of(*id)), id.to_string());

@@ -67,7 +67,7 @@ pub struct FailedDelivery {
 
 /// What a nack did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NackResult {
+pub enum RedisNack {
     /// The delivery failed; `at` is when, by Redis's clock (ms).
     Failed {
         attempts: i32,
@@ -99,7 +99,7 @@ pub struct Claimed {
 
 /// What an ack did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AckResult {
+pub enum RedisAck {
     Acked {
         attempts: i32,
     },
@@ -141,7 +141,7 @@ pub enum Advanced {
 
 /// What a cancel did; with the message's delivery count where Redis held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelResult {
+pub enum RedisCancel {
     Deleted {
         attempts: i32,
     },
