@@ -2,11 +2,25 @@
 //!
 //! # Layout
 //!
+//! Four floors, each importing only from itself and the floors below
+//! (checked by a unit test in `layers.rs`, with no import circle either):
+//!
+//! - the edges: [`api`], [`forward`], [`config`], [`node`];
+//! - the engine: [`queue`], [`actors`], [`cluster`], [`restore`],
+//!   [`reconcile`], [`reshard`];
+//! - storage: [`redis`], [`journal`], [`notify`];
+//! - the domain, which knows nothing of HTTP, Redis or SQL: [`message`],
+//!   [`input`], [`ids`], [`retry`], [`repeat`], [`clock`], [`error`],
+//!   [`metrics`], [`tls`], [`redact`], [`stall`], [`progress`], [`faults`].
+//!
+//! The JSON shapes the server and the Rust client share (error codes, the
+//! outcomes of acks, nacks and cancels) are the `delayq-proto` crate.
+//!
 //! A message's path, module by module:
 //!
 //! - [`api`]: actix-web routes. `POST /push` checks the message
-//!   ([`message::parse_draft`]) and gives it a Snowflake id ([`ids`]), from
-//!   a worker id this process leases ([`cluster::worker`]). Handlers parse
+//!   ([`message::parse_draft`]); the queue gives it a Snowflake id ([`ids`]),
+//!   from a worker id this process leases ([`cluster::worker`]). Handlers parse
 //!   and render; the queue's rules (accept, hand out, ack, nack, cancel,
 //!   requeue) are in [`queue`], which the command line calls too. The
 //!   routes are one table, described by `GET /openapi.json` (generated
