@@ -30,7 +30,7 @@ pub async fn journal(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    Ok(HttpResponse::Ok().json(state.journal.backlog()))
+    Ok(HttpResponse::Ok().json(state.queue.journal.backlog()))
 }
 use crate::reconcile::Repair;
 
@@ -59,9 +59,10 @@ pub async fn cluster(
 /// (`GET /admin/cluster`, and the dashboard's cluster page).
 pub(super) async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiError> {
     let view = state.cluster.view();
-    let keys = state.redis.keys();
+    let keys = state.queue.redis.keys();
     let counts =
-        futures::future::join_all((0..keys.shards()).map(|s| state.redis.shard_counts(s))).await;
+        futures::future::join_all((0..keys.shards()).map(|s| state.queue.redis.shard_counts(s)))
+            .await;
     let mut shards = Vec::with_capacity(counts.len());
     for (shard, c) in counts.into_iter().enumerate() {
         let c = c?;
@@ -149,7 +150,7 @@ pub async fn move_shard(
             format!("'{shard}' is not a shard number"),
         )
     })?;
-    if shard >= state.redis.keys().shards() {
+    if shard >= state.queue.redis.keys().shards() {
         return Err(crate::cluster::ClusterError::NoSuchShard(shard).into());
     }
     let to = q.get("to").filter(|t| !t.is_empty()).ok_or_else(|| {
@@ -229,6 +230,6 @@ pub async fn restore(
             "finishedAt": null,
         }),
     };
-    body["resumable"] = json!(state.redis.restore_cursor().await?);
+    body["resumable"] = json!(state.queue.redis.restore_cursor().await?);
     Ok(HttpResponse::Ok().json(body))
 }

@@ -59,7 +59,7 @@ pub async fn list(
     check_topic(&topic)?;
     let limit = int_param(&q, "limit", 100, 1..=MAX_LIST)? as i64;
     let after = after_param(&q)?;
-    let page = state.journal.dead_page(&topic, after, limit).await?;
+    let page = state.queue.journal.dead_page(&topic, after, limit).await?;
     let next = (page.len() as i64 == limit)
         .then(|| page.last().map(|(r, _)| MessageId(r.id)))
         .flatten();

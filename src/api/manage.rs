@@ -101,7 +101,7 @@ pub async fn message(
 ) -> Result<HttpResponse, ApiError> {
     state.require_reader(&req)?;
     let id = parse_id(&id)?;
-    match state.journal.find(id).await? {
+    match state.queue.journal.find(id).await? {
         None => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
@@ -150,9 +150,9 @@ pub async fn health() -> HttpResponse {
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let (redis, journal, policy) = futures::join!(
-        state.redis.ping(),
-        state.journal.ping(),
-        state.redis.maxmemory_policy()
+        state.queue.redis.ping(),
+        state.queue.journal.ping(),
+        state.queue.redis.maxmemory_policy()
     );
     let mut warnings = Vec::new();
     if let Some(p) = policy.as_deref().filter(|p| evicts(p)) {
@@ -164,7 +164,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let view = state.cluster.view();
     // A member whose worker-id lease lapsed (not confirmed in time) takes
     // no pushes until it is confirmed again.
-    let member = view.in_good_standing() && state.ids.worker().is_some();
+    let member = view.in_good_standing() && state.queue.ids.worker().is_some();
     let unscannable = crate::cluster::health::unscannable();
     let stalled = crate::stall::stalled();
     let ok =
@@ -179,7 +179,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
                 "not a member in good standing (session {:?}, worker id {:?}, lease confirmed: {})",
                 view.session,
                 view.worker_id,
-                state.ids.worker().is_some()
+                state.queue.ids.worker().is_some()
             )
         },
         mode: view.mode,

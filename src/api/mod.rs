@@ -27,33 +27,22 @@ pub mod schema;
 pub mod ui;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use actix::Addr;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use crate::actors::journal::Journal;
-use crate::actors::router::RouterActor;
 use crate::api::error::ApiError;
 use crate::cluster::ClusterHandle;
 use crate::error::ErrorCode;
-use crate::message::{IdGenerator, MessageId};
-use crate::notify::Topics;
+use crate::message::MessageId;
 use crate::queue::Queue;
 use crate::reconcile::Reconciler;
-use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreStatus, Restorer};
 
 /// Everything a request handler needs, shared by all HTTP workers.
 pub struct AppState {
-    /// The queue's rules; the handles below are the same ones, for the
-    /// routes that only read (inspection, admin).
+    /// The queue's rules, and its handles (the journal, Redis, the
+    /// router) for the routes that only read: inspection, admin.
     pub queue: Queue,
-    pub journal: Journal,
-    pub router: Addr<RouterActor>,
-    pub redis: RedisSchedule,
-    pub waiters: Topics,
-    pub ids: Arc<IdGenerator>,
     pub cluster: ClusterHandle,
     pub max_body: usize,
     pub admin_token: Option<String>,
@@ -69,9 +58,9 @@ pub struct AppState {
 impl AppState {
     pub fn restorer(&self) -> Restorer {
         Restorer {
-            journal: self.journal.clone(),
-            router: self.router.clone(),
-            redis: self.redis.clone(),
+            journal: self.queue.journal.clone(),
+            router: self.queue.router.clone(),
+            redis: self.queue.redis.clone(),
             status: self.restore_status.clone(),
         }
     }

@@ -454,6 +454,7 @@ pub async fn logout(
             .get_or_insert_with(Default::default)
             .insert(body.clone());
         let saved = state
+            .queue
             .redis
             .revoke_ui_session(&body, issued + SESSION_MS)
             .await;

@@ -144,7 +144,7 @@ pub async fn move_shard(
             "Choose the node to move the shard to.",
         ));
     };
-    if shard >= state.redis.keys().shards() {
+    if shard >= state.queue.redis.keys().shards() {
         return Ok(back_with(
             "/ui/cluster",
             "error",

@@ -59,7 +59,7 @@ pub async fn page(
         .get("after")
         .and_then(|a| a.parse::<MessageId>().ok())
         .map_or(0, |id| id.0);
-    let page = state.journal.dead_page(&topic, after, PAGE).await?;
+    let page = state.queue.journal.dead_page(&topic, after, PAGE).await?;
     let base = format!("/ui/dead/{}", url_encode(&topic));
     let mut rows = String::new();
     for (r, history) in &page {

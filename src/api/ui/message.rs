@@ -20,7 +20,7 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
     let id = parse_id(&id)?;
-    let Some((row, history)) = state.journal.find(id).await? else {
+    let Some((row, history)) = state.queue.journal.find(id).await? else {
         return Err(UiError(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),

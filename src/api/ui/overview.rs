@@ -45,7 +45,7 @@ pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> 
             return Ok((counts.clone(), *cut));
         }
     }
-    let rows = state.journal.topic_counts(MAX_ROWS).await?;
+    let rows = state.queue.journal.topic_counts(MAX_ROWS).await?;
     let cut = rows.len() as i64 == MAX_ROWS;
     let mut counts = Counts::new();
     for (topic, status, n) in rows {
@@ -159,7 +159,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         rate(last.map_or(0.0, |s| s.pushed_per_s)),
         rate(last.map_or(0.0, |s| s.delivered_per_s)),
         view.owned.len(),
-        state.redis.keys().shards(),
+        state.queue.redis.keys().shards(),
     );
     let body = format!(
         r#"<h1>Overview</h1>
@@ -172,7 +172,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <div class="charts"><div id="chart-lateness" class="chart" data-src="/ui/chart.json" data-kind="lateness"></div><div id="chart-rates" class="chart" data-src="/ui/chart.json" data-kind="rates"></div></div>"#,
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
-        backlog = state.journal.backlog_pending(),
+        backlog = state.queue.journal.backlog_pending(),
         table = topics_table(&counts, cut),
         every = history::EVERY.as_secs(),
     );

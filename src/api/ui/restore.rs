@@ -22,7 +22,7 @@ static LAST: LazyLock<Mutex<Option<ReconcileReport>>> = LazyLock::new(Default::d
 /// `GET /ui/restore`.
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let cursor = state.redis.restore_cursor().await?;
+    let cursor = state.queue.redis.restore_cursor().await?;
     let progress = match state.restore_status.get() {
         None => {
             r#"<p class="empty">This node has run no restore since it started.</p>"#.to_string()

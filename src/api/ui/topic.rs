@@ -53,6 +53,7 @@ pub async fn page(
         .and_then(|a| a.parse::<MessageId>().ok())
         .map_or(0, |id| id.0);
     let rows = state
+        .queue
         .journal
         .topic_page(&topic, status, after, PAGE)
         .await?;
@@ -119,11 +120,12 @@ async fn search_one(
     search: &str,
 ) -> Result<Option<MessageId>, UiError> {
     if let Ok(id) = search.parse::<MessageId>() {
-        if state.journal.find(id).await?.is_some() {
+        if state.queue.journal.find(id).await?.is_some() {
             return Ok(Some(id));
         }
     }
     let (rows, _) = state
+        .queue
         .journal
         .live_by_biz_key(crate::actors::journal::LiveByBizKey::Exact {
             topic: topic.to_string(),

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
-use crate::redis::keys::{due_of_score, score};
+use crate::redis::keys::{due_of_score, score, Keys};
 use crate::redis::record;
 use crate::redis::reply::{ids_and_topics, opt_score, parse_id, place_status, ran_at, text};
 use crate::redis::scripts::evalsha;
@@ -25,6 +25,18 @@ fn receipt_arg(receipt: Option<Receipt>) -> String {
         Some(r) if !crate::faults::on("ignore_receipts") => r.delivery(),
         _ => String::new(),
     }
+}
+
+/// The keys of the scripts that move a message handed out (advance.lua,
+/// nack.lua): in flight, records, delay zset, tombstones, unjournaled.
+fn moving_keys(k: &Keys, shard: u32) -> Vec<String> {
+    vec![
+        k.inflight(shard),
+        k.messages(shard),
+        k.delay(shard),
+        k.finished(shard),
+        k.unjournaled(shard),
+    ]
 }
 
 impl RedisSchedule {
@@ -261,14 +273,7 @@ impl RedisSchedule {
                             }
                         }
                     }
-                    let keys = vec![
-                        k.inflight(shard),
-                        k.messages(shard),
-                        k.delay(shard),
-                        k.finished(shard),
-                        k.unjournaled(shard),
-                    ];
-                    (keys, args)
+                    (moving_keys(k, shard), args)
                 },
             )
             .await?;
@@ -313,14 +318,7 @@ impl RedisSchedule {
                         args.push(wait.map_or_else(|| "-".to_string(), |w| w.to_string()));
                         args.push(receipt_arg(receipt));
                     }
-                    let keys = vec![
-                        k.inflight(shard),
-                        k.messages(shard),
-                        k.delay(shard),
-                        k.finished(shard),
-                        k.unjournaled(shard),
-                    ];
-                    (keys, args)
+                    (moving_keys(k, shard), args)
                 },
             )
             .await?;
