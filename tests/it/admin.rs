@@ -257,3 +257,91 @@ async fn dashboard_logout_revokes_and_logins_are_throttled() {
     );
     assert!(blocked.headers().contains_key("retry-after"));
 }
+
+/// Every route the API document marks as needing the admin token alone
+/// answers 401 without it, with a body it would act on, and changes
+/// nothing; the routes that change data are all among them.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_admin_route_refuses_without_the_token() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--admin-token")
+        .arg(TOKEN)
+        .start()
+        .await;
+    let id = env
+        .push(json!({"topic": "adm", "body": "x", "delay": 60_000}))
+        .await;
+    env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    env.wait_journaled().await;
+    let doc = env.send(env.http.get(env.url("/openapi.json"))).await;
+    let doc = doc.assert_ok().clone();
+
+    let mut admin_only = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let schemes: Vec<&str> = op["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_object())
+                .flat_map(|s| s.keys().map(String::as_str))
+                .collect();
+            if schemes == ["adminToken"] {
+                admin_only.push((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    for must in [
+        ("GET", "/delete"),
+        ("POST", "/cancel"),
+        ("POST", "/dead/{target}/requeue"),
+        ("GET", "/reStore"),
+        ("GET", "/reStore/{id}"),
+        ("GET", "/admin/journal"),
+        ("GET", "/admin/cluster"),
+        ("POST", "/admin/rebalance"),
+        ("GET", "/admin/reconcile"),
+        ("GET", "/admin/restore"),
+        ("POST", "/admin/shards/{shard}/move"),
+    ] {
+        assert!(
+            admin_only.contains(&(must.0.to_string(), must.1.to_string())),
+            "{must:?} is not documented as an admin route: {admin_only:?}"
+        );
+    }
+
+    let redis = env.redis.snapshot();
+    let journal = env.journal.counts();
+    for (method, path) in &admin_only {
+        // Parameters and bodies that would act on the pushed message.
+        let concrete = path
+            .replace("{id}", &id)
+            .replace("{target}", "adm")
+            .replace("{shard}", "0");
+        let query = match path.as_str() {
+            "/delete" => format!("?id={id}"),
+            "/admin/reconcile" => "?repair=true".to_string(),
+            "/admin/shards/{shard}/move" => "?to=anyone".to_string(),
+            "/reStore" => "?expire=true".to_string(),
+            _ => String::new(),
+        };
+        let url = env.url(&format!("{concrete}{query}"));
+        let req = match method.as_str() {
+            "POST" => env.http.post(url).json(&json!({"ids": [id]})),
+            _ => env.http.get(url),
+        };
+        let r = env.send(req).await;
+        r.assert_error(401, "unauthorized");
+        assert_eq!(
+            env.redis.snapshot(),
+            redis,
+            "Redis changed after {method} {path}"
+        );
+        assert_eq!(
+            env.journal.counts(),
+            journal,
+            "the journal changed after {method} {path}"
+        );
+    }
+    assert_eq!(env.journal.row(&id).unwrap().status, status::DELAYING);
+}
