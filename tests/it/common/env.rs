@@ -267,6 +267,20 @@ impl Env {
         .await
     }
 
+    /// Whether Redis schedules `id`: it is in some shard's delay zset.
+    pub fn scheduled_in_redis(&self, id: &str) -> bool {
+        let mut con = self.redis.con();
+        (0..SHARDS).any(|s| {
+            redis::cmd("ZSCORE")
+                .arg(self.keys.delay(s))
+                .arg(id)
+                .query::<Option<f64>>(&mut con)
+                .ok()
+                .flatten()
+                .is_some()
+        })
+    }
+
     /// Ids in the ready queues of `topic`, over every shard.
     pub fn ready_ids(&self, topic: &str) -> Vec<String> {
         let mut con = self.redis.con();
