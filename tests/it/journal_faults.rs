@@ -326,3 +326,93 @@ async fn a_database_refusing_every_write_is_an_outage(b: Backend) {
     }
     assert_eq!(admin_journal(&env).await["refused"], 0);
 }
+
+/// With the database down, a single ack still answers 200 (applied in
+/// Redis, its end kept there); the batch ack, the batch nack and the
+/// cancel answer 503 within a few seconds, and what they asked for is
+/// applied in Redis all the same. When the database is back, the journal
+/// records every one of them and an ack sent again is answered Consumed.
+#[tokio::test(flavor = "multi_thread")]
+async fn acks_nacks_and_cancels_while_the_database_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("delayq_down_{}", random_hex(8));
+    let mut mariadb = PrivateMariadb::start(dir.path(), &db);
+    let env = Env::builder(Backend::Mariadb)
+        .journal_url(&mariadb.url(&db))
+        .start()
+        .await;
+    let later = env
+        .push(json!({"topic": "down", "body": "later", "delay": 60_000}))
+        .await;
+    env.push_batch(
+        (0..3)
+            .map(|i| json!({"topic": "down", "body": format!("{i}")}))
+            .collect(),
+    )
+    .await;
+    let got = env.collect("down", 3, Duration::from_secs(10)).await;
+    let [single, batch, nacked] = [got[0].id(), got[1].id(), got[2].id()].map(str::to_string);
+    wait_until(
+        "an empty journal backlog",
+        Duration::from_secs(10),
+        || async { (admin_journal(&env).await["pending"] == 0).then_some(()) },
+    )
+    .await;
+    mariadb.kill();
+
+    let took = Instant::now();
+    let r = env.ack(&single).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    eprintln!("single ack answered in {:?}", took.elapsed());
+    for (method, path, body) in [
+        ("POST", "/ack".to_string(), json!({"ids": [batch]})),
+        (
+            "POST",
+            "/nack".to_string(),
+            json!({"ids": [nacked], "delay": 60_000}),
+        ),
+        ("GET", format!("/delete?id={later}"), Value::Null),
+    ] {
+        let took = Instant::now();
+        let r = match method {
+            "POST" => env.post_json(&path, &body).await,
+            _ => env.get_path(&path).await,
+        };
+        let took = took.elapsed();
+        eprintln!("{method} {path} answered {} in {took:?}", r.status);
+        r.assert_error(503, "journal_unavailable");
+        assert!(
+            took < Duration::from_secs(10),
+            "{method} {path} took {took:?}"
+        );
+    }
+    // Applied in Redis all the same: nothing of the three is in flight,
+    // the nacked one waits its minute, the cancelled one is gone.
+    let in_flight = env.in_flight_ids();
+    for id in [&single, &batch, &nacked] {
+        assert!(
+            !in_flight.contains(id),
+            "{id} still in flight: {in_flight:?}"
+        );
+    }
+    assert!(
+        env.scheduled_in_redis(&nacked),
+        "the nacked message waits its minute"
+    );
+    assert!(
+        !env.scheduled_in_redis(&later),
+        "the cancelled message is still scheduled"
+    );
+
+    mariadb.restart();
+    for (id, want) in [
+        (&single, status::CONSUMED),
+        (&batch, status::CONSUMED),
+        (&nacked, status::DELAYING),
+        (&later, status::DELETED),
+    ] {
+        env.wait_status(id, want).await;
+    }
+    let r = env.ack(&batch).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+}

@@ -281,6 +281,22 @@ impl Env {
         })
     }
 
+    /// Ids handed out and not acked yet (the in-flight zsets), over every
+    /// shard.
+    pub fn in_flight_ids(&self) -> Vec<String> {
+        let mut con = self.redis.con();
+        (0..SHARDS)
+            .flat_map(|s| {
+                redis::cmd("ZRANGE")
+                    .arg(self.keys.inflight(s))
+                    .arg(0)
+                    .arg(-1)
+                    .query::<Vec<String>>(&mut con)
+                    .unwrap()
+            })
+            .collect()
+    }
+
     /// Ids in the ready queues of `topic`, over every shard.
     pub fn ready_ids(&self, topic: &str) -> Vec<String> {
         let mut con = self.redis.con();
