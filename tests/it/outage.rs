@@ -45,7 +45,8 @@ async fn database_outage_loses_nothing() {
     let consumer = {
         let (http, url) = (env.http.clone(), env.url("/get/db"));
         tokio::spawn(async move {
-            let mut got: Vec<String> = Vec::new();
+            // Each delivery with when it arrived.
+            let mut got: Vec<(String, Instant)> = Vec::new();
             let mut ack: Vec<String> = Vec::new();
             let deadline = Instant::now() + Duration::from_secs(40);
             while Instant::now() < deadline {
@@ -64,7 +65,8 @@ async fn database_outage_loses_nothing() {
                     .iter()
                     .map(|m| m["id"].as_str().unwrap().to_string())
                     .collect();
-                got.extend(ack.iter().cloned());
+                let now = Instant::now();
+                got.extend(ack.iter().map(|id| (id.clone(), now)));
                 if got.len() >= 320 && ack.is_empty() {
                     break;
                 }
@@ -93,6 +95,8 @@ async fn database_outage_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(refused >= 3);
+    let due_before_the_restart = accepted.clone();
+    let restarted = Instant::now();
     mariadb.restart();
     // Pushes are accepted again once the node reconnects.
     let back = Instant::now();
@@ -118,6 +122,25 @@ async fn database_outage_loses_nothing() {
     accepted.extend(later);
 
     let got = consumer.await.unwrap();
+    // Delivery went on through the outage: the 300 messages that fell due
+    // in it were all handed out before the database came back.
+    let during: HashSet<&String> = got
+        .iter()
+        .filter(|(_, at)| *at < restarted)
+        .map(|(id, _)| id)
+        .collect();
+    let late: Vec<&String> = due_before_the_restart
+        .iter()
+        .filter(|id| !during.contains(id))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} of the {} messages due during the outage were delivered only after it, e.g. {:?}",
+        late.len(),
+        due_before_the_restart.len(),
+        late.first()
+    );
+    let got: Vec<String> = got.into_iter().map(|(id, _)| id).collect();
     let unique: HashSet<&String> = got.iter().collect();
     let accepted_set: HashSet<&String> = accepted.iter().collect();
     assert!(
