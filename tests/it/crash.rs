@@ -59,7 +59,7 @@ async fn sigkill_mid_burst_redelivers_the_unacked_and_never_the_acked(b: Backend
                 (0..1000)
                     .map(|i| {
                         json!({"topic": "burst", "body": format!("{chunk}-{i}"),
-                               "deliverAt": due, "ttl": 2000})
+                               "deliverAt": due, "ttl": 20_000})
                     })
                     .collect(),
             )
@@ -88,6 +88,8 @@ async fn sigkill_mid_burst_redelivers_the_unacked_and_never_the_acked(b: Backend
         "only {} acked before the kill",
         acked.len()
     );
+    // Their ack deadline is no earlier than the poll's sending + the ttl.
+    let sent = now_ms();
     let in_hand: Vec<String> = poll(&env, "burst")
         .await
         .into_iter()
@@ -97,6 +99,7 @@ async fn sigkill_mid_burst_redelivers_the_unacked_and_never_the_acked(b: Backend
     let killed_at = now_ms();
     env.server.kill9();
     env.start_server().await;
+    eprintln!("node back {} ms after the kill", now_ms() - killed_at);
 
     // Everything else, until every message is acked.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -125,14 +128,20 @@ async fn sigkill_mid_burst_redelivers_the_unacked_and_never_the_acked(b: Backend
             );
         }
     }
-    // What was in hand at the kill came back, after its ttl, as a second
-    // attempt.
+    // What was in hand at the kill came back as a second attempt, after
+    // its ttl (20 s: longer than the node takes to come back, about 14 s
+    // while it waits for its worker id) ran out, not as soon as it was back.
     for id in &in_hand {
         let again = deliveries
             .iter()
             .find(|(d, a, _)| d == id && *a >= 2)
             .unwrap_or_else(|| panic!("{id}, handed out at the kill, never came back"));
         assert!(again.2 >= killed_at, "{id} came back before the kill");
+        assert!(
+            again.2 >= sent + 20_000,
+            "{id} came back {} ms after it was handed out, before its ttl of 20 s",
+            again.2 - sent
+        );
     }
     // The journal agrees: every message Consumed.
     for id in &accepted {
