@@ -434,8 +434,12 @@ async fn clients_were_not_stalled(c: &Cluster, s: &Scenario, o: &Outcome) {
         f.pushes_during_freeze > 0,
         "no push accepted during the freeze"
     );
+    // With the nginx from before, clients stalled behind the frozen node
+    // and these messages waited 4.1 s (p99) and more; a loaded 2-core
+    // machine running the rest of the suite beside this test adds up to
+    // about a second on its own.
     assert!(
-        f.healthy_p99 < 1_000,
+        f.healthy_p99 < 2_500,
         "messages of the nodes that ran waited: p99 {} ms",
         f.healthy_p99
     );

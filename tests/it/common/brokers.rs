@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, tail};
+use super::{reserved_port, tail};
 
 const RABBITMQ_START: Duration = Duration::from_secs(90);
 
@@ -73,7 +73,7 @@ impl RabbitMq {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
         let tls_port = tls.map(|(ca, cert, key)| {
-            let port = free_port();
+            let port = reserved_port();
             std::fs::write(
                 dir.join("rabbitmq.conf"),
                 format!(
@@ -92,10 +92,10 @@ impl RabbitMq {
             port
         });
         let mut r = RabbitMq {
-            port: free_port(),
+            port: reserved_port(),
             tls_port,
-            dist_port: free_port(),
-            epmd_port: free_port(),
+            dist_port: reserved_port(),
+            epmd_port: reserved_port(),
             name: format!("dqtest{}@localhost", super::random_hex(8)),
             dir,
             child: None,
@@ -227,7 +227,7 @@ impl Nats {
         let dir = dir.join("nats");
         std::fs::create_dir_all(&dir).unwrap();
         let mut n = Nats {
-            port: free_port(),
+            port: reserved_port(),
             dir,
             tls,
             child: None,

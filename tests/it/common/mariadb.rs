@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, wait_every_blocking};
+use super::{reserved_port, wait_every_blocking};
 
 pub struct PrivateMariadb {
     pub port: u16,
@@ -40,7 +40,7 @@ impl PrivateMariadb {
             String::from_utf8_lossy(&out.stderr)
         );
         let mut m = PrivateMariadb {
-            port: free_port(),
+            port: reserved_port(),
             dir,
             args: args.to_vec(),
             child: None,

@@ -90,6 +90,41 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Where ports are reserved, shared with `cluster/zk` (which picks its
+/// ensembles' ports the same way).
+const PORT_RESERVATIONS: &str = "delayq-zk-ports";
+
+/// A free loopback port for a service the test stops and starts again on
+/// the same port. It lies below the kernel's ephemeral range (32768 and
+/// up), so no outgoing connection or port-0 listener of another process
+/// takes it while the service is down, and it is reserved (a file named
+/// after it, claimed atomically, for 10 minutes) so that tests picking at
+/// the same moment never share it.
+pub fn reserved_port() -> u16 {
+    let dir = std::env::temp_dir().join(PORT_RESERVATIONS);
+    std::fs::create_dir_all(&dir).unwrap();
+    for _ in 0..500 {
+        let port = 10_000 + (u32::from_str_radix(&random_hex(6), 16).unwrap() % 22_000) as u16;
+        let file = dir.join(port.to_string());
+        let stale = std::fs::metadata(&file)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(600)));
+        if stale {
+            let _ = std::fs::remove_file(&file);
+        }
+        let claimed = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .is_ok();
+        if claimed && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            let _ = std::fs::write(&file, std::process::id().to_string());
+            return port;
+        }
+    }
+    panic!("no free port found between 10000 and 31999");
+}
+
 /// The last `lines` lines of a log file, for failure reports.
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path)

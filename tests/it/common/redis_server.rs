@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use delayq::redis::keys::Keys;
 
-use super::{free_port, tail, wait_every_blocking, START_ATTEMPTS};
+use super::{reserved_port, tail, wait_every_blocking, START_ATTEMPTS};
 
 /// A private, non-persistent redis-server child process.
 pub struct Redis {
@@ -25,7 +25,7 @@ impl Redis {
     pub fn start(dir: &Path) -> Redis {
         for _ in 0..START_ATTEMPTS {
             let mut r = Redis {
-                port: free_port(),
+                port: reserved_port(),
                 dir: dir.to_path_buf(),
                 child: None,
             };

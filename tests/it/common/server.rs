@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, tail, SHARDS, START_ATTEMPTS};
+use super::{reserved_port, tail, SHARDS, START_ATTEMPTS};
 
 const HEALTH_WAIT: Duration = Duration::from_secs(30);
 const STOP_WAIT: Duration = Duration::from_secs(15);
@@ -66,7 +66,7 @@ impl Server {
                 // The port's last listener may take a moment to let go.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            let port = port.unwrap_or_else(free_port);
+            let port = port.unwrap_or_else(reserved_port);
             let file = File::options()
                 .create(true)
                 .append(true)
