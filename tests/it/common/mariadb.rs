@@ -94,15 +94,26 @@ impl PrivateMariadb {
             .unwrap_or_else(|| panic!("Ssl_accepts: {text}"))
     }
 
+    /// Whether the server answering on the port is this one (it names this
+    /// test's data directory), not merely whether the port answers.
     fn alive(&self) -> bool {
-        Command::new("mariadb-admin")
-            .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
+        let out = Command::new("mariadb")
+            .args([
+                "--no-defaults",
+                "--skip-ssl",
+                "-uroot",
+                "-h127.0.0.1",
+                "-N",
+                "-B",
+            ])
             .arg(format!("-P{}", self.port))
-            .arg("ping")
-            .stdout(Stdio::null())
+            .args(["-e", "SELECT @@datadir"])
             .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+            .output();
+        let ours = self.dir.join("data");
+        out.is_ok_and(|o| {
+            o.status.success() && Path::new(String::from_utf8_lossy(&o.stdout).trim()) == ours
+        })
     }
 
     fn launch(&mut self) {

@@ -64,8 +64,12 @@ impl Redis {
                 self.child = None;
                 return false;
             }
+            // Ready when the server on the port is this child, not merely
+            // when the port answers.
+            let pid = format!("process_id:{}", self.child.as_ref().unwrap().id());
             if let Ok(mut con) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                let info = redis::cmd("INFO").arg("server").query::<String>(&mut con);
+                if info.is_ok_and(|i| i.lines().any(|l| l.trim() == pid)) {
                     return true;
                 }
             }
