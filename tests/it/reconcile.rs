@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 backend_tests!(
     report_and_repair_each_kind,
+    a_lost_message_in_flight_is_delivered_again,
     lost_keys_are_delivered_without_an_operator,
     restore_progress_and_resume,
     a_killed_restore_resumes,
@@ -95,6 +96,42 @@ fn sampled(report: &Value, kind: &str) -> Vec<String> {
         .iter()
         .map(|s| s["id"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// A message handed out and then lost from Redis (its record and its
+/// in-flight entry gone, as with a failover to a replica that lagged): the
+/// journal still says Consuming, so the reconciler reports it missing and
+/// the repair puts it back, to be delivered again.
+async fn a_lost_message_in_flight_is_delivered_again(b: Backend) {
+    let env = reconciling_env(b).start().await;
+    let id = env
+        .push(json!({"topic": "rc-lost", "body": "lost", "ttl": 60_000}))
+        .await;
+    let first = env.receive_one("rc-lost").await;
+    assert_eq!(first.id(), id);
+    env.wait_status(&id, status::CONSUMING).await;
+    let k = &env.keys;
+    let s = shard(&env, &id);
+    redis_cmd::<i64>(&env, &["HDEL", &k.messages(s), &id]);
+    redis_cmd::<i64>(&env, &["ZREM", &k.inflight(s), &id]);
+    assert!(!holds(&env, &id));
+
+    // Past the grace, then a report and a repair.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let report = reconcile(&env, false).await;
+    assert_eq!(
+        sampled(&report, "missing"),
+        std::slice::from_ref(&id),
+        "{report}"
+    );
+    let report = reconcile(&env, true).await;
+    assert_eq!(report["missing"]["repaired"], 1, "{report}");
+    assert!(holds(&env, &id), "the repair did not put the message back");
+    // Delivered again long before its 60 s ttl would have run out.
+    let again = env.receive_one("rc-lost").await;
+    assert_eq!(again.id(), id);
+    env.ack(&id).await.assert_ok();
+    env.wait_status(&id, status::CONSUMED).await;
 }
 
 async fn report_and_repair_each_kind(b: Backend) {
