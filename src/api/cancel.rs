@@ -57,18 +57,8 @@ pub async fn delete(
         })),
         outcome => Ok(HttpResponse::Ok().json(CancelOne {
             id,
-            result: cancel_result(outcome),
+            result: outcome.into(),
         })),
-    }
-}
-
-fn cancel_result(outcome: CancelOutcome) -> proto::CancelOutcome {
-    match outcome {
-        CancelOutcome::Deleted => proto::CancelOutcome::Deleted,
-        CancelOutcome::InFlight => proto::CancelOutcome::InFlight,
-        CancelOutcome::AlreadyConsumed => proto::CancelOutcome::AlreadyConsumed,
-        CancelOutcome::Dead => proto::CancelOutcome::Dead,
-        CancelOutcome::NotFound => proto::CancelOutcome::NotFound,
     }
 }
 
@@ -96,7 +86,7 @@ fn report(ids: &[MessageId], outcomes: &[CancelOutcome]) -> CancelReply {
         .zip(outcomes)
         .map(|(id, o)| CancelOne {
             id: *id,
-            result: cancel_result(*o),
+            result: (*o).into(),
         })
         .collect();
     CancelReply::Each(CancelEach { deleted, results })

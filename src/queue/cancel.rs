@@ -29,13 +29,20 @@ pub enum CancelOutcome {
 }
 
 impl CancelOutcome {
+    /// The name on the wire (`deleted`, `in_flight`, ...).
     pub fn as_str(self) -> &'static str {
-        match self {
-            CancelOutcome::Deleted => "deleted",
-            CancelOutcome::InFlight => "in_flight",
-            CancelOutcome::AlreadyConsumed => "already_consumed",
-            CancelOutcome::Dead => "dead",
-            CancelOutcome::NotFound => "not_found",
+        delayq_proto::CancelOutcome::from(self).as_str()
+    }
+}
+
+impl From<CancelOutcome> for delayq_proto::CancelOutcome {
+    fn from(o: CancelOutcome) -> Self {
+        match o {
+            CancelOutcome::Deleted => Self::Deleted,
+            CancelOutcome::InFlight => Self::InFlight,
+            CancelOutcome::AlreadyConsumed => Self::AlreadyConsumed,
+            CancelOutcome::Dead => Self::Dead,
+            CancelOutcome::NotFound => Self::NotFound,
         }
     }
 }
