@@ -106,6 +106,9 @@ pub fn read(
 /// value as `--flag=value`, a switch as `--flag` when the file says true.
 /// `cli` must be built, as for [`read`].
 pub fn with_settings(cli: &Command, args: &[OsString], from_file: &FromFile) -> Vec<OsString> {
+    if from_file.settings.is_empty() {
+        return args.to_vec();
+    }
     let (Some(at), Some(sub)) = (subcommand_at(args), subcommand(cli, args)) else {
         return args.to_vec();
     };
