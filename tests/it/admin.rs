@@ -28,8 +28,7 @@ async fn admin_routes_need_the_token() {
     env.wait_status(&quick, status::CONSUMED).await;
     env.wait_journaled().await;
 
-    let redis = env.redis.snapshot();
-    let journal = env.journal.counts();
+    let before = env.stored();
     let routes = [
         format!("/delete?id={id}"),
         "/reStore?expire=true".to_string(),
@@ -52,16 +51,7 @@ async fn admin_routes_need_the_token() {
             }
             let r = env.send(req).await;
             r.assert_error(401, "unauthorized");
-            assert_eq!(
-                env.redis.snapshot(),
-                redis,
-                "Redis changed after {route} with {auth:?}"
-            );
-            assert_eq!(
-                env.journal.counts(),
-                journal,
-                "the journal changed after {route} with {auth:?}"
-            );
+            env.assert_unchanged(&before, &format!("{route} with {auth:?}"));
         }
     }
     assert_eq!(env.journal.row(&id).unwrap().status, status::DELAYING);
@@ -310,8 +300,7 @@ async fn every_admin_route_refuses_without_the_token() {
         );
     }
 
-    let redis = env.redis.snapshot();
-    let journal = env.journal.counts();
+    let before = env.stored();
     for (method, path) in &admin_only {
         // Parameters and bodies that would act on the pushed message.
         let concrete = path
@@ -332,16 +321,7 @@ async fn every_admin_route_refuses_without_the_token() {
         };
         let r = env.send(req).await;
         r.assert_error(401, "unauthorized");
-        assert_eq!(
-            env.redis.snapshot(),
-            redis,
-            "Redis changed after {method} {path}"
-        );
-        assert_eq!(
-            env.journal.counts(),
-            journal,
-            "the journal changed after {method} {path}"
-        );
+        env.assert_unchanged(&before, &format!("{method} {path}"));
     }
     assert_eq!(env.journal.row(&id).unwrap().status, status::DELAYING);
 }

@@ -17,8 +17,7 @@ const TEN_YEARS_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
 struct Fixture {
     env: Env,
     id: String,
-    redis: crate::common::Snapshot,
-    journal: (i64, i64),
+    before: crate::common::env::Stored,
 }
 
 async fn fixture(b: Backend) -> Fixture {
@@ -32,31 +31,16 @@ async fn fixture(b: Backend) -> Fixture {
         .await;
     // Let the asynchronous Delaying flow row land before taking the snapshot.
     env.wait_history(&id, &["WaitPut", "Delaying"]).await;
-    let redis = env.redis.snapshot();
-    assert!(!redis.is_empty());
-    let journal = env.journal.counts();
-    assert_eq!(journal, (1, 2));
-    Fixture {
-        env,
-        id,
-        redis,
-        journal,
-    }
+    let before = env.stored();
+    assert!(!before.redis.is_empty());
+    assert_eq!(before.journal, (1, 2));
+    Fixture { env, id, before }
 }
 
 impl Fixture {
     #[track_caller]
     fn assert_unchanged(&self, what: &str) {
-        assert_eq!(
-            self.env.redis.snapshot(),
-            self.redis,
-            "Redis changed after {what}"
-        );
-        assert_eq!(
-            self.env.journal.counts(),
-            self.journal,
-            "the journal changed after {what}"
-        );
+        self.env.assert_unchanged(&self.before, what);
     }
 }
 

@@ -267,6 +267,30 @@ impl Env {
         .await
     }
 
+    /// What the test's Redis and journal hold now (every key, the row
+    /// counts), to show later that a request changed nothing.
+    pub fn stored(&self) -> Stored {
+        Stored {
+            redis: self.redis.snapshot(),
+            journal: self.journal.counts(),
+        }
+    }
+
+    /// Redis and the journal hold what they held at `before`.
+    #[track_caller]
+    pub fn assert_unchanged(&self, before: &Stored, what: &str) {
+        assert_eq!(
+            self.redis.snapshot(),
+            before.redis,
+            "Redis changed after {what}"
+        );
+        assert_eq!(
+            self.journal.counts(),
+            before.journal,
+            "the journal changed after {what}"
+        );
+    }
+
     /// Whether Redis schedules `id`: it is in some shard's delay zset.
     pub fn scheduled_in_redis(&self, id: &str) -> bool {
         let mut con = self.redis.con();
@@ -341,4 +365,12 @@ impl Env {
         })
         .await
     }
+}
+
+/// Redis's keys and the journal's row counts at one moment (see
+/// [`Env::stored`]).
+pub struct Stored {
+    pub redis: super::Snapshot,
+    /// (messages, flow rows)
+    pub journal: (i64, i64),
 }

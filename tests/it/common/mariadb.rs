@@ -71,9 +71,9 @@ impl PrivateMariadb {
         );
     }
 
-    /// TLS handshakes the server accepted so far (this question itself is
-    /// asked in plain text, so it counts none).
-    pub fn ssl_accepts(&self) -> u64 {
+    /// Asks the server `sql` as root in plain text, without column names;
+    /// its output when it answered.
+    fn ask(&self, sql: &str) -> Option<String> {
         let out = Command::new("mariadb")
             .args([
                 "--no-defaults",
@@ -84,10 +84,21 @@ impl PrivateMariadb {
                 "-B",
             ])
             .arg(format!("-P{}", self.port))
-            .args(["-e", "SHOW GLOBAL STATUS LIKE 'Ssl_accepts'"])
+            .args(["-e", sql])
+            .stderr(Stdio::null())
             .output()
-            .expect("run the mariadb client");
-        let text = String::from_utf8_lossy(&out.stdout);
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// TLS handshakes the server accepted so far (this question itself is
+    /// asked in plain text, so it counts none).
+    pub fn ssl_accepts(&self) -> u64 {
+        let text = self
+            .ask("SHOW GLOBAL STATUS LIKE 'Ssl_accepts'")
+            .unwrap_or_default();
         text.split_whitespace()
             .nth(1)
             .and_then(|v| v.parse().ok())
@@ -97,23 +108,8 @@ impl PrivateMariadb {
     /// Whether the server answering on the port is this one (it names this
     /// test's data directory), not merely whether the port answers.
     fn alive(&self) -> bool {
-        let out = Command::new("mariadb")
-            .args([
-                "--no-defaults",
-                "--skip-ssl",
-                "-uroot",
-                "-h127.0.0.1",
-                "-N",
-                "-B",
-            ])
-            .arg(format!("-P{}", self.port))
-            .args(["-e", "SELECT @@datadir"])
-            .stderr(Stdio::null())
-            .output();
-        let ours = self.dir.join("data");
-        out.is_ok_and(|o| {
-            o.status.success() && Path::new(String::from_utf8_lossy(&o.stdout).trim()) == ours
-        })
+        self.ask("SELECT @@datadir")
+            .is_some_and(|dir| Path::new(dir.trim()) == self.dir.join("data"))
     }
 
     fn launch(&mut self) {
