@@ -253,6 +253,15 @@ async fn write_flows(
             if refusal && first_refused == 0 {
                 first_refused = now_ms();
             }
+            // Behind from the first failed try, refused or unreachable alike
+            // (a database that answers but takes no write is an outage too):
+            // the changes are applied in Redis and not journaled.
+            let _ = backlog.failing_since.compare_exchange(
+                0,
+                now_ms(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
             // Only a statement the database refuses while it answers counts
             // against the batch; anything else (an outage, no worker id for
             // the flow rows' ids) is waited out.
@@ -270,7 +279,10 @@ async fn write_flows(
                 if refusals >= 2 && (!alone || (refusals >= 4 && takes_writes().await)) {
                     let part = Arc::try_unwrap(part).unwrap_or_else(|p| (*p).clone());
                     if alone {
+                        // The database takes other writes: this change alone
+                        // is refused, and no longer waits.
                         set_aside(backlog, &part[0], &err);
+                        backlog.failing_since.store(0, Ordering::Release);
                         outcome = Written::SetAside(err);
                     } else {
                         tracing::warn!(error = %err, changes = part.len(), "journal refused a batch of status changes; splitting it");
@@ -282,12 +294,6 @@ async fn write_flows(
                     break;
                 }
             } else {
-                let _ = backlog.failing_since.compare_exchange(
-                    0,
-                    now_ms(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
                 tracing::warn!(error = %err, pending = part.len(), "journal flow write failed; retrying");
             }
             if backlog.give_up() {
