@@ -19,7 +19,7 @@ backend_tests!(
 );
 
 /// Runs SQL on the test's journal database.
-fn sql(env: &Env, text: &str) {
+pub(crate) fn sql(env: &Env, text: &str) {
     let mut conn = env.journal.conn();
     with_conn!(&mut conn, c => c.batch_execute(text)).expect("run SQL on the journal");
 }
@@ -50,6 +50,28 @@ fn add_refusing_triggers(env: &Env, b: Backend) {
             );
         }
     }
+}
+
+/// Makes the database refuse every status change (and so every push) while
+/// it still answers reads: the node's journal falls behind.
+pub(crate) fn refuse_flow_writes(env: &Env, b: Backend) {
+    match b {
+        Backend::Sqlite => sql(
+            env,
+            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow \
+             BEGIN SELECT RAISE(ABORT, 'no writes'); END;",
+        ),
+        Backend::Mariadb => sql(
+            env,
+            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow FOR EACH ROW \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no writes'",
+        ),
+    }
+}
+
+/// Undoes [`refuse_flow_writes`].
+pub(crate) fn allow_flow_writes(env: &Env) {
+    sql(env, "DROP TRIGGER no_writes");
 }
 
 async fn admin_journal(env: &Env) -> Value {
@@ -295,18 +317,7 @@ async fn a_database_refusing_every_write_is_an_outage(b: Backend) {
     for id in &ids {
         env.wait_scheduled(id).await;
     }
-    match b {
-        Backend::Sqlite => sql(
-            &env,
-            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow \
-             BEGIN SELECT RAISE(ABORT, 'no writes'); END;",
-        ),
-        Backend::Mariadb => sql(
-            &env,
-            "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow FOR EACH ROW \
-             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no writes'",
-        ),
-    }
+    refuse_flow_writes(&env, b);
     let r = env
         .post_json("/push", &json!({"topic": "ro", "body": "x"}))
         .await;
@@ -318,7 +329,7 @@ async fn a_database_refusing_every_write_is_an_outage(b: Backend) {
     let j = admin_journal(&env).await;
     assert_eq!(j["refused"], 0, "{j}");
     assert!(j["pending"].as_u64().unwrap() > 0, "{j}");
-    sql(&env, "DROP TRIGGER no_writes");
+    allow_flow_writes(&env);
     let r = env.post_json("/ack", &json!({ "ids": ids })).await;
     assert_eq!(r.assert_ok()["acked"], ids.len());
     for id in &ids {

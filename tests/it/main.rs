@@ -30,6 +30,7 @@ mod outage;
 mod promises;
 mod property;
 mod reconcile;
+mod reconcile_rules;
 mod recurring;
 mod restore;
 mod retry;

@@ -29,9 +29,9 @@ backend_tests!(
 );
 
 /// Grace of the servers and runs below: short, so the tests are quick.
-const GRACE: &str = "500ms";
+pub(crate) const GRACE: &str = "500ms";
 
-fn reconciling_env(b: Backend) -> crate::common::EnvBuilder {
+pub(crate) fn reconciling_env(b: Backend) -> crate::common::EnvBuilder {
     Env::builder(b)
         .arg("--reconcile-interval")
         .arg("0")
@@ -49,7 +49,7 @@ fn set_status(env: &Env, id: &str, code: i16) {
     assert_eq!(n, 1);
 }
 
-fn redis_cmd<T: redis::FromRedisValue>(env: &Env, args: &[&str]) -> T {
+pub(crate) fn redis_cmd<T: redis::FromRedisValue>(env: &Env, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);
     for a in &args[1..] {
         cmd.arg(*a);
@@ -58,23 +58,23 @@ fn redis_cmd<T: redis::FromRedisValue>(env: &Env, args: &[&str]) -> T {
         .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-fn shard(env: &Env, id: &str) -> u32 {
+pub(crate) fn shard(env: &Env, id: &str) -> u32 {
     env.keys.shard_of(parse_id(id))
 }
 
-fn holds(env: &Env, id: &str) -> bool {
+pub(crate) fn holds(env: &Env, id: &str) -> bool {
     redis_cmd::<i64>(env, &["HEXISTS", &env.keys.messages(shard(env, id)), id]) == 1
 }
 
 /// `GET /admin/reconcile?repair=...`, expecting 200.
-async fn reconcile(env: &Env, repair: bool) -> Value {
+pub(crate) async fn reconcile(env: &Env, repair: bool) -> Value {
     let r = env
         .get_path(&format!("/admin/reconcile?repair={repair}"))
         .await;
     r.assert_ok().clone()
 }
 
-fn counts(report: &Value) -> [u64; 5] {
+pub(crate) fn counts(report: &Value) -> [u64; 5] {
     [
         "missing",
         "unscheduled",
