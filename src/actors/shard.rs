@@ -78,6 +78,8 @@ pub struct ZsetShardActor {
     backoff: Duration,
     /// Promotion is held back by the journal's backlog.
     held_back: bool,
+    /// Scans wait for a valid permit (logged once per lapse).
+    waiting_for_permit: bool,
 }
 
 impl ZsetShardActor {
@@ -106,6 +108,7 @@ impl ZsetShardActor {
             rescan: false,
             backoff: Duration::from_millis(50),
             held_back: false,
+            waiting_for_permit: false,
         }
     }
 
@@ -129,11 +132,22 @@ impl ZsetShardActor {
             self.rescan = true;
             return;
         }
-        if !self.permit.valid() {
+        if !self.permit.valid() && !crate::faults::on("ignore_permit") {
             // Membership not confirmed lately (ZooKeeper unreachable, or
             // this process was paused): wait for it.
+            if !self.waiting_for_permit {
+                tracing::info!(
+                    shard = self.shard,
+                    "membership not confirmed lately; the scan waits for ZooKeeper"
+                );
+                self.waiting_for_permit = true;
+            }
             self.schedule_at(now_ms() + PERMIT_RETRY_MS, ctx);
             return;
+        }
+        if self.waiting_for_permit {
+            tracing::info!(shard = self.shard, "membership confirmed; scanning again");
+            self.waiting_for_permit = false;
         }
         if self.journal.lagging() {
             // The journal is far behind (its database is down or slow):

@@ -82,9 +82,29 @@ async fn active_standby_failover_after_kill9() {
     wait_metric(&c, standby, "delayq_cluster_owned_shards", shards).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
-    let c = Cluster::builder().start().await;
+/// Which of the two fences is left to stop a paused old owner.
+#[derive(Clone, Copy, PartialEq)]
+enum Fence {
+    /// The ZooKeeper permit: Redis loses the epoch keys while the owner is
+    /// paused, so its own (older) epoch would pass.
+    Permit,
+    /// The epoch in Redis: the nodes run with the fault `ignore_permit`, so
+    /// the old owner scans as soon as it resumes.
+    Epoch,
+}
+
+/// The owner paused (SIGSTOP) past its session; the standby takes every
+/// shard and is given work, then is paused itself (well within its
+/// session) while that work falls due, so the old owner, resumed, finds it
+/// waiting. It moves nothing from then until it has rejoined as the
+/// standby, and what was pushed is delivered once.
+async fn a_paused_owner_is_fenced(fence: Fence) {
+    // Sessions of 6 s: the standby's pause below stays far inside one.
+    let mut b = Cluster::builder().session_ms(6_000);
+    if fence == Fence::Epoch {
+        b = b.env_all("DELAYQ_FAULTS", "ignore_permit");
+    }
+    let c = b.start().await;
     let owners = c
         .wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
         .await;
@@ -98,18 +118,25 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
     })
     .await;
 
-    // Work for the paused node to steal, and Redis losing the epoch keys.
+    // Work for the paused node to steal, due while both are paused.
     let topic = format!("fe{}", random_hex(6));
-    let ids = c.push_batch(standby, messages(&topic, 60, 0, 30)).await;
-    let mut con = c.redis.con();
-    for s in 0..c.keys.shards() {
-        let _: () = redis::cmd("DEL")
-            .arg(c.keys.epoch(s))
-            .query(&mut con)
-            .unwrap();
+    let pushed_at = now_ms();
+    let ids = c.push_batch(standby, messages(&topic, 30, 300, 25)).await;
+    if fence == Fence::Permit {
+        let mut con = c.redis.con();
+        for s in 0..c.keys.shards() {
+            let _: () = redis::cmd("DEL")
+                .arg(c.keys.epoch(s))
+                .query(&mut con)
+                .unwrap();
+        }
     }
+    c.node(standby).signal("STOP");
+    sleep_until_ms(pushed_at + 1_100).await;
     let resumed_at = now_ms();
     c.node(active).signal("CONT");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.node(standby).signal("CONT");
 
     let expected: HashSet<String> = ids.into_iter().collect();
     let got = drain(
@@ -121,14 +148,9 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
     )
     .await;
     assert_delivered(&got, &expected);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        c.journal.flow_rows_by(&old_name, status::READY, resumed_at),
-        0,
-        "the paused old owner moved messages after it resumed"
-    );
 
-    // It rejoins as a standby.
+    // It rejoins as a standby; until then (the whole time it could have
+    // stolen work) it moved nothing.
     let every = Duration::from_millis(200);
     let what = "the old owner to rejoin as standby";
     let a = wait_every(what, Duration::from_secs(30), every, || async {
@@ -143,6 +165,11 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
         }
     })
     .await;
+    assert_eq!(
+        c.journal.flow_rows_by(&old_name, status::READY, resumed_at),
+        0,
+        "the paused old owner moved messages after it resumed"
+    );
     assert!(
         a["shards"]
             .as_array()
@@ -152,14 +179,34 @@ async fn a_paused_owner_is_fenced_even_without_epoch_keys() {
         "{a}"
     );
     assert_eq!(c.admin(standby).await["nodes"].as_array().unwrap().len(), 2);
+    if fence == Fence::Epoch {
+        // It did scan, and the epoch stopped it.
+        let log = c.node(active).log_tail(2_000);
+        assert!(
+            log.contains("Redis holds a higher epoch for this shard"),
+            "the resumed old owner never scanned into the epoch"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_owner_is_fenced_by_the_permit_alone() {
+    a_paused_owner_is_fenced(Fence::Permit).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_owner_is_fenced_by_the_epoch_alone() {
+    a_paused_owner_is_fenced(Fence::Epoch).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn zookeeper_blip_and_outage() {
-    // A blip of a third of the session: after the ensemble resumes, the
-    // clients need up to another third to notice and reconnect, and the
-    // ensemble may first elect a leader among its servers.
-    let c = Cluster::builder().session_ms(6_000).start().await;
+    // Sessions of 9 s: a node's permit lasts a third (3 s), pings go every
+    // third. A blip of 4 s outlasts the permit, and with the last ping up
+    // to 3 s before it, leaves 2 s for the clients to reconnect (and the
+    // ensemble to elect a leader among its servers) before a session
+    // could expire.
+    let c = Cluster::builder().session_ms(9_000).start().await;
     let owners = c
         .wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
         .await;
@@ -174,18 +221,45 @@ async fn zookeeper_blip_and_outage() {
     };
     let before = epochs(&c.admin(active).await);
 
-    // A blip shorter than the session: the owner pauses and resumes, and
+    // A blip shorter than the session: the owner's scans wait (it says so)
+    // and resume, what fell due meanwhile is delivered, none early, and
     // nothing is handed off (same owner nodes, same epochs).
     for n in 1..=3 {
         c.zk.pause(n);
     }
-    tokio::time::sleep(c.session() / 3).await;
+    let paused_at = now_ms();
+    // Due after the permit lapsed (it was last confirmed before the blip).
+    let topic = format!("zb{}", random_hex(6));
+    let during: HashSet<String> = c
+        .push_batch(active, messages(&topic, 20, 3_300, 20))
+        .await
+        .into_iter()
+        .collect();
+    sleep_until_ms(paused_at + 4_000).await;
     for n in 1..=3 {
         c.zk.resume(n);
     }
     for i in 0..2 {
         c.wait_ready(i, Duration::from_secs(20)).await;
     }
+    let got = drain(
+        &c.http,
+        &[c.port(active)],
+        &topic,
+        &during,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_delivered(&got, &during);
+    let log = c.node(active).log_tail(5_000);
+    assert!(
+        log.contains("membership not confirmed lately; the scan waits for ZooKeeper"),
+        "the owner never noticed the blip"
+    );
+    assert!(
+        log.contains("membership confirmed; scanning again"),
+        "the owner never resumed its scans"
+    );
     let owners_after = c
         .wait_scanners(&[0, 1], Duration::from_secs(20), |_| true)
         .await;
