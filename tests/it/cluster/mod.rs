@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
-use crate::common::{now_ms, random_hex, sleep_until_ms, status, wait_every, Received};
+use crate::common::{
+    assert_woken, jitter_ms, now_ms, random_hex, sleep_until_ms, status, wait_every, Received,
+};
 use serde_json::{json, Value};
 
 /// Long-polls the nodes `ports` (one after another), acking everything,

@@ -232,7 +232,7 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
     let mut lateness = Vec::new();
     for i in 0..8 {
         let t = format!("{topic}w{i}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(300 + jitter_ms(1_000))).await;
         let id = c
             .push(other, json!({"topic": t, "body": "w", "delay": 400}))
             .await;
@@ -242,12 +242,8 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
         lateness.push(got[0].at - got[0].msg["dueTime"].as_i64().unwrap());
     }
     eprintln!("lateness of pushes to the non-owner, consumed there: {lateness:?}");
-    assert!(lateness.iter().all(|l| *l >= 0), "early: {lateness:?}");
     // Without the wake-ups these wait for the owner's 1 s safety scan.
-    assert!(
-        p99(lateness.clone()) < 500,
-        "not woken across nodes: {lateness:?}"
-    );
+    assert_woken(&lateness, 6, "pushed to the non-owner, consumed there");
 
     // A recurring message pushed to and acked on the non-owner: each ack
     // there moves it on, and the owner is woken for the next occurrence.
@@ -255,12 +251,12 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
     let id = c
         .push(
             other,
-            json!({"topic": t, "body": "r", "delay": 300, "repeat": {"every": 600, "times": 3}}),
+            json!({"topic": t, "body": "r", "delay": 300, "repeat": {"every": 400, "times": 6}}),
         )
         .await;
     let mut numbers = Vec::new();
     let mut late = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..6 {
         let got = c.poll(other, &t, 5, 1).await;
         assert_eq!(got.len(), 1, "an occurrence did not arrive on {t}");
         assert_eq!(got[0].msg["id"], id.as_str());
@@ -268,15 +264,11 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
         late.push(got[0].at - got[0].msg["occurrence"]["dueTime"].as_i64().unwrap());
         assert!(ack(&c.http, c.port(other), &id).await);
     }
-    assert_eq!(numbers, vec![1, 2, 3]);
-    assert!(late.iter().all(|l| *l >= 0), "early: {late:?}");
-    assert!(
-        late.iter().all(|l| *l < 500),
-        "not woken across nodes: {late:?}"
-    );
+    assert_eq!(numbers, vec![1, 2, 3, 4, 5, 6]);
+    assert_woken(&late, 5, "occurrences acked on the non-owner");
     assert!(
         c.poll(other, &t, 1, 1).await.is_empty(),
-        "a fourth occurrence"
+        "a seventh occurrence"
     );
     let _ = owner;
 }
