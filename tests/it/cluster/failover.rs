@@ -351,3 +351,79 @@ async fn killing_the_zookeeper_leader_keeps_delivering() {
     c.wait_scanners(&[0, 1], Duration::from_secs(20), |_| true)
         .await;
 }
+
+/// Redis loses everything (FLUSHALL) under a running multi-active cluster:
+/// the leader alone rebuilds it from the journal (the data set marker it
+/// sets names it); the other node leaves it alone even while the leader is
+/// paused and the marker is missing; every message is delivered once, none
+/// early.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flushed_redis_is_restored_by_the_leader_alone() {
+    // Sessions of 6 s: the leader's pause below stays far inside one.
+    let c = Cluster::builder()
+        .mode("multi-active")
+        .session_ms(6_000)
+        .start()
+        .await;
+    c.wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
+        .await;
+    let every = Duration::from_millis(100);
+    let what = "both nodes to see the same leader";
+    let leader_name = wait_every(what, Duration::from_secs(30), every, || async {
+        let (a, b) = (c.admin(0).await, c.admin(1).await);
+        match (a["leader"].as_str(), b["leader"].as_str()) {
+            (Some(x), Some(y)) if x == y => Ok(x.to_string()),
+            _ => Err(format!("{} / {}", a["leader"], b["leader"])),
+        }
+    })
+    .await;
+    let leader = Cluster::index_of(&leader_name);
+    let other = 1 - leader;
+
+    let topic = format!("fl{}", random_hex(6));
+    let mut ids = c.push_batch(0, messages(&topic, 100, 5_000, 20)).await;
+    ids.extend(c.push_batch(1, messages(&topic, 100, 5_000, 20)).await);
+    let marker = c.keys.dataset_marker();
+    let marker_holder = || -> Option<String> {
+        redis::cmd("GET")
+            .arg(&marker)
+            .query(&mut c.redis.con())
+            .unwrap()
+    };
+    let what = "the leader to set the data set marker";
+    wait_every(what, Duration::from_secs(10), every, || async {
+        marker_holder().ok_or("no marker yet")
+    })
+    .await;
+
+    // The leader paused, Redis flushed: the other node checks the marker
+    // each second and must not restore.
+    c.node(leader).signal("STOP");
+    c.redis.flushall();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let held = marker_holder();
+    c.node(leader).signal("CONT");
+    assert_eq!(held, None, "a node that does not lead restored Redis");
+
+    let what = "the leader to restore Redis";
+    let holder = wait_every(what, Duration::from_secs(20), every, || async {
+        marker_holder().ok_or("no marker yet")
+    })
+    .await;
+    assert_eq!(
+        holder, leader_name,
+        "the data set marker names who restored"
+    );
+
+    let expected: HashSet<String> = ids.into_iter().collect();
+    let ports = [c.port(0), c.port(1)];
+    let got = drain(&c.http, &ports, &topic, &expected, Duration::from_secs(30)).await;
+    assert_delivered(&got, &expected);
+    assert!(
+        got.values().all(|d| d.len() == 1),
+        "a message was delivered twice"
+    );
+    let restored = "Redis held no delayq data set; restored it from the journal";
+    assert!(c.node(leader).log_tail(5_000).contains(restored));
+    assert!(!c.node(other).log_tail(5_000).contains(restored));
+}

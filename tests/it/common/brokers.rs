@@ -27,6 +27,34 @@ fn accepts(port: u16) -> bool {
         .is_ok()
 }
 
+/// Whether the server on `port` answers as itself: after `hello` (sent
+/// when not empty), what it says within a second names `name`. A port that
+/// merely accepts may be another test's listener.
+fn answers_as(port: u16, hello: &[u8], name: &str) -> bool {
+    use std::io::{Read, Write};
+    let addr = ([127, 0, 0, 1], port).into();
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if !hello.is_empty() && s.write_all(hello).is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut said = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while Instant::now() < deadline {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => said.extend_from_slice(&chunk[..n]),
+        }
+        if said.windows(name.len()).any(|w| w == name.as_bytes()) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Kills a child started in its own session, with everything it started.
 ///
 /// The group is signalled with kill(2), not `kill -9 -PGID`: Debian 12's
@@ -148,7 +176,13 @@ impl RabbitMq {
                     tail(&self.dir.join("out.log"), 40)
                 );
             }
-            if accepts(self.port) && self.tls_port.is_none_or(accepts) {
+            // AMQP's protocol header is answered with Connection.Start,
+            // whose server properties carry the cluster's name: this
+            // node's.
+            let id = self.name.split('@').next().unwrap_or_default();
+            if answers_as(self.port, b"AMQP\x00\x00\x09\x01", id)
+                && self.tls_port.is_none_or(accepts)
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -207,6 +241,8 @@ impl Drop for RabbitMq {
 /// A NATS server with JetStream, of the test's own.
 pub struct Nats {
     pub port: u16,
+    /// `--name`: what its INFO line calls it.
+    name: String,
     dir: PathBuf,
     /// `--tls --tlscert CERT --tlskey KEY`: TLS alone.
     tls: Option<(PathBuf, PathBuf)>,
@@ -228,6 +264,7 @@ impl Nats {
         std::fs::create_dir_all(&dir).unwrap();
         let mut n = Nats {
             port: reserved_port(),
+            name: format!("dqtest{}", super::random_hex(8)),
             dir,
             tls,
             child: None,
@@ -244,6 +281,7 @@ impl Nats {
         let (out, err) = log_file(&self.dir.join("out.log"));
         let mut cmd = Command::new("nats-server");
         cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
+            .args(["--name", &self.name])
             .arg("-sd")
             .arg(self.dir.join("store"));
         if let Some((cert, key)) = &self.tls {
@@ -261,8 +299,11 @@ impl Nats {
             .expect("start nats-server (is it installed?)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
+        // The server greets every connection with an INFO line that
+        // carries its name (in plain text, TLS or not).
+        let named = format!("\"server_name\":\"{}\"", self.name);
         while Instant::now() < deadline {
-            if accepts(self.port) {
+            if answers_as(self.port, b"", &named) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -290,4 +331,21 @@ impl Drop for Nats {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A listener that is not the broker (another test's, on a port it took
+/// meanwhile) accepts connections, and is still not taken for the broker.
+#[test]
+fn another_listener_on_the_port_is_not_the_broker() {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let _ = s.and_then(|mut s| s.write_all(b"INFO {\"server_name\":\"someone\"}\r\n"));
+        }
+    });
+    assert!(accepts(port));
+    assert!(!answers_as(port, b"", "\"server_name\":\"dqtest0\""));
+    assert!(answers_as(port, b"", "\"server_name\":\"someone\""));
 }
