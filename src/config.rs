@@ -267,6 +267,18 @@ pub struct ServeArgs {
     /// again what Redis lost (e.g. 60s, 5m; 0 turns it off).
     #[arg(long, env = "DELAYQ_RECONCILE_INTERVAL", default_value = "60s", value_parser = parse_interval)]
     pub reconcile_interval: Duration,
+    /// How long a Consumed or Deleted message stays in the journal (with
+    /// its history) once it finished (e.g. 7d, 12h; 0 keeps it forever).
+    #[arg(long, env = "DELAYQ_RETAIN_FINISHED", default_value = "7d", value_parser = parse_interval)]
+    pub retain_finished: Duration,
+    /// How long a dead letter stays in the journal (to be requeued or
+    /// deleted) once it died (e.g. 30d; 0 keeps it forever).
+    #[arg(long, env = "DELAYQ_RETAIN_DEAD", default_value = "30d", value_parser = parse_interval)]
+    pub retain_dead: Duration,
+    /// How often the leader removes from the journal what it no longer
+    /// keeps (--retain-finished, --retain-dead).
+    #[arg(long, env = "DELAYQ_RETENTION_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub retention_interval: Duration,
     /// Topics with series of their own in /metrics; topics seen after these
     /// share the series topic="(other)", so the number of series stays bounded.
     #[arg(long, env = "DELAYQ_METRICS_TOPICS", default_value_t = crate::metrics::DEFAULT_TOPICS)]
@@ -349,7 +361,7 @@ fn parse_node_id(s: &str) -> Result<String, String> {
 
 /// `6s`, `2500ms`, `1m`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("'{s}' is not a duration (e.g. 6s, 2500ms, 1m)");
+    let bad = || format!("'{s}' is not a duration (e.g. 6s, 2500ms, 1m, 12h, 7d)");
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
         None => (s, "s"),
@@ -359,6 +371,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => Duration::from_millis(n),
         "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3_600),
+        "d" => Duration::from_secs(n * 86_400),
         _ => return Err(bad()),
     };
     if d.is_zero() {
@@ -369,7 +383,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// A duration as [`parse_duration`] reads it, or `0` for none.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    if matches!(s, "0" | "0ms" | "0s" | "0m") {
+    if matches!(s, "0" | "0ms" | "0s" | "0m" | "0h" | "0d") {
         Ok(Duration::ZERO)
     } else {
         parse_duration(s)
@@ -411,13 +425,16 @@ mod tests {
         assert_eq!(parse_duration("2500ms"), Ok(Duration::from_millis(2500)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        for bad in ["", "s", "0s", "6h", "-1s", "1.5s"] {
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        for bad in ["", "s", "0s", "6w", "-1s", "1.5s", "1d2h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
         assert_eq!(parse_interval("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_interval("90s"), Ok(Duration::from_secs(90)));
-        assert!(parse_interval("0h").is_err());
+        assert_eq!(parse_interval("0d"), Ok(Duration::ZERO));
+        assert!(parse_interval("0w").is_err());
         assert!(parse_interval("x").is_err());
     }
 }

@@ -31,6 +31,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "restore",
             "reconcile",
             "reshard",
+            "retention",
         ],
     ),
     (

@@ -7,7 +7,7 @@
 //!
 //! - the edges: [`api`], [`forward`], [`config`], [`node`];
 //! - the engine: [`queue`], [`actors`], [`cluster`], [`restore`],
-//!   [`reconcile`], [`reshard`];
+//!   [`reconcile`], [`reshard`], [`retention`];
 //! - storage: [`redis`], [`journal`], [`notify`];
 //! - the domain, which knows nothing of HTTP, Redis or SQL: [`message`],
 //!   [`input`], [`ids`], [`retry`], [`repeat`], [`clock`], [`error`],
@@ -92,6 +92,7 @@ pub mod redis;
 pub mod repeat;
 pub mod reshard;
 pub mod restore;
+pub mod retention;
 pub mod retry;
 pub mod stall;
 pub mod tls;

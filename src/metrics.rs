@@ -28,6 +28,7 @@
 //! | `delayq_journal_commit_seconds` | histogram | kind | time per group commit |
 //! | `delayq_journal_backlog` | gauge | | status changes waiting to be written |
 //! | `delayq_journal_refused_total` | counter | | status changes the database refused (set aside) |
+//! | `delayq_journal_purged_total` | counter | | finished messages removed from the journal with their history (`--retain-finished`, `--retain-dead`) |
 //! | `delayq_redis_script_seconds` | histogram | script | time per script call (a pipeline of calls counts once) |
 //! | `delayq_http_requests_total` | counter | route, method, status | requests by route pattern |
 //! | `delayq_http_request_seconds` | histogram | route, method | time to answer (long polls included) |
@@ -165,6 +166,7 @@ pub struct Metrics {
     pub journal_commit: Family<KindLabel, Histogram>,
     journal_backlog: Gauge,
     pub journal_refused: Counter,
+    pub journal_purged: Counter,
     pub script: Family<ScriptLabel, Histogram>,
     pub http_requests: Family<RequestLabels, Counter>,
     pub http_seconds: Family<RouteLabels, Histogram>,
@@ -215,6 +217,7 @@ impl Metrics {
             journal_commit: Family::new_with_constructor(call_histogram),
             journal_backlog: Gauge::default(),
             journal_refused: Counter::default(),
+            journal_purged: Counter::default(),
             script: Family::new_with_constructor(call_histogram),
             http_requests: Family::default(),
             http_seconds: Family::new_with_constructor(http_histogram),
@@ -312,6 +315,11 @@ impl Metrics {
                 "journal_refused",
                 "Status changes the database refused (set aside)",
                 m.journal_refused.clone(),
+            );
+            d.register(
+                "journal_purged",
+                "Finished messages removed from the journal with their history",
+                m.journal_purged.clone(),
             );
             d.register(
                 "redis_script_seconds",

@@ -10,6 +10,7 @@ use crate::reconcile::{Reconciler, Repair};
 use crate::redis::inspect::evicts;
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::Restorer;
+use crate::retention::Retention;
 
 use super::spill::replay_spill;
 
@@ -151,5 +152,31 @@ pub(super) async fn watch_dataset(restorer: Restorer, node_id: String, cluster: 
             tracing::warn!(error = %e, "cannot check or restore the Redis data set; retrying");
         }
         replay_spill(&restorer.redis, &restorer.journal, &node_id).await;
+    }
+}
+
+/// Every `every`, the leader removes from the journal the finished messages
+/// it no longer keeps (see [`crate::retention`]).
+pub(super) async fn retain_periodically(
+    retention: Retention,
+    cluster: ClusterHandle,
+    every: Duration,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        if !cluster.is_leader() {
+            continue;
+        }
+        match retention.run().await {
+            Ok(p) if p.purged > 0 => tracing::info!(
+                purged = p.purged,
+                ended = p.ended,
+                "removed finished messages from the journal"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "journal retention failed; trying again next time")
+            }
+        }
     }
 }

@@ -21,11 +21,12 @@ use crate::reconcile::{self, Reconciler};
 use crate::redact;
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreStatus, Restorer};
+use crate::retention::{Keep, Retention};
 use tokio::sync::mpsc;
 
 use super::duties::{
     check_eviction, ensure_dataset, probe_clock, publish_journal_behind, reconcile_periodically,
-    watch_dataset,
+    retain_periodically, watch_dataset,
 };
 use super::spill::spill;
 use super::{open_journal, open_redis};
@@ -311,6 +312,21 @@ fn spawn_duties(
         redis.clone(),
         cluster.clone(),
     ));
+    if !(args.retain_finished.is_zero() && args.retain_dead.is_zero()) {
+        let retention = Retention {
+            journal: journal.clone(),
+            redis: redis.clone(),
+            keep: Keep {
+                finished: args.retain_finished,
+                dead: args.retain_dead,
+            },
+        };
+        actix::spawn(retain_periodically(
+            retention,
+            cluster.clone(),
+            args.retention_interval,
+        ));
+    }
     if !args.reconcile_interval.is_zero() {
         actix::spawn(reconcile_periodically(
             reconciler.clone(),

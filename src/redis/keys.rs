@@ -15,6 +15,7 @@
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
 //! | `{P}:resharding` | string | `FROM>TO` while `delayq reshard` moves the data set (nodes refuse to start) |
+//! | `{P}:retention` | hash | how far the journal's retention has read the flow rows: `finished`, `dead` → flow id |
 //! | `{P}:restore` | hash | keyset cursor of the restore under way (or interrupted), so a restore run again resumes; gone with the data set |
 //! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
@@ -112,6 +113,11 @@ impl Keys {
     /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
     /// It lives in the Redis it restores into: a Redis that lost its data
     /// lost the cursor too, and is restored from the first row.
+    /// How far the journal's retention has read (see [`crate::retention`]).
+    pub fn retention_cursor(&self) -> String {
+        format!("{{{}}}:retention", self.prefix)
+    }
+
     pub fn restore_cursor(&self) -> String {
         format!("{{{}}}:restore", self.prefix)
     }

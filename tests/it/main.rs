@@ -33,6 +33,7 @@ mod reconcile;
 mod reconcile_rules;
 mod recurring;
 mod restore;
+mod retention;
 mod retry;
 mod standalone;
 mod tls;

@@ -15,9 +15,9 @@ use crate::message::{IdGenerator, MessageId};
 use crate::redis::keys::Keys;
 
 use super::messages::{
-    CountLive, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey, LivePage,
-    LiveStates, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf, StatesOf, TopicCounts,
-    TopicPage,
+    CountLive, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages, LiveByBizKey,
+    LivePage, LiveStates, Ping, ProbeWrite, Purge, RecordFlow, RequeueDead, RowsOf, StatesOf,
+    TopicCounts, TopicPage,
 };
 use super::write_lock::WriteLock;
 
@@ -216,6 +216,26 @@ impl Handler<ProbeWrite> for JournalActor {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
         store::probe_write(&mut conn)
+    }
+}
+
+impl Handler<EndedPage> for JournalActor {
+    type Result = Result<(Vec<i64>, Option<i64>), JournalError>;
+
+    fn handle(&mut self, msg: EndedPage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::retention::ended_page(&mut conn, msg.after, msg.below, &msg.statuses, msg.limit)
+    }
+}
+
+impl Handler<Purge> for JournalActor {
+    type Result = Result<u64, JournalError>;
+
+    fn handle(&mut self, msg: Purge, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        // Bulk work: pushes take SQLite's write lock first.
+        let _writing = self.write_lock.as_ref().map(|l| l.after_pushes());
+        store::retention::purge(&mut conn, &msg.ids, &msg.statuses, msg.before)
     }
 }
 

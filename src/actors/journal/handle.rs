@@ -22,8 +22,8 @@ use super::actor::{lower_thread_priority, JournalActor};
 use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::messages::{
-    CountLive, DeadPage, DeleteDead, FindMessage, LiveByBizKey, LivePage, LiveStates, Ping,
-    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
+    CountLive, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey, LivePage, LiveStates,
+    Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
 };
 use super::write_lock::WriteLock;
 
@@ -310,6 +310,42 @@ impl Journal {
 
     pub async fn rows_of(&self, ids: Vec<i64>) -> Result<Vec<MessageRow>, JournalError> {
         self.actor.send(RowsOf(ids)).await?
+    }
+
+    /// Messages one of `statuses` ended, per the flow rows with ids in
+    /// `(after, below)`, and where the next page starts.
+    pub async fn ended_page(
+        &self,
+        after: i64,
+        below: i64,
+        statuses: Vec<i16>,
+        limit: i64,
+    ) -> Result<(Vec<i64>, Option<i64>), JournalError> {
+        self.actor
+            .send(EndedPage {
+                after,
+                below,
+                statuses,
+                limit,
+            })
+            .await?
+    }
+
+    /// Deletes those of `ids` still in one of `statuses` and unchanged
+    /// since `before`, with their history; how many.
+    pub async fn purge(
+        &self,
+        ids: Vec<i64>,
+        statuses: Vec<i16>,
+        before: i64,
+    ) -> Result<u64, JournalError> {
+        self.actor
+            .send(Purge {
+                ids,
+                statuses,
+                before,
+            })
+            .await?
     }
 
     pub async fn ping(&self) -> Result<(), JournalError> {

@@ -130,3 +130,24 @@ pub struct Ping;
 #[derive(Message)]
 #[rtype(result = "Result<(), JournalError>")]
 pub struct ProbeWrite;
+
+/// Messages ended by one of `statuses` per the flow rows with ids in
+/// `(after, below)` (see [`crate::journal::store::retention::ended_page`]).
+#[derive(Message)]
+#[rtype(result = "Result<(Vec<i64>, Option<i64>), JournalError>")]
+pub struct EndedPage {
+    pub after: i64,
+    pub below: i64,
+    pub statuses: Vec<i16>,
+    pub limit: i64,
+}
+
+/// Deletes finished messages and their history (see
+/// [`crate::journal::store::retention::purge`]).
+#[derive(Message)]
+#[rtype(result = "Result<u64, JournalError>")]
+pub struct Purge {
+    pub ids: Vec<i64>,
+    pub statuses: Vec<i16>,
+    pub before: i64,
+}

@@ -10,6 +10,7 @@
 pub mod dead;
 pub mod health;
 pub mod read;
+pub mod retention;
 pub mod write;
 
 pub use dead::{dead_page, delete_dead, requeue_dead, DeleteDeadOutcome, RequeueOutcome};

@@ -113,6 +113,27 @@ impl RedisSchedule {
         Ok(list)
     }
 
+    /// How far the journal's retention of `kind` has read the flow rows
+    /// (None: from the start).
+    pub async fn retention_cursor(&self, kind: &str) -> Result<Option<i64>, RedisError> {
+        let v: Option<i64> = redis::cmd("HGET")
+            .arg(self.keys.retention_cursor())
+            .arg(kind)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(v)
+    }
+
+    pub async fn save_retention_cursor(&self, kind: &str, after: i64) -> Result<(), RedisError> {
+        let _: () = redis::cmd("HSET")
+            .arg(self.keys.retention_cursor())
+            .arg(kind)
+            .arg(after)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(())
+    }
+
     /// The journal has recorded these messages' ends: Redis no longer keeps
     /// them in the shards' unjournaled hashes (their tombstones then expire
     /// as usual).

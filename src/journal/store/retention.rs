@@ -1,0 +1,79 @@
+//! Retention: messages finished long enough ago leave the journal, with
+//! their history (see [`crate::retention`]).
+//!
+//! Finished messages are found through the flow rows that ended them: flow
+//! ids are Snowflakes minted when the row is written, so walking
+//! `message_flow` by its primary key walks time, and a cursor that only
+//! moves forward reads each flow row once. Nothing is added to the path of
+//! a push or a status change: no index, no column.
+
+use diesel::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::JournalConn;
+use crate::journal::schema::{message, message_flow};
+use crate::message::MessageId;
+use crate::with_conn;
+
+/// The first flow id minted at or after `ms` (epoch ms).
+pub fn first_id_at(ms: i64) -> i64 {
+    (ms - MessageId::EPOCH_MS).max(0) << 22
+}
+
+/// Messages that one of `statuses` ended, from the flow rows with ids in
+/// `(after, below)`, in flow id order, `limit` flow rows at most: their ids,
+/// and where the next page starts (None: everything below `below` is read).
+pub fn ended_page(
+    conn: &mut JournalConn,
+    after: i64,
+    below: i64,
+    statuses: &[i16],
+    limit: i64,
+) -> Result<(Vec<i64>, Option<i64>), JournalError> {
+    let rows: Vec<(i64, i64)> = with_conn!(conn, c => message_flow::table
+        .filter(message_flow::id.gt(after))
+        .filter(message_flow::id.lt(below))
+        .filter(message_flow::status.eq_any(statuses))
+        .order(message_flow::id.asc())
+        .limit(limit)
+        .select((message_flow::id, message_flow::message_id))
+        .load(c))?;
+    let next = if (rows.len() as i64) < limit {
+        None
+    } else {
+        rows.last().map(|(id, _)| *id)
+    };
+    Ok((rows.into_iter().map(|(_, m)| m).collect(), next))
+}
+
+/// Deletes, with their flow rows, the messages among `ids` whose status is
+/// still one of `statuses` and whose last change is older than `before`
+/// (epoch ms): a message brought back meanwhile (a dead letter requeued)
+/// is kept. Returns how many messages were deleted.
+pub fn purge(
+    conn: &mut JournalConn,
+    ids: &[i64],
+    statuses: &[i16],
+    before: i64,
+) -> Result<u64, JournalError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let n = with_conn!(conn, c => c.transaction(|c| {
+        let doomed = message::table
+            .filter(message::id.eq_any(ids))
+            .filter(message::status.eq_any(statuses))
+            .filter(message::updated_time.lt(before))
+            .select(message::id);
+        diesel::delete(message_flow::table.filter(message_flow::message_id.eq_any(doomed)))
+            .execute(c)?;
+        diesel::delete(
+            message::table
+                .filter(message::id.eq_any(ids))
+                .filter(message::status.eq_any(statuses))
+                .filter(message::updated_time.lt(before)),
+        )
+        .execute(c)
+    }))?;
+    Ok(n as u64)
+}
