@@ -74,8 +74,10 @@ async fn watch_them_leave(env: &Env, finished: &HashMap<String, (i64, i64)>) {
         let still = present(env, &left);
         for id in left.difference(&still) {
             let (at, keep) = finished[id];
+            // The server dates changes by its estimate of Redis's clock,
+            // which may run a round trip ahead of the test's.
             assert!(
-                asked >= at + keep,
+                asked + 50 >= at + keep,
                 "{id} left the journal {} ms after it finished (kept {keep} ms)",
                 asked - at
             );
