@@ -7,6 +7,8 @@
 //! moves forward reads each flow row once. Nothing is added to the path of
 //! a push or a status change: no index, no column.
 
+use std::collections::HashSet;
+
 use diesel::prelude::*;
 
 use crate::error::JournalError;
@@ -50,6 +52,12 @@ pub fn ended_page(
 /// still one of `statuses` and whose last change is older than `before`
 /// (epoch ms): a message brought back meanwhile (a dead letter requeued)
 /// is kept. Returns how many messages were deleted.
+///
+/// The messages go first; the flow rows of those no longer there follow,
+/// in the same transaction. Every statement takes a list of ids (a
+/// subquery in a DELETE makes MariaDB read the whole flow table), and no
+/// lock is needed: a message deleted cannot come back, one kept keeps its
+/// history.
 pub fn purge(
     conn: &mut JournalConn,
     ids: &[i64],
@@ -60,20 +68,26 @@ pub fn purge(
         return Ok(0);
     }
     let n = with_conn!(conn, c => c.transaction(|c| {
-        let doomed = message::table
-            .filter(message::id.eq_any(ids))
-            .filter(message::status.eq_any(statuses))
-            .filter(message::updated_time.lt(before))
-            .select(message::id);
-        diesel::delete(message_flow::table.filter(message_flow::message_id.eq_any(doomed)))
-            .execute(c)?;
-        diesel::delete(
+        let deleted = diesel::delete(
             message::table
                 .filter(message::id.eq_any(ids))
                 .filter(message::status.eq_any(statuses))
                 .filter(message::updated_time.lt(before)),
         )
-        .execute(c)
+        .execute(c)?;
+        if deleted == 0 {
+            return Ok(0);
+        }
+        let kept: HashSet<i64> = message::table
+            .filter(message::id.eq_any(ids))
+            .select(message::id)
+            .load::<i64>(c)?
+            .into_iter()
+            .collect();
+        let gone: Vec<i64> = ids.iter().copied().filter(|id| !kept.contains(id)).collect();
+        diesel::delete(message_flow::table.filter(message_flow::message_id.eq_any(&gone)))
+            .execute(c)?;
+        Ok::<_, diesel::result::Error>(deleted)
     }))?;
     Ok(n as u64)
 }
