@@ -110,14 +110,14 @@ impl Keys {
         format!("{{{}}}:resharding", self.prefix)
     }
 
-    /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
-    /// It lives in the Redis it restores into: a Redis that lost its data
-    /// lost the cursor too, and is restored from the first row.
     /// How far the journal's retention has read (see [`crate::retention`]).
     pub fn retention_cursor(&self) -> String {
         format!("{{{}}}:retention", self.prefix)
     }
 
+    /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
+    /// It lives in the Redis it restores into: a Redis that lost its data
+    /// lost the cursor too, and is restored from the first row.
     pub fn restore_cursor(&self) -> String {
         format!("{{{}}}:restore", self.prefix)
     }
