@@ -32,6 +32,12 @@ pub struct MessageId(pub i64);
 impl MessageId {
     /// 2024-01-01T00:00:00Z.
     pub const EPOCH_MS: i64 = 1_704_067_200_000;
+
+    /// The lowest id minted at epoch millisecond `ms` (any worker): ids
+    /// below it were minted earlier.
+    pub fn first_at(ms: i64) -> MessageId {
+        MessageId((ms - Self::EPOCH_MS).max(0) << 22)
+    }
 }
 
 impl fmt::Display for MessageId {
@@ -238,6 +244,8 @@ mod tests {
         assert!(ids.iter().all(|id| (id.0 >> 12) & 1023 == 513));
         let ms = (ids[0].0 >> 22) + MessageId::EPOCH_MS;
         assert!((ms - now_ms()).abs() < 5_000);
+        assert!(MessageId::first_at(ms) <= ids[0]);
+        assert!(MessageId::first_at(ms + 1) > ids[0]);
     }
 
     #[test]

@@ -21,9 +21,7 @@
 use std::time::{Duration, Instant};
 
 use crate::actors::journal::Journal;
-use crate::error::JournalError;
-use crate::journal::store::retention::first_id_at;
-use crate::message::{now_ms, Status};
+use crate::message::{now_ms, MessageId, Status};
 use crate::queue::QueueError;
 use crate::redis::schedule::RedisSchedule;
 
@@ -90,7 +88,7 @@ impl Retention {
         pass: &mut Pass,
     ) -> Result<(), QueueError> {
         let before = now_ms() - keep.as_millis() as i64;
-        let below = first_id_at(before);
+        let below = MessageId::first_at(before).0;
         let mut after = self.redis.retention_cursor(kind).await?.unwrap_or(0);
         while after < below - 1 {
             let started = Instant::now();
@@ -99,24 +97,14 @@ impl Retention {
                 .ended_page(after, below, statuses.clone(), PAGE)
                 .await?;
             pass.ended += ids.len() as u64;
-            pass.purged += self.purge(ids, &statuses, before).await?;
+            if !ids.is_empty() {
+                pass.purged += self.journal.purge(ids, statuses.clone(), before).await?;
+            }
             after = next.unwrap_or(below - 1);
             self.redis.save_retention_cursor(kind, after).await?;
             let pause = PAUSE.max(started.elapsed() * IDLE);
             tokio::time::sleep(pause).await;
         }
         Ok(())
-    }
-
-    async fn purge(
-        &self,
-        ids: Vec<i64>,
-        statuses: &[i16],
-        before: i64,
-    ) -> Result<u64, JournalError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        self.journal.purge(ids, statuses.to_vec(), before).await
     }
 }

@@ -14,13 +14,7 @@ use diesel::prelude::*;
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
 use crate::journal::schema::{message, message_flow};
-use crate::message::MessageId;
 use crate::with_conn;
-
-/// The first flow id minted at or after `ms` (epoch ms).
-pub fn first_id_at(ms: i64) -> i64 {
-    (ms - MessageId::EPOCH_MS).max(0) << 22
-}
 
 /// Messages that one of `statuses` ended, from the flow rows with ids in
 /// `(after, below)`, in flow id order, `limit` flow rows at most: their ids,
