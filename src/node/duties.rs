@@ -48,6 +48,17 @@ pub(super) async fn publish_journal_behind(
     }
 }
 
+/// Sleeps `every`, and again while this node does not lead: the turns of
+/// a duty of the leader alone.
+async fn leader_turn(cluster: &ClusterHandle, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if cluster.is_leader() {
+            return;
+        }
+    }
+}
+
 /// Every `every`, the leader compares the journal with Redis and schedules
 /// again what Redis lost with its data set marker intact (see
 /// [`crate::reconcile`]). While the marker is missing the data set watch
@@ -58,10 +69,7 @@ pub(super) async fn reconcile_periodically(
     every: Duration,
 ) {
     loop {
-        tokio::time::sleep(every).await;
-        if !cluster.is_leader() {
-            continue;
-        }
+        leader_turn(&cluster, every).await;
         if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
             continue;
         }
@@ -163,10 +171,7 @@ pub(super) async fn retain_periodically(
     every: Duration,
 ) {
     loop {
-        tokio::time::sleep(every).await;
-        if !cluster.is_leader() {
-            continue;
-        }
+        leader_turn(&cluster, every).await;
         match retention.run().await {
             Ok(p) if p.purged > 0 => tracing::info!(
                 purged = p.purged,
