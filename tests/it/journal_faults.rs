@@ -19,7 +19,7 @@ backend_tests!(
 );
 
 /// Runs SQL on the test's journal database.
-pub(crate) fn sql(env: &Env, text: &str) {
+fn sql(env: &Env, text: &str) {
     let mut conn = env.journal.conn();
     with_conn!(&mut conn, c => c.batch_execute(text)).expect("run SQL on the journal");
 }

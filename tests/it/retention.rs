@@ -10,7 +10,7 @@ use crate::common::{now_ms, parse_id, status, Backend, Env, EnvBuilder};
 use delayq::journal::schema::message;
 use delayq::with_conn;
 use diesel::prelude::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 backend_tests!(
     finished_messages_leave_the_journal_after_their_retention,
@@ -157,8 +157,7 @@ async fn finished_messages_leave_the_journal_after_their_retention(b: Backend) {
     // The requeued message is delivered, and its end counts from then.
     let got = env.receive_one("dl2").await;
     assert_eq!(got.id(), requeued);
-    let v: &Value = &got.msg;
-    assert_eq!(v["topic"], "dl2");
+    assert_eq!(got.msg["topic"], "dl2");
 }
 
 async fn nothing_leaves_with_retention_off(b: Backend) {
