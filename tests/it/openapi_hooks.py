@@ -3,8 +3,8 @@
 Long polls. A long poll (GET and POST /get/{topic}) waits for its `timeout`
 (seconds, default 30, at most 300) when nothing is due, and in this run
 mostly nothing is: each such request would hold the run for up to five
-minutes. So a whole-number timeout above one second (206 or 206.0, in
-the query or the body), or none (or null), becomes one second. Everything else in those requests is sent as
+minutes. So a whole-number timeout above one second (206, +206 or 206.0,
+in the query or the body), or none (or null), becomes one second. Everything else in those requests is sent as
 generated, and a timeout that is not a whole number in range is left
 alone: the server must still refuse it with 400.
 
@@ -17,6 +17,7 @@ repeatable.
 """
 
 import os
+import re
 
 import schemathesis
 
@@ -35,7 +36,9 @@ def _cap(value):
         return CAP
     if isinstance(value, float) and value.is_integer() and value > CAP:
         return float(CAP)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) > CAP:
+    # The server reads a query value as Rust's u64 does: ASCII digits with
+    # an optional leading "+" ("+30" waits 30 s).
+    if isinstance(value, str) and re.fullmatch(r"\+?[0-9]+", value) and int(value) > CAP:
         return str(CAP)
     return value
 
