@@ -110,8 +110,7 @@ pub fn now_ms() -> i64 {
 pub fn observe(sent: Instant, redis_us: i64) {
     let wall = local_us();
     let warn = with(|e| {
-        let sent_us = sent.saturating_duration_since(e.origin).as_micros() as i64;
-        let base = redis_us - sent_us;
+        let base = redis_us - micros_since(e.origin, sent);
         if e.window_started.elapsed() >= WINDOW {
             e.previous = e.current.take();
             e.window_started = Instant::now();
@@ -140,6 +139,16 @@ pub fn observe(sent: Instant, redis_us: i64) {
             "this node's wall clock differs from Redis's; delayq schedules on Redis's clock, \
              so nothing is delivered early, but check NTP on this host and on Redis's"
         );
+    }
+}
+
+/// `t` in µs since `origin`; negative when `t` is earlier. The first
+/// reading was sent before the estimate (and its origin) existed: clamping
+/// that to 0 would put the estimate behind Redis's clock by the round trip.
+fn micros_since(origin: Instant, t: Instant) -> i64 {
+    match t.checked_duration_since(origin) {
+        Some(d) => d.as_micros() as i64,
+        None => -(origin.duration_since(t).as_micros() as i64),
     }
 }
 
@@ -175,6 +184,15 @@ pub fn view() -> ClockView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reading_sent_before_the_origin_counts_from_before_it() {
+        let origin = Instant::now();
+        let sent = origin.checked_sub(Duration::from_millis(6)).unwrap();
+        assert_eq!(micros_since(origin, sent), -6_000);
+        let later = origin + Duration::from_millis(3);
+        assert_eq!(micros_since(origin, later), 3_000);
+    }
 
     #[test]
     fn follows_redis_and_errs_late() {
