@@ -240,3 +240,32 @@ ensure_schemathesis() {
     "$bin" --version >&2 || die "schemathesis did not install into $venv"
     echo "$bin"
 }
+
+# Port reservations shared by every cluster/zk and cluster/redis-cluster on
+# this machine (and the tests, see tests/it/common), so services started at
+# the same moment (parallel tests) never pick the same port.
+RESERVATIONS=${TMPDIR:-/tmp}/delayq-zk-ports
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# reserve PORT: atomically claim PORT for 10 minutes (enough to bind it).
+reserve() {
+    local f=$RESERVATIONS/$1
+    mkdir -p "$RESERVATIONS"
+    if [ -e "$f" ] && [ $(( $(date +%s) - $(stat -c %Y "$f" 2>/dev/null || echo 0) )) -gt 600 ]; then
+        rm -f "$f"
+    fi
+    ( set -o noclobber; echo "$$" >"$f" ) 2>/dev/null
+}
+
+# pick_port: a free, reserved loopback port. Below the kernel's ephemeral
+# range (32768+), so no outgoing connection or port-0 listener of another
+# process takes it between the pick and the bind.
+pick_port() {
+    local p
+    for _ in $(seq 1 500); do
+        p=$(( 10000 + (RANDOM * 32768 + RANDOM) % 22000 ))
+        if port_free "$p" && reserve "$p"; then echo "$p"; return 0; fi
+    done
+    die "no free port found between 10000 and 31999"
+}

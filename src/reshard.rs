@@ -275,7 +275,7 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
 /// Moves shard `s`'s tombstones and pending journal ends that belong to
 /// another shard under the new count; how many.
 async fn move_tombstones(
-    con: &mut redis::aio::ConnectionManager,
+    con: &mut crate::redis::Conn,
     old: &Keys,
     new: &Keys,
     s: u32,

@@ -24,10 +24,19 @@
 //! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
 //!
-//! Pub/sub channels (not keys): `{P:s}:wake` carries the due time (ms) of a
-//! message scheduled ahead of everything shard `s` held, for the shard's
-//! owner; `{P}:ready` carries `NODE|topic,topic` when messages became ready,
-//! for consumers long-polling on other nodes.
+//! Pub/sub channels (not keys), one pair per shard and tagged like its keys,
+//! so on a Redis Cluster they are sharded channels (SPUBLISH/SSUBSCRIBE) of
+//! the shard's slot: `{P:s}:wake` carries the due time (ms) of a message
+//! scheduled ahead of everything shard `s` held, for the shard's owner;
+//! `{P:s}:ready` carries `NODE|topic,topic` when messages of the shard
+//! became ready, for consumers long-polling on other nodes.
+//!
+//! The one key a script touches without being given it in KEYS is a
+//! topic's ready queue `{P:s}:ready:TOPIC`: the topic is read from the
+//! record, and the caller passes the shard's `{P:s}:ready:` prefix. It
+//! carries the hash tag of the keys the call declares, so it is in the
+//! same slot, which Redis Cluster allows (a key of another slot would fail
+//! the call with CROSSSLOT).
 
 use crate::message::MessageId;
 
@@ -157,9 +166,10 @@ impl Keys {
         format!("{}:wake", self.tag(shard))
     }
 
-    /// Channel telling every node which topics have new ready messages.
-    pub fn ready_channel(&self) -> String {
-        format!("{{{}}}:ready", self.prefix)
+    /// Channel telling every node which topics of shard `s` have new ready
+    /// messages.
+    pub fn ready_channel(&self, shard: u32) -> String {
+        format!("{}:ready", self.tag(shard))
     }
 }
 

@@ -3,6 +3,7 @@
 //! and repairs of the reconciler and the restore cursor ([`inspect`]), and
 //! the journal spill list ([`spill`]).
 
+pub mod conn;
 pub mod inspect;
 pub mod keys;
 pub mod record;
@@ -11,9 +12,7 @@ pub mod schedule;
 pub mod scripts;
 pub mod spill;
 
-use std::time::Duration;
-
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+pub use conn::{connect, Conn};
 
 /// A client of the Redis at `url`; `rediss://` speaks TLS with the roots
 /// and client certificate of [`crate::tls`].
@@ -23,16 +22,4 @@ pub fn client(url: &str) -> redis::RedisResult<redis::Client> {
     } else {
         redis::Client::open(url)
     }
-}
-
-/// Opens a multiplexed, self-reconnecting connection. Commands fail after
-/// `response_timeout` instead of hanging while Redis is away.
-pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
-    let client = client(url)?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(5)))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_with_config(client, config).await
 }

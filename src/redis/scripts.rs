@@ -1,10 +1,12 @@
 //! The Lua scripts, one per atomic step, loaded with `include_str!` and run by
 //! SHA. When Redis has forgotten them (a restart, `SCRIPT FLUSH`) they are
-//! loaded again and the call is retried once.
+//! loaded again and the call is retried once (on a Redis Cluster, `SCRIPT
+//! LOAD` goes to every master, so a replica promoted by a failover learns
+//! them at the first NOSCRIPT).
 
 use std::time::Instant;
 
-use redis::aio::ConnectionManager;
+use crate::redis::Conn;
 
 use redis::{
     Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs,
@@ -28,53 +30,60 @@ pub struct Scripts {
     pub end_absent: Script,
 }
 
-impl Default for Scripts {
-    fn default() -> Self {
+impl Scripts {
+    /// The scripts; `sharded` (a Redis Cluster) publishes with SPUBLISH on
+    /// the shard's own channels, so a notice stays on the shard's master
+    /// and its replicas instead of crossing the whole cluster bus.
+    pub fn new(sharded: bool) -> Self {
+        let lua = |parts: &[&str]| {
+            let source = parts.concat();
+            Script::new(&if sharded {
+                sharded_publish(&source)
+            } else {
+                source
+            })
+        };
         Scripts {
-            schedule: Script::new(concat!(
+            schedule: lua(&[
                 include_str!("lua/clock.lua"),
-                include_str!("lua/schedule.lua")
-            )),
-            tick: Script::new(concat!(
-                include_str!("lua/clock.lua"),
-                include_str!("lua/retry.lua"),
-                include_str!("lua/tick.lua")
-            )),
-            claim: Script::new(concat!(
-                include_str!("lua/clock.lua"),
-                include_str!("lua/claim.lua")
-            )),
-            ack: Script::new(concat!(
-                include_str!("lua/clock.lua"),
-                include_str!("lua/ack.lua")
-            )),
-            advance: Script::new(concat!(
-                include_str!("lua/clock.lua"),
-                include_str!("lua/advance.lua")
-            )),
-            nack: Script::new(concat!(
+                include_str!("lua/schedule.lua"),
+            ]),
+            tick: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/retry.lua"),
-                include_str!("lua/nack.lua")
-            )),
-            cancel: Script::new(concat!(
+                include_str!("lua/tick.lua"),
+            ]),
+            claim: lua(&[include_str!("lua/clock.lua"), include_str!("lua/claim.lua")]),
+            ack: lua(&[include_str!("lua/clock.lua"), include_str!("lua/ack.lua")]),
+            advance: lua(&[
                 include_str!("lua/clock.lua"),
-                include_str!("lua/cancel.lua")
-            )),
-            lease: Script::new(include_str!("lua/lease.lua")),
-            reserve: Script::new(include_str!("lua/reserve.lua")),
-            purge: Script::new(concat!(
+                include_str!("lua/advance.lua"),
+            ]),
+            nack: lua(&[
                 include_str!("lua/clock.lua"),
-                include_str!("lua/purge.lua")
-            )),
-            replace: Script::new(include_str!("lua/replace.lua")),
-            takeover: Script::new(include_str!("lua/takeover.lua")),
-            end_absent: Script::new(concat!(
+                include_str!("lua/retry.lua"),
+                include_str!("lua/nack.lua"),
+            ]),
+            cancel: lua(&[
                 include_str!("lua/clock.lua"),
-                include_str!("lua/end_absent.lua")
-            )),
+                include_str!("lua/cancel.lua"),
+            ]),
+            lease: lua(&[include_str!("lua/lease.lua")]),
+            reserve: lua(&[include_str!("lua/reserve.lua")]),
+            purge: lua(&[include_str!("lua/clock.lua"), include_str!("lua/purge.lua")]),
+            replace: lua(&[include_str!("lua/replace.lua")]),
+            takeover: lua(&[include_str!("lua/takeover.lua")]),
+            end_absent: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/end_absent.lua"),
+            ]),
         }
     }
+}
+
+/// `source` publishing with SPUBLISH wherever it used PUBLISH.
+fn sharded_publish(source: &str) -> String {
+    source.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
 }
 
 /// One EVALSHA call, to run alone or inside a pipeline.
@@ -113,7 +122,7 @@ impl Scripts {
         ]
     }
 
-    pub async fn load(&self, con: &mut ConnectionManager) -> RedisResult<()> {
+    pub async fn load(&self, con: &mut Conn) -> RedisResult<()> {
         for s in self.all() {
             s.prepare_invoke().load_async(con).await?;
         }
@@ -124,7 +133,7 @@ impl Scripts {
     pub async fn run<T: FromRedisValue>(
         &self,
         name: &'static str,
-        con: &mut ConnectionManager,
+        con: &mut Conn,
         cmd: &Cmd,
     ) -> RedisResult<T> {
         let began = Instant::now();
@@ -144,7 +153,7 @@ impl Scripts {
     pub async fn run_pipe<T: FromRedisValue>(
         &self,
         name: &'static str,
-        con: &mut ConnectionManager,
+        con: &mut Conn,
         pipe: &Pipeline,
     ) -> RedisResult<T> {
         let began = Instant::now();
@@ -157,5 +166,28 @@ impl Scripts {
         };
         metrics().script_took(name, began);
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_a_cluster_every_publish_is_sharded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/lua");
+        let mut publishing = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let sharded = sharded_publish(&source);
+            // However a script spells a call, none publishes unsharded.
+            let plain = |s: &str| s.matches("PUBLISH").count() - s.matches("SPUBLISH").count();
+            assert_eq!(plain(&sharded), 0, "{source}");
+            publishing += (plain(&source) > 0) as usize;
+        }
+        assert!(publishing >= 5, "{publishing} scripts publish");
+        let (plain, sharded) = (Scripts::new(false), Scripts::new(true));
+        assert_ne!(plain.tick.get_hash(), sharded.tick.get_hash());
+        assert_eq!(plain.claim.get_hash(), sharded.claim.get_hash());
     }
 }

@@ -2,12 +2,12 @@
 //! line each, that the journal did not take before a node stopped. These
 //! are the list commands the node's spill and replay use.
 
-use redis::aio::ConnectionManager;
+use crate::redis::Conn;
 
 /// Appends `lines` to the list at `key`, `per_push` lines per RPUSH, in one
 /// pipeline.
 pub async fn push(
-    con: &mut ConnectionManager,
+    con: &mut Conn,
     key: &str,
     lines: &[String],
     per_push: usize,
@@ -20,16 +20,12 @@ pub async fn push(
 }
 
 /// How many lines the list at `key` holds (LLEN).
-pub async fn len(con: &mut ConnectionManager, key: &str) -> redis::RedisResult<i64> {
+pub async fn len(con: &mut Conn, key: &str) -> redis::RedisResult<i64> {
     redis::cmd("LLEN").arg(key).query_async::<i64>(con).await
 }
 
 /// The first `count` lines of the list at `key` (LRANGE 0 count-1).
-pub async fn first(
-    con: &mut ConnectionManager,
-    key: &str,
-    count: isize,
-) -> redis::RedisResult<Vec<String>> {
+pub async fn first(con: &mut Conn, key: &str, count: isize) -> redis::RedisResult<Vec<String>> {
     redis::cmd("LRANGE")
         .arg(key)
         .arg(0)
@@ -39,11 +35,7 @@ pub async fn first(
 }
 
 /// Removes the first `count` lines of the list at `key` (LTRIM count -1).
-pub async fn drop_first(
-    con: &mut ConnectionManager,
-    key: &str,
-    count: usize,
-) -> redis::RedisResult<()> {
+pub async fn drop_first(con: &mut Conn, key: &str, count: usize) -> redis::RedisResult<()> {
     redis::cmd("LTRIM")
         .arg(key)
         .arg(count)

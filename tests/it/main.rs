@@ -32,6 +32,7 @@ mod property;
 mod reconcile;
 mod reconcile_rules;
 mod recurring;
+mod redis_cluster;
 mod restore;
 mod retention;
 mod retry;

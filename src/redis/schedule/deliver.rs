@@ -65,7 +65,7 @@ impl RedisSchedule {
                 k.ready_prefix(shard),
                 epoch.to_string(),
                 TOMBSTONE_MS.to_string(),
-                k.ready_channel(),
+                k.ready_channel(shard),
                 self.node.to_string(),
             ],
         );
@@ -310,7 +310,7 @@ impl RedisSchedule {
                     let mut args = Vec::with_capacity(idx.len() * 3 + 4);
                     args.push(k.ready_prefix(shard));
                     args.push(k.wake_channel(shard));
-                    args.push(k.ready_channel());
+                    args.push(k.ready_channel(shard));
                     args.push(self.node.to_string());
                     for &i in idx {
                         let (id, wait, receipt) = nacks[i];

@@ -9,7 +9,7 @@ mod outcomes;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
+use crate::redis::Conn;
 use redis::{FromRedisValue, Script};
 
 use crate::error::RedisError;
@@ -21,7 +21,7 @@ pub use outcomes::*;
 
 #[derive(Clone)]
 pub struct RedisSchedule {
-    pub(in crate::redis) con: ConnectionManager,
+    pub(in crate::redis) con: Conn,
     pub(in crate::redis) keys: Keys,
     pub(in crate::redis) scripts: Arc<Scripts>,
     /// This node's id, named on the ready notifications it publishes.
@@ -37,8 +37,8 @@ pub const TOMBSTONE_MS: i64 = 120_000;
 pub const BEHIND_FRESH_MS: i64 = 5_000;
 
 impl RedisSchedule {
-    pub async fn new(con: ConnectionManager, keys: Keys, node: &str) -> Result<Self, RedisError> {
-        let scripts = Arc::new(Scripts::default());
+    pub async fn new(con: Conn, keys: Keys, node: &str) -> Result<Self, RedisError> {
+        let scripts = Arc::new(Scripts::new(con.is_cluster()));
         let mut c = con.clone();
         scripts.load(&mut c).await?;
         Ok(RedisSchedule {
@@ -52,7 +52,7 @@ impl RedisSchedule {
     /// The same schedule over another connection: work that sends large
     /// pipelines (the reconciler) takes its own, so the replies the shard
     /// scans wait for do not queue behind its replies on one socket.
-    pub fn with_connection(&self, con: ConnectionManager) -> RedisSchedule {
+    pub fn with_connection(&self, con: Conn) -> RedisSchedule {
         RedisSchedule {
             con,
             ..self.clone()
@@ -60,7 +60,7 @@ impl RedisSchedule {
     }
 
     /// The shared, self-reconnecting connection (for leases and one-off commands).
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Conn {
         self.con.clone()
     }
 

@@ -24,7 +24,7 @@ pub fn scripts() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster"))
 }
 
-fn script(name: &str, args: &[&str]) -> String {
+pub fn script(name: &str, args: &[&str]) -> String {
     let out = Command::new("bash")
         .arg(scripts().join(name))
         .args(args)

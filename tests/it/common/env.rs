@@ -20,6 +20,7 @@ pub struct EnvBuilder {
     backend: Backend,
     extra_args: Vec<String>,
     journal_url: Option<String>,
+    redis_url: Option<String>,
 }
 
 impl EnvBuilder {
@@ -27,6 +28,14 @@ impl EnvBuilder {
     /// instead of a fresh database on the shared server.
     pub fn journal_url(mut self, url: &str) -> Self {
         self.journal_url = Some(url.to_string());
+        self
+    }
+
+    /// Schedules in the Redis at this URL (a Redis Cluster the test
+    /// started, say) instead of the env's own redis-server, which is then
+    /// left idle.
+    pub fn redis_url(mut self, url: &str) -> Self {
+        self.redis_url = Some(url.to_string());
         self
     }
 
@@ -47,7 +56,7 @@ impl EnvBuilder {
         let redis = Redis::start(dir.path());
         let prefix = format!("t{}", random_hex(8));
         let config = ServerConfig {
-            redis_url: redis.url(),
+            redis_url: self.redis_url.clone().unwrap_or_else(|| redis.url()),
             database_url: journal.url.clone(),
             key_prefix: prefix.clone(),
             extra_args: self.extra_args,
@@ -99,6 +108,7 @@ impl Env {
             backend,
             extra_args: Vec::new(),
             journal_url: None,
+            redis_url: None,
         }
     }
 

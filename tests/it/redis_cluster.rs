@@ -1,0 +1,384 @@
+//! delayq on a Redis Cluster (`redis+cluster://`): 3 masters, each with a
+//! replica, started by `cluster/redis-cluster`. The schedule spreads over
+//! the masters; pushes, batches, cancels, acks in polls, the reconciler and
+//! a restore work across them; and a master killed mid-stream, its replica
+//! promoted, loses nothing, hands nothing out early and brings nothing
+//! acked back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::{id_of, now_ms, status, Backend, Env, RedisCluster};
+
+backend_tests!(
+    a_cluster_serves_every_route_across_its_masters,
+    a_master_killed_mid_stream_loses_nothing
+);
+
+/// Polls `topic` (acking what it got in the same request) until `n`
+/// messages came or `within` passed; returns (arrival, message).
+async fn take_acking(env: &Env, topic: &str, n: usize, within: Duration) -> Vec<(i64, Value)> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut got: Vec<(i64, Value)> = Vec::new();
+    let mut ack: Vec<String> = Vec::new();
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        let r = env
+            .post_json(
+                &format!("/get/{topic}"),
+                &json!({"ack": ack, "count": 100, "timeout": 1}),
+            )
+            .await;
+        let at = now_ms();
+        let reply = r.assert_ok();
+        let results = reply["results"].as_array().cloned().unwrap_or_default();
+        assert!(
+            results.iter().all(|r| r["result"] == "consumed"),
+            "acks in the poll: {reply}"
+        );
+        ack.clear();
+        for m in reply["messages"].as_array().unwrap() {
+            ack.push(id_of(m).to_string());
+            got.push((at, m.clone()));
+        }
+    }
+    if !ack.is_empty() {
+        let r = env
+            .post_json(
+                &format!("/get/{topic}"),
+                &json!({"ack": ack, "count": 1, "timeout": 0}),
+            )
+            .await;
+        assert_eq!(r.assert_ok()["acked"], ack.len(), "{}", r.text);
+    }
+    got
+}
+
+async fn a_cluster_serves_every_route_across_its_masters(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Env::builder(b).redis_url(&cluster.url).start().await;
+    let ready = env.get_path("/ready").await;
+    assert_eq!(ready.status, 200, "{}", ready.text);
+
+    // One by one and in batches (a batch spans every shard, so every
+    // master), on two topics, due within 2 s.
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let topic = if i % 2 == 0 { "a" } else { "b" };
+        let delay = 300 + i * 50;
+        ids.push(
+            env.push(json!({"topic": topic, "body": format!("one {i}"), "delay": delay, "priority": i % 3}))
+                .await,
+        );
+    }
+    let batch: Vec<Value> = (0..80)
+        .map(|i| {
+            let topic = if i % 2 == 0 { "a" } else { "b" };
+            json!({"topic": topic, "body": format!("batch {i}"), "delay": 500 + i * 15, "ttl": 1000})
+        })
+        .collect();
+    ids.extend(env.push_batch(batch).await);
+    // Ten cancelled, across the shards.
+    let cancelled: BTreeSet<String> = ids.iter().step_by(10).cloned().collect();
+    for id in &cancelled {
+        env.delete(id).await.assert_ok();
+    }
+    let masters = cluster.masters_with_keys();
+    assert!(
+        masters.len() >= 2,
+        "the schedule should spread over the masters, held by {masters:?}"
+    );
+
+    let mut got = take_acking(&env, "a", 45, Duration::from_secs(20)).await;
+    got.extend(take_acking(&env, "b", 45, Duration::from_secs(20)).await);
+    let mut seen = BTreeSet::new();
+    for (at, m) in &got {
+        let due = m["dueTime"].as_i64().unwrap();
+        assert!(*at >= due, "handed out {} ms early: {m}", due - at);
+        assert!(
+            !cancelled.contains(id_of(m)),
+            "a cancelled message came: {m}"
+        );
+        assert!(seen.insert(id_of(m).to_string()), "twice: {m}");
+    }
+    assert_eq!(seen.len(), 90, "every message not cancelled, once");
+
+    // Acked in the polls: nothing comes back after the ttl.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    env.assert_nothing("a", 1).await;
+    env.assert_nothing("b", 1).await;
+    for id in &ids {
+        let want = if cancelled.contains(id) {
+            status::DELETED
+        } else {
+            status::CONSUMED
+        };
+        env.wait_status(id, want).await;
+    }
+
+    // Twelve messages due in a minute, over every shard. The reconciler
+    // reads every shard's keys (pipelines split over the masters) and finds
+    // Redis and the journal agree.
+    let later: Vec<String> = env
+        .push_batch(
+            (0..12)
+                .map(|i| json!({"topic": "c", "body": format!("later {i}"), "delay": 60_000}))
+                .collect(),
+        )
+        .await;
+    for id in &later {
+        env.wait_scheduled(id).await;
+    }
+    let kinds = ["missing", "unscheduled", "finishedInJournal", "unknown"];
+    let (report, _) = env.run_tool_report(&["reconcile", "--reconcile-grace", "1ms"]);
+    assert!(report["redisScanned"].as_i64().unwrap() >= 12, "{report}");
+    for kind in kinds {
+        assert_eq!(report[kind]["count"], 0, "{kind}: {report}");
+    }
+
+    // One of them lost from the cluster: the reconciler sees it missing,
+    // and a restore brings it back.
+    let lost = later[5].clone();
+    let shard = env
+        .keys
+        .shard_of(delayq::message::MessageId(lost.parse().unwrap()));
+    let cluster_client = redis::cluster::ClusterClient::new(cluster_seeds(&cluster.url)).unwrap();
+    let mut con = cluster_client.get_connection().unwrap();
+    let _: () = redis::cmd("HDEL")
+        .arg(env.keys.messages(shard))
+        .arg(&lost)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("ZREM")
+        .arg(env.keys.delay(shard))
+        .arg(&lost)
+        .query(&mut con)
+        .unwrap();
+    let (report, _) = env.run_tool_report(&["reconcile", "--reconcile-grace", "1ms"]);
+    assert_eq!(report["missing"]["count"], 1, "{report}");
+    assert_eq!(
+        report["missing"]["sample"][0]["id"],
+        json!(lost),
+        "{report}"
+    );
+    assert!(!env.scheduled_in_cluster(&cluster, &lost));
+    let r = env.get_path("/reStore?expire=true").await;
+    assert_eq!(r.assert_ok()["restored"], 1, "{}", r.text);
+    assert!(env.scheduled_in_cluster(&cluster, &lost));
+}
+
+fn cluster_seeds(url: &str) -> Vec<String> {
+    url.trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|h| format!("redis://{h}"))
+        .collect()
+}
+
+impl Env {
+    /// Does the cluster hold `id` in its shard's delay zset?
+    fn scheduled_in_cluster(&self, cluster: &RedisCluster, id: &str) -> bool {
+        let shard = self
+            .keys
+            .shard_of(delayq::message::MessageId(id.parse().unwrap()));
+        let client = redis::cluster::ClusterClient::new(cluster_seeds(&cluster.url)).unwrap();
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(self.keys.delay(shard))
+            .arg(id)
+            .query(&mut client.get_connection().unwrap())
+            .unwrap();
+        score.is_some()
+    }
+}
+
+/// What the consumer saw of one message.
+#[derive(Default)]
+struct Seen {
+    /// Arrival times.
+    arrivals: Vec<i64>,
+    due: i64,
+    /// When its ack was answered `consumed`.
+    acked_at: Option<i64>,
+}
+
+async fn a_master_killed_mid_stream_loses_nothing(b: Backend) {
+    a_master_lost_mid_stream_loses_nothing(b, Loss::Killed).await
+}
+
+/// A master that hangs (SIGSTOP) is failed over while connections to it
+/// stay open and silent: the node's client must learn the new slot map
+/// without a MOVED from the old master (red with the nudge after a timeout
+/// gone: every command for its slots timed out for good).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_hung_mid_stream_loses_nothing() {
+    a_master_lost_mid_stream_loses_nothing(Backend::Sqlite, Loss::Hung).await
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Loss {
+    Killed,
+    Hung,
+}
+
+async fn a_master_lost_mid_stream_loses_nothing(b: Backend, loss: Loss) {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Arc::new(
+        Env::builder(b)
+            .redis_url(&cluster.url)
+            .arg("--reconcile-interval")
+            .arg("2s")
+            .start()
+            .await,
+    );
+    const TOTAL: usize = 300;
+    let topic = "f";
+
+    // The producer: 10 messages every 100 ms for 3 s, due 0.5 to 2.5 s
+    // later, retried until accepted (a push may fail while the cluster
+    // fails over), each with a bizKey, as the README asks of a producer
+    // that retries: a refused batch may be in the journal already, and
+    // its retry is the same messages.
+    let accepted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let producer = {
+        let (env, accepted) = (env.clone(), accepted.clone());
+        tokio::spawn(async move {
+            for round in 0..TOTAL / 10 {
+                let batch: Vec<Value> = (0..10)
+                    .map(|i| {
+                        let n = round * 10 + i;
+                        json!({"topic": topic, "bizKey": format!("m{n}"), "body": format!("m{n}"), "delay": 500 + (n * 7919) % 2000, "ttl": 2000})
+                    })
+                    .collect();
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                let mut refused = String::new();
+                loop {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "pushes refused for a minute after the failover: {refused}\n{}",
+                        env.server.log_tail(80)
+                    );
+                    let r = env
+                        .post_json("/push/batch", &json!({ "messages": batch }))
+                        .await;
+                    if r.status == 200 {
+                        let ids = r.json["ids"].as_array().unwrap();
+                        accepted
+                            .lock()
+                            .unwrap()
+                            .extend(ids.iter().map(|v| v.as_str().unwrap().to_string()));
+                        break;
+                    }
+                    assert!(r.status >= 500, "a push refused: {}", r.text);
+                    refused = format!("{} {}", r.status, r.text);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // The consumer: polls, acks each message with its own request, and
+    // keeps what it saw.
+    let seen: Arc<Mutex<BTreeMap<String, Seen>>> = Arc::default();
+    let consumer = {
+        let (env, seen, accepted) = (env.clone(), seen.clone(), accepted.clone());
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            let mut unacked: Vec<String> = Vec::new();
+            while tokio::time::Instant::now() < deadline {
+                let done = {
+                    let seen = seen.lock().unwrap();
+                    let accepted = accepted.lock().unwrap();
+                    accepted.len() == TOTAL
+                        && accepted
+                            .iter()
+                            .all(|id| seen.get(id).is_some_and(|s| s.acked_at.is_some()))
+                };
+                if done {
+                    break;
+                }
+                let r = env
+                    .get_path(&format!("/get/{topic}?timeout=1&count=50"))
+                    .await;
+                let at = now_ms();
+                if r.status == 200 {
+                    for m in r.json["messages"].as_array().unwrap() {
+                        let mut seen = seen.lock().unwrap();
+                        let s = seen.entry(id_of(m).to_string()).or_default();
+                        s.arrivals.push(at);
+                        s.due = m["dueTime"].as_i64().unwrap();
+                        unacked.push(id_of(m).to_string());
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let mut still = Vec::new();
+                for id in unacked.drain(..) {
+                    let r = env.ack(&id).await;
+                    match (r.status, r.json["status"].as_str(), r.json["code"].as_str()) {
+                        (200, Some("Consumed"), _) => {
+                            seen.lock().unwrap().get_mut(&id).unwrap().acked_at = Some(now_ms())
+                        }
+                        // Its ttl passed first: it comes again.
+                        (409, _, Some("not_in_flight" | "stale_delivery")) => {}
+                        (s, _, _) if s >= 500 => still.push(id),
+                        _ => panic!("ack {id}: {}", r.text),
+                    }
+                }
+                unacked = still;
+            }
+        })
+    };
+
+    // A master dies 1.5 s into the stream (while messages are being
+    // pushed, handed out and acked); its replica takes over.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let victim = cluster
+        .status()
+        .into_iter()
+        .find(|s| s.role == "master")
+        .unwrap()
+        .n;
+    match loss {
+        Loss::Killed => cluster.kill(victim),
+        Loss::Hung => cluster.pause(victim),
+    }
+    cluster.wait_ok();
+    producer.await.unwrap();
+    consumer.await.unwrap();
+    match loss {
+        Loss::Killed => cluster.start_one(victim),
+        Loss::Hung => cluster.resume(victim),
+    }
+    // The ttl of anything handed out last passes: nothing comes back.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    env.assert_nothing(topic, 1).await;
+
+    let accepted = accepted.lock().unwrap().clone();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(accepted.len(), TOTAL);
+    let unknown: Vec<&String> = seen.keys().filter(|id| !accepted.contains(id)).collect();
+    assert!(
+        unknown.is_empty(),
+        "delivered but never accepted: {unknown:?}"
+    );
+    let lost: Vec<&String> = accepted
+        .iter()
+        .filter(|id| seen.get(*id).is_none_or(|s| s.acked_at.is_none()))
+        .collect();
+    assert!(lost.is_empty(), "never delivered and acked: {lost:?}");
+    for (id, s) in seen.iter() {
+        for at in &s.arrivals {
+            assert!(*at >= s.due, "{id} handed out {} ms early", s.due - at);
+        }
+        let acked = s.acked_at.unwrap();
+        let after: Vec<&i64> = s.arrivals.iter().filter(|a| **a > acked).collect();
+        assert!(after.is_empty(), "{id} came back after its ack: {after:?}");
+    }
+    for id in &accepted {
+        env.wait_status(id, status::CONSUMED).await;
+    }
+}
