@@ -193,6 +193,38 @@ impl Env {
     }
 }
 
+/// `rediss+cluster://`: the node speaks TLS to every master and replica
+/// (commands, scripts and the sharded pub/sub), trusting the cluster's CA
+/// through `--tls-ca-file`; it schedules in the cluster, not in the env's
+/// own plain Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::common::tls::Pki::make(dir.path());
+    let cluster = RedisCluster::start_tls(dir.path(), &pki);
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .arg("--tls-ca-file")
+        .arg(pki.ca.to_str().unwrap())
+        .start()
+        .await;
+    let batch: Vec<Value> = (0..40)
+        .map(|i| json!({"topic": "tls", "body": format!("m{i}"), "delay": 200 + i * 10}))
+        .collect();
+    let ids = env.push_batch(batch).await;
+    let got = take_acking(&env, "tls", 40, Duration::from_secs(20)).await;
+    let seen: BTreeSet<String> = got.iter().map(|(_, m)| id_of(m).to_string()).collect();
+    assert_eq!(seen, ids.iter().cloned().collect::<BTreeSet<_>>());
+    for (at, m) in &got {
+        assert!(*at >= m["dueTime"].as_i64().unwrap(), "early: {m}");
+    }
+    let plain: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{}*", env.config.key_prefix))
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert!(plain.is_empty(), "the env's plain Redis holds {plain:?}");
+}
+
 /// What the consumer saw of one message.
 #[derive(Default)]
 struct Seen {

@@ -32,6 +32,32 @@ impl RedisCluster {
         RedisCluster { dir, url }
     }
 
+    /// A cluster that speaks TLS alone (clients, bus, replication) with
+    /// this server certificate, key and CA, its servers presenting the
+    /// client certificate to each other; its URL is `rediss+cluster://`.
+    pub fn start_tls(dir: &Path, pki: &super::tls::Pki) -> RedisCluster {
+        let dir = dir.join("redis-cluster");
+        let path = |p: &Path| p.to_str().unwrap().to_string();
+        let url = script(
+            "redis-cluster",
+            &[
+                "start",
+                dir.to_str().unwrap(),
+                "--tls",
+                &path(&pki.server_cert),
+                &path(&pki.server_key),
+                &path(&pki.ca),
+                "--tls-client",
+                &path(&pki.client_cert),
+                &path(&pki.client_key),
+            ],
+        )
+        .trim()
+        .to_string();
+        assert!(url.starts_with("rediss+cluster://"), "{url}");
+        RedisCluster { dir, url }
+    }
+
     fn d(&self) -> &str {
         self.dir.to_str().unwrap()
     }
