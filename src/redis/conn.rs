@@ -43,6 +43,9 @@ pub enum Conn {
 pub struct Cluster {
     con: ClusterConnection,
     nudged: Arc<Mutex<Option<Instant>>>,
+    /// The scripts loaded through this connection, to load again on a
+    /// master that answers NOSCRIPT (see [`send_part`]).
+    scripts: Arc<Mutex<Vec<redis::Script>>>,
 }
 
 /// Where a `--redis-url` points.
@@ -143,6 +146,7 @@ pub async fn connect(url: &str) -> RedisResult<Conn> {
                 .get_async_connection()
                 .await?,
             nudged: Arc::default(),
+            scripts: Arc::default(),
         })),
     }
 }
@@ -150,6 +154,15 @@ pub async fn connect(url: &str) -> RedisResult<Conn> {
 impl Conn {
     pub fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
+    }
+
+    /// Notes the scripts loaded through this connection (a cluster loads
+    /// them again where a master lost them).
+    pub fn remember_scripts<'a>(&self, scripts: impl IntoIterator<Item = &'a redis::Script>) {
+        if let Conn::Cluster(c) = self {
+            let mut known = c.scripts.lock().unwrap_or_else(|p| p.into_inner());
+            *known = scripts.into_iter().cloned().collect();
+        }
     }
 }
 
@@ -225,7 +238,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => async move {
-                let result = by_slot(&c.con, pipeline, offset, count).await;
+                let result = by_slot(c, pipeline, offset, count).await;
                 c.after(result)
             }
             .boxed(),
@@ -345,22 +358,22 @@ pub fn slot_ranges(reply: &Value) -> Vec<SlotRange> {
 
 /// Sends `pipeline` to a cluster as one pipeline per slot its commands
 /// touch (concurrently), and returns the replies in the pipeline's order.
-/// Commands without a key go with the first slot's. A transaction, or a
-/// pipeline within one slot, goes as it is.
+/// Commands without a key go with the first slot's. A transaction goes as
+/// it is.
 async fn by_slot(
-    con: &ClusterConnection,
+    c: &Cluster,
     pipeline: &Pipeline,
     offset: usize,
     count: usize,
 ) -> RedisResult<Vec<Value>> {
-    let groups = group_by_slot(pipeline.cmd_iter().map(first_key));
-    if pipeline.is_transaction() || groups.len() <= 1 {
+    if pipeline.is_transaction() {
         return unless_refused(|| {
-            let mut con = con.clone();
+            let mut con = c.con.clone();
             async move { con.req_packed_commands(pipeline, offset, count).await }
         })
         .await;
     }
+    let groups = group_by_slot(pipeline.cmd_iter().map(first_key));
     let cmds: Vec<&Cmd> = pipeline.cmd_iter().collect();
     let parts: Vec<Pipeline> = groups
         .iter()
@@ -372,13 +385,7 @@ async fn by_slot(
             part
         })
         .collect();
-    let replies = try_join_all(parts.iter().map(|part| {
-        unless_refused(move || {
-            let mut con = con.clone();
-            async move { con.req_packed_commands(part, 0, part.len()).await }
-        })
-    }))
-    .await?;
+    let replies = try_join_all(parts.iter().map(|part| send_part(c, part))).await?;
     let mut out = vec![Value::Nil; cmds.len()];
     for (idx, values) in groups.iter().zip(replies) {
         for (&i, v) in idx.iter().zip(values) {
@@ -386,6 +393,51 @@ async fn by_slot(
         }
     }
     Ok(out)
+}
+
+/// Sends one slot's part of a pipeline. A master that lost the scripts (a
+/// restarted server promoted, `SCRIPT FLUSH`) answers NOSCRIPT to each
+/// script call, which then did not run: the scripts are loaded again and
+/// only those calls are sent again. Sending the whole pipeline again would
+/// run twice what ran on the other masters (claims held by nobody).
+async fn send_part(c: &Cluster, part: &Pipeline) -> RedisResult<Vec<Value>> {
+    async fn send(con: &ClusterConnection, p: &Pipeline) -> RedisResult<Vec<Value>> {
+        unless_refused(|| {
+            let mut con = con.clone();
+            async move { con.req_packed_commands(p, 0, p.len()).await }
+        })
+        .await
+    }
+    let mut values = send(&c.con, part).await?;
+    let missing: Vec<usize> = values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if missing.is_empty() {
+        return Ok(values);
+    }
+    let scripts = c.scripts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut con = c.con.clone();
+    for script in &scripts {
+        script.prepare_invoke().load_async(&mut con).await?;
+    }
+    tracing::info!(
+        calls = missing.len(),
+        "a Redis Cluster master had lost delayq's scripts; loaded them again"
+    );
+    let cmds: Vec<&Cmd> = part.cmd_iter().collect();
+    let mut again = redis::pipe();
+    for &i in &missing {
+        again.add_command(cmds[i].clone());
+    }
+    for (&i, v) in missing.iter().zip(send(&c.con, &again).await?) {
+        values[i] = v;
+    }
+    Ok(values)
 }
 
 /// Indexes of the commands, grouped by the slot of their first key, in the

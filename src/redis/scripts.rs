@@ -126,6 +126,7 @@ impl Scripts {
         for s in self.all() {
             s.prepare_invoke().load_async(con).await?;
         }
+        con.remember_scripts(self.all());
         Ok(())
     }
 
@@ -158,7 +159,10 @@ impl Scripts {
     ) -> RedisResult<T> {
         let began = Instant::now();
         let result = match pipe.query_async(con).await {
-            Err(e) if is_noscript(&e) => {
+            // A cluster loads them again per master and sends again only
+            // the calls that did not run (redis::conn); sending the whole
+            // pipeline again would run twice what ran elsewhere.
+            Err(e) if is_noscript(&e) && !con.is_cluster() => {
                 self.load(con).await?;
                 pipe.query_async(con).await
             }

@@ -193,6 +193,43 @@ impl Env {
     }
 }
 
+/// A master that lost delayq's scripts (SCRIPT FLUSH, as after a restarted
+/// server is promoted) answers NOSCRIPT to its part of a poll's claims:
+/// only that part is sent again once the scripts are loaded, so the
+/// claims that ran on the other masters are handed out, not held by
+/// nobody until their ttl (red with the whole pipeline sent again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_that_lost_the_scripts_costs_no_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .start()
+        .await;
+    let batch: Vec<Value> = (0..40)
+        .map(|i| json!({"topic": "ns", "body": format!("m{i}"), "delay": 100, "ttl": 60_000}))
+        .collect();
+    let ids = env.push_batch(batch).await;
+    for id in &ids {
+        env.wait_status(id, status::READY).await;
+    }
+    let masters = cluster.masters_with_keys();
+    assert!(masters.len() >= 2, "held by {masters:?}");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut cluster.con(masters[0]))
+        .unwrap();
+    let r = env
+        .post_json("/get/ns", &json!({"count": 100, "timeout": 2}))
+        .await;
+    let got = r.assert_ok()["messages"].as_array().unwrap().len();
+    assert_eq!(
+        got, 40,
+        "one poll hands out every ready message: {}",
+        r.text
+    );
+}
+
 /// `rediss+cluster://`: the node speaks TLS to every master and replica
 /// (commands, scripts and the sharded pub/sub), trusting the cluster's CA
 /// through `--tls-ca-file`; it schedules in the cluster, not in the env's
