@@ -91,10 +91,6 @@ impl Target {
         }
         Ok(Target::Cluster { seeds, tls })
     }
-
-    pub fn is_cluster(url: &str) -> bool {
-        matches!(Target::parse(url), Ok(Target::Cluster { .. }))
-    }
 }
 
 /// A client of the cluster `seeds` name; with `push` it speaks RESP3 and

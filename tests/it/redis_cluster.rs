@@ -170,11 +170,12 @@ async fn a_cluster_serves_every_route_across_its_masters(b: Backend) {
     assert!(env.scheduled_in_cluster(&cluster, &lost));
 }
 
+/// The seed nodes of a `redis+cluster://` URL, as the node reads them.
 fn cluster_seeds(url: &str) -> Vec<String> {
-    url.trim_start_matches("redis+cluster://")
-        .split(',')
-        .map(|h| format!("redis://{h}"))
-        .collect()
+    match delayq::redis::conn::Target::parse(url) {
+        Ok(delayq::redis::conn::Target::Cluster { seeds, .. }) => seeds,
+        other => panic!("not a cluster URL: {url} ({other:?})"),
+    }
 }
 
 impl Env {
