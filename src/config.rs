@@ -8,6 +8,7 @@
 //! | `--database-url` | `DELAYQ_DATABASE_URL` | `sqlite://data/delayq.db` |
 //! | `--shards` | `DELAYQ_SHARDS` | `8` |
 //! | `--key-prefix` | `DELAYQ_KEY_PREFIX` | `dq` |
+//! | `--redis-horizon` | `DELAYQ_REDIS_HORIZON` | `1h` (`0`: off); see [`crate::horizon`] |
 //! | `--node-id` | `DELAYQ_NODE_ID` | host name + port |
 //! | `--zookeeper` | `DELAYQ_ZOOKEEPER` | none: standalone (`host:port,host:port/chroot`) |
 //! | `--mode` | `DELAYQ_MODE` | `active-standby` (or `multi-active`) |
@@ -163,6 +164,11 @@ pub struct RedisArgs {
     /// Number of zset shards; fixed for a cluster's life.
     #[arg(long, env = "DELAYQ_SHARDS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub shards: u32,
+    /// Messages due further ahead than this wait in the journal alone and
+    /// are scheduled into Redis as they come within it (e.g. 1h, 30m, at
+    /// least 1s; 0: every message goes to Redis when pushed).
+    #[arg(long, env = "DELAYQ_REDIS_HORIZON", default_value = "1h", value_parser = parse_horizon)]
+    pub redis_horizon: Duration,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -388,6 +394,18 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
     } else {
         parse_duration(s)
     }
+}
+
+/// A horizon: `0` (off) or at least a second, so the journal's lag and the
+/// loader's pace fit well inside it.
+pub fn parse_horizon(s: &str) -> Result<Duration, String> {
+    let d = parse_interval(s)?;
+    if !d.is_zero() && d < Duration::from_secs(1) {
+        return Err(format!(
+            "'{s}' is too short for a horizon: 0 (off) or at least 1s"
+        ));
+    }
+    Ok(d)
 }
 
 impl NodeArgs {

@@ -32,6 +32,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "reconcile",
             "reshard",
             "retention",
+            "horizon",
         ],
     ),
     (

@@ -7,7 +7,7 @@
 //!
 //! - the edges: [`api`], [`forward`], [`config`], [`node`];
 //! - the engine: [`queue`], [`actors`], [`cluster`], [`restore`],
-//!   [`reconcile`], [`reshard`], [`retention`];
+//!   [`reconcile`], [`reshard`], [`retention`], [`horizon`];
 //! - storage: [`redis`], [`journal`], [`notify`];
 //! - the domain, which knows nothing of HTTP, Redis or SQL: [`message`],
 //!   [`input`], [`ids`], [`retry`], [`repeat`], [`clock`], [`error`],
@@ -75,6 +75,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod forward;
+pub mod horizon;
 pub mod ids;
 pub mod input;
 pub mod journal;

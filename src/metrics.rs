@@ -20,6 +20,8 @@
 //! | `delayq_cancelled_total` | counter | | messages cancelled before delivery |
 //! | `delayq_promoted_total` | counter | | due messages moved to a ready queue by this node's shard scans |
 //! | `delayq_restored_total` | counter | | messages put back into Redis from the journal |
+//! | `delayq_beyond_horizon_total` | counter | | messages pushed due beyond `--redis-horizon`: kept in the journal alone |
+//! | `delayq_horizon_loaded_total` | counter | | messages this node scheduled from the journal as they came within the horizon |
 //! | `delayq_reconcile_repaired_total` | counter | kind | differences the reconciler repaired |
 //! | `delayq_forwarded_total` | counter | topic, sink | messages a broker or webhook confirmed (see [`crate::forward`]) |
 //! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
@@ -155,6 +157,8 @@ pub struct Metrics {
     pub cancelled: Counter,
     pub promoted: Counter,
     pub restored: Counter,
+    pub beyond_horizon: Counter,
+    pub horizon_loaded: Counter,
     pub repaired: Family<KindLabel, Counter>,
     forwarded: Family<ForwardLabels, Counter>,
     forward_failed: Family<ForwardLabels, Counter>,
@@ -208,6 +212,8 @@ impl Metrics {
             cancelled: Counter::default(),
             promoted: Counter::default(),
             restored: Counter::default(),
+            beyond_horizon: Counter::default(),
+            horizon_loaded: Counter::default(),
             repaired: Family::default(),
             forwarded: Family::default(),
             forward_failed: Family::default(),
@@ -275,6 +281,16 @@ impl Metrics {
                 "restored",
                 "Messages put back into Redis from the journal",
                 m.restored.clone(),
+            );
+            d.register(
+                "beyond_horizon",
+                "Messages pushed due beyond the Redis horizon: kept in the journal alone",
+                m.beyond_horizon.clone(),
+            );
+            d.register(
+                "horizon_loaded",
+                "Messages this node scheduled from the journal as they came within the Redis horizon",
+                m.horizon_loaded.clone(),
             );
             d.register(
                 "reconcile_repaired",

@@ -47,6 +47,10 @@ pub struct RestoreReport {
     pub skipped_expired: u64,
     /// Acked or cancelled in Redis moments ago; the journal is catching up.
     pub skipped_finished: u64,
+    /// Waiting in the journal alone, due beyond the Redis horizon: left
+    /// there (not read), scheduled as they come near (see
+    /// [`crate::horizon`]).
+    pub beyond_horizon: u64,
     pub dry_run: bool,
     /// Started after this id: an interrupted restore's cursor.
     pub resumed_after: Option<i64>,
@@ -150,6 +154,9 @@ impl Restorer {
         }
         self.status
             .set(progress_of(&report, expire, started_at, after));
+        if let Some(far) = self.far_from() {
+            report.beyond_horizon = self.journal.count_waiting_beyond(far).await?;
+        }
         let result = self
             .pages(
                 &mut report,
@@ -183,6 +190,13 @@ impl Restorer {
             ),
         }
         result.map(|()| report)
+    }
+
+    /// Messages waiting in the journal alone due after this are left there
+    /// (none without a horizon).
+    fn far_from(&self) -> Option<i64> {
+        let horizon = self.redis.horizon_ms();
+        (horizon > 0).then(|| now_ms() + horizon)
     }
 
     /// The interrupted restore a restore with this `expire` would resume
@@ -219,7 +233,10 @@ impl Restorer {
             while self.journal.half_full() {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            let page = self.journal.live_page(*after, PAGE).await?;
+            let page = self
+                .journal
+                .live_page(*after, PAGE, self.far_from())
+                .await?;
             let Some(last) = page.last() else { break };
             let last = last.id;
             self.page(&page, expire, report.dry_run, report).await?;

@@ -31,6 +31,17 @@ pub type Batch = Vec<(Message, i32)>;
 #[rtype(result = "Result<Vec<Scheduled>, RedisError>")]
 pub struct Schedule(pub Batch);
 
+/// Schedule messages of one shard from the journal, as its owner holding
+/// `epoch` (the horizon loader): refused once the shard's stored epoch is
+/// above it (see [`RedisSchedule::schedule_fenced`]).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Scheduled>, RedisError>")]
+pub struct Load {
+    pub shard: u32,
+    pub epoch: i64,
+    pub batch: Batch,
+}
+
 /// This node now owns `shard` with this epoch: start scanning it.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -101,6 +112,35 @@ impl Actor for RouterActor {
     type Context = Context<Self>;
 }
 
+impl RouterActor {
+    /// Records the messages Redis took Delaying and wakes the shard actors
+    /// of this node that must look earlier.
+    fn scheduled(&mut self, messages: &Batch, added: &[Scheduled]) {
+        let keys = self.redis.keys();
+        let mut earliest: Vec<Option<i64>> = vec![None; self.owned.len()];
+        let mut changes = Vec::new();
+        for ((m, _), at) in messages.iter().zip(added).filter_map(|(m, s)| match s {
+            Scheduled::Added { at } => Some((m, *at)),
+            _ => None,
+        }) {
+            let shard = keys.shard_of(m.id);
+            let slot = &mut earliest[shard as usize];
+            *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
+            changes.push(StatusChange::scheduled(
+                m.id,
+                at,
+                self.delay_names[shard as usize].clone(),
+            ));
+        }
+        self.journal.record(changes);
+        for (shard, at) in earliest.into_iter().enumerate() {
+            if let Some(at) = at {
+                self.wake(shard as u32, at);
+            }
+        }
+    }
+}
+
 impl Handler<Schedule> for RouterActor {
     type Result = ResponseActFuture<Self, Result<Vec<Scheduled>, RedisError>>;
 
@@ -114,28 +154,29 @@ impl Handler<Schedule> for RouterActor {
             .into_actor(self)
             .map(|res: Result<(Batch, Vec<Scheduled>), RedisError>, act, _| {
                 let (messages, added) = res?;
-                let keys = act.redis.keys();
-                let mut earliest: Vec<Option<i64>> = vec![None; act.owned.len()];
-                let mut changes = Vec::new();
-                for ((m, _), at) in messages.iter().zip(&added).filter_map(|(m, s)| match s {
-                    Scheduled::Added { at } => Some((m, *at)),
-                    _ => None,
-                }) {
-                    let shard = keys.shard_of(m.id);
-                    let slot = &mut earliest[shard as usize];
-                    *slot = Some(slot.map_or(m.due_time, |e: i64| e.min(m.due_time)));
-                    changes.push(StatusChange::scheduled(
-                        m.id,
-                        at,
-                        act.delay_names[shard as usize].clone(),
-                    ));
-                }
-                act.journal.record(changes);
-                for (shard, at) in earliest.into_iter().enumerate() {
-                    if let Some(at) = at {
-                        act.wake(shard as u32, at);
-                    }
-                }
+                act.scheduled(&messages, &added);
+                Ok(added)
+            }),
+        )
+    }
+}
+
+impl Handler<Load> for RouterActor {
+    type Result = ResponseActFuture<Self, Result<Vec<Scheduled>, RedisError>>;
+
+    fn handle(&mut self, msg: Load, _: &mut Self::Context) -> Self::Result {
+        let redis = self.redis.clone();
+        Box::pin(
+            async move {
+                let added = redis
+                    .schedule_fenced(msg.shard, msg.epoch, &msg.batch)
+                    .await?;
+                Ok((msg.batch, added))
+            }
+            .into_actor(self)
+            .map(|res: Result<(Batch, Vec<Scheduled>), RedisError>, act, _| {
+                let (messages, added) = res?;
+                act.scheduled(&messages, &added);
                 Ok(added)
             }),
         )

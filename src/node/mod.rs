@@ -53,7 +53,9 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
     loop {
         let attempt = async {
             let con = crate::redis::connect(&args.redis_url).await?;
-            RedisSchedule::new(con, keys.clone(), node_id).await
+            RedisSchedule::new(con, keys.clone(), node_id)
+                .await
+                .map(|r| r.with_horizon(args.redis_horizon))
         };
         match attempt.await {
             Ok(r) => {

@@ -296,6 +296,14 @@ fn spawn_duties(
     reconciler: &Reconciler,
 ) {
     actix::spawn(probe_clock(redis.clone()));
+    actix::spawn(
+        crate::horizon::Loader {
+            journal: journal.clone(),
+            router: restorer.router.clone(),
+            redis: redis.clone(),
+        }
+        .run(),
+    );
     actix::spawn(publish_journal_behind(
         redis.clone(),
         journal.clone(),

@@ -78,6 +78,11 @@ impl Queue {
         let mut to_schedule = Vec::new();
         let mut seen = HashSet::new();
         let metrics = crate::metrics::metrics();
+        // A message due beyond the horizon stays in the journal alone
+        // (WaitPut): the owner of its shard schedules it as it comes near
+        // (see crate::horizon).
+        let now = crate::message::now_ms();
+        let near = |m: &Message| !self.redis.beyond_horizon(m.due_time, now);
         for (m, outcome) in messages.into_iter().zip(outcomes) {
             match outcome {
                 InsertOutcome::Inserted => {
@@ -88,7 +93,11 @@ impl Queue {
                         fresh: true,
                     });
                     seen.insert(m.id);
-                    to_schedule.push((m, 0));
+                    if near(&m) {
+                        to_schedule.push((m, 0));
+                    } else {
+                        metrics.beyond_horizon.inc();
+                    }
                 }
                 InsertOutcome::Duplicate(row) => {
                     tracing::debug!(id = row.id, topic = %m.topic, "its bizKey's message is live: answered with it");
@@ -101,8 +110,12 @@ impl Queue {
                     // Scheduling is idempotent (Redis keeps a message it
                     // holds as it is), and a message acked or cancelled is
                     // no longer live, so this never brings a finished
-                    // message back.
-                    if row.status() == Status::WaitPut && seen.insert(MessageId(row.id)) {
+                    // message back. One due beyond the horizon waits in
+                    // the journal anyway.
+                    if row.status() == Status::WaitPut
+                        && !self.redis.beyond_horizon(row.due_time, now)
+                        && seen.insert(MessageId(row.id))
+                    {
                         to_schedule.push((row.message(), row.attempts));
                     }
                 }

@@ -198,8 +198,11 @@ enum Kind {
 
 /// Compares one message's journal row (None: no row) with what Redis holds
 /// of it. `cutoff` is now minus the grace period: a state reached after it
-/// may be one the other side has not heard of yet.
-fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
+/// may be one the other side has not heard of yet. A message waiting in
+/// the journal alone (WaitPut) due after `far` is not expected in Redis
+/// yet: the horizon loader schedules it as it comes near (see
+/// [`crate::horizon`]).
+fn classify(row: Option<&RowState>, held: Held, cutoff: i64, far: i64) -> Option<Kind> {
     let Some(row) = row else {
         return matches!(held, Held::Record(_)).then_some(Kind::Unknown);
     };
@@ -214,6 +217,9 @@ fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
         return None;
     }
     let journal = row.status();
+    if journal == Status::WaitPut && row.due_time > far && matches!(held, Held::Absent) {
+        return None;
+    }
     if journal.is_terminal() {
         return matches!(held, Held::Record(_)).then_some(Kind::FinishedInJournal);
     }
@@ -254,6 +260,8 @@ fn classify(row: Option<&RowState>, held: Held, cutoff: i64) -> Option<Kind> {
 
 #[cfg(test)]
 mod tests {
+    /// No horizon: every live message belongs in Redis.
+    const NEVER: i64 = i64::MAX;
     use super::*;
 
     fn row(status: Status, updated: i64, due: i64) -> RowState {
@@ -272,7 +280,27 @@ mod tests {
     #[test]
     fn recent_rows_are_left_alone() {
         let r = row(Status::Delaying, CUT, CUT + 50_000);
-        assert_eq!(classify(Some(&r), Held::Absent, CUT), None);
+        assert_eq!(classify(Some(&r), Held::Absent, CUT, NEVER), None);
+    }
+
+    #[test]
+    fn a_message_waiting_beyond_the_horizon_is_not_missing() {
+        let old = CUT - 10_000;
+        let far = CUT + 3_600_000;
+        let waiting = row(Status::WaitPut, old, far + 1);
+        assert_eq!(classify(Some(&waiting), Held::Absent, CUT, far), None);
+        // Within the horizon it should be in Redis by now.
+        let near = row(Status::WaitPut, old, far - 1);
+        assert_eq!(
+            classify(Some(&near), Held::Absent, CUT, far),
+            Some(Kind::Missing)
+        );
+        // Only a waiting message: one scheduled before is missing.
+        let delaying = row(Status::Delaying, old, far + 1);
+        assert_eq!(
+            classify(Some(&delaying), Held::Absent, CUT, far),
+            Some(Kind::Missing)
+        );
     }
 
     #[test]
@@ -280,30 +308,35 @@ mod tests {
         let old = CUT - 10_000;
         let delaying = row(Status::Delaying, old, CUT + 50_000);
         assert_eq!(
-            classify(Some(&delaying), Held::Absent, CUT),
+            classify(Some(&delaying), Held::Absent, CUT, NEVER),
             Some(Kind::Missing)
         );
-        assert_eq!(classify(Some(&delaying), Held::Finished, CUT), None);
+        assert_eq!(classify(Some(&delaying), Held::Finished, CUT, NEVER), None);
         assert_eq!(
-            classify(Some(&delaying), Held::Record(Place::Nowhere), CUT),
+            classify(Some(&delaying), Held::Record(Place::Nowhere), CUT, NEVER),
             Some(Kind::Unscheduled)
         );
         let due = CUT + 50_000;
         assert_eq!(
-            classify(Some(&delaying), Held::Record(Place::Delay { due }), CUT),
+            classify(
+                Some(&delaying),
+                Held::Record(Place::Delay { due }),
+                CUT,
+                NEVER
+            ),
             None
         );
         assert_eq!(
-            classify(None, Held::Record(Place::Nowhere), CUT),
+            classify(None, Held::Record(Place::Nowhere), CUT, NEVER),
             Some(Kind::Unknown)
         );
-        assert_eq!(classify(None, Held::Finished, CUT), None);
+        assert_eq!(classify(None, Held::Finished, CUT, NEVER), None);
         let consumed = row(Status::Consumed, old, old);
         assert_eq!(
-            classify(Some(&consumed), Held::Record(Place::Ready), CUT),
+            classify(Some(&consumed), Held::Record(Place::Ready), CUT, NEVER),
             Some(Kind::FinishedInJournal)
         );
-        assert_eq!(classify(Some(&consumed), Held::Finished, CUT), None);
+        assert_eq!(classify(Some(&consumed), Held::Finished, CUT, NEVER), None);
     }
 
     #[test]
@@ -315,7 +348,7 @@ mod tests {
             deadline: old + 1_000,
         });
         assert_eq!(
-            classify(Some(&delaying), long_ago, CUT),
+            classify(Some(&delaying), long_ago, CUT, NEVER),
             Some(Kind::StatusMismatch {
                 journal: Status::Delaying,
                 redis: Status::Consuming,
@@ -326,23 +359,23 @@ mod tests {
         let just_now = Held::Record(Place::InFlight {
             deadline: CUT + 1_000,
         });
-        assert_eq!(classify(Some(&delaying), just_now, CUT), None);
+        assert_eq!(classify(Some(&delaying), just_now, CUT, NEVER), None);
         // Delaying in the journal, ready in Redis: only once its due time
         // is older than the grace period.
         let due_now = row(Status::Delaying, old, CUT + 5);
         assert_eq!(
-            classify(Some(&due_now), Held::Record(Place::Ready), CUT),
+            classify(Some(&due_now), Held::Record(Place::Ready), CUT, NEVER),
             None
         );
-        assert!(classify(Some(&delaying), Held::Record(Place::Ready), CUT).is_some());
+        assert!(classify(Some(&delaying), Held::Record(Place::Ready), CUT, NEVER).is_some());
         // Consuming in the journal, scheduled again in Redis: only once the
         // delivery's ack deadline is older than the grace period.
         let consuming = row(Status::Consuming, CUT - 500, old);
         let again = Held::Record(Place::Delay { due: CUT + 9_000 });
-        assert_eq!(classify(Some(&consuming), again, CUT), None);
+        assert_eq!(classify(Some(&consuming), again, CUT, NEVER), None);
         let consuming = row(Status::Consuming, old, old);
         assert_eq!(
-            classify(Some(&consuming), again, CUT),
+            classify(Some(&consuming), again, CUT, NEVER),
             Some(Kind::StatusMismatch {
                 journal: Status::Consuming,
                 redis: Status::Delaying,

@@ -100,8 +100,9 @@ impl Reconciler {
             let cutoff = now_ms() - grace_ms;
             let (page, next) = self
                 .journal
-                .live_states(after, self.options.page as i64)
+                .live_states(after, self.options.page as i64, self.far(0))
                 .await?;
+            let far = self.far(crate::horizon::load_lag_ms(self.redis.horizon_ms()));
             let (rows, recent): (Vec<RowState>, Vec<RowState>) =
                 page.into_iter().partition(|r| r.updated_time < cutoff);
             report.journal_recent += recent.len() as u64;
@@ -112,7 +113,7 @@ impl Reconciler {
             let held = self.redis.locate(&items).await?;
             report.journal_scanned += rows.len() as u64;
             for (row, h) in rows.iter().zip(held) {
-                if let Some(kind) = classify(Some(row), h, cutoff) {
+                if let Some(kind) = classify(Some(row), h, cutoff, far.unwrap_or(i64::MAX)) {
                     if seen.insert(MessageId(row.id)) {
                         pending.push(Candidate {
                             id: MessageId(row.id),
@@ -164,7 +165,8 @@ impl Reconciler {
                     if row.is_some_and(|r| !r.status().is_terminal()) {
                         continue;
                     }
-                    let Some(kind) = classify(row, Held::Record(Place::Nowhere), cutoff) else {
+                    let Some(kind) = classify(row, Held::Record(Place::Nowhere), cutoff, i64::MAX)
+                    else {
                         continue;
                     };
                     if seen.insert(id) {
@@ -216,6 +218,14 @@ impl Reconciler {
     }
 
     /// The pause after a page whose work took `worked`.
+    /// Messages waiting in the journal alone due after this are not
+    /// expected in Redis: now plus the horizon, less `slack` ms (none
+    /// without a horizon).
+    fn far(&self, slack: i64) -> Option<i64> {
+        let horizon = self.redis.horizon_ms();
+        (horizon > 0).then(|| now_ms() + horizon - slack)
+    }
+
     async fn pace(&self, worked: Duration) {
         let pause = self.options.pause.max(worked * self.options.idle);
         if !pause.is_zero() {
@@ -255,10 +265,11 @@ impl Reconciler {
             .collect();
         let held = self.redis.locate(&items).await?;
         let cutoff = now_ms() - self.options.grace.as_millis() as i64;
+        let far = self.far(crate::horizon::load_lag_ms(self.redis.horizon_ms()));
         let mut to_repair: Vec<(MessageId, Kind)> = Vec::new();
         for (c, h) in candidates.iter().zip(held) {
             let row = rows.get(&c.id.0);
-            if classify(row, h, cutoff) != Some(c.kind) {
+            if classify(row, h, cutoff, far.unwrap_or(i64::MAX)) != Some(c.kind) {
                 continue;
             }
             let d = report.of(&c.kind);

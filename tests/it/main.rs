@@ -20,6 +20,7 @@ mod crash;
 mod delivery;
 mod forward;
 mod frozen;
+mod horizon;
 mod input;
 mod journal;
 mod journal_faults;

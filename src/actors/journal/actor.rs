@@ -15,9 +15,9 @@ use crate::message::{IdGenerator, MessageId};
 use crate::redis::keys::Keys;
 
 use super::messages::{
-    CountLive, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages, LiveByBizKey,
-    LivePage, LiveStates, Ping, ProbeWrite, Purge, RecordFlow, RequeueDead, RowsOf, StatesOf,
-    TopicCounts, TopicPage,
+    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages,
+    LiveByBizKey, LivePage, LiveStates, Ping, ProbeWrite, Purge, RecordFlow, RequeueDead, RowsOf,
+    StatesOf, TopicCounts, TopicPage, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -98,7 +98,31 @@ impl Handler<LivePage> for JournalActor {
 
     fn handle(&mut self, msg: LivePage, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        store::live_page(&mut conn, msg.after, msg.limit)
+        store::live_page(&mut conn, msg.after, msg.limit, msg.far_from)
+    }
+}
+
+impl Handler<CountWaitingBeyond> for JournalActor {
+    type Result = Result<u64, JournalError>;
+
+    fn handle(&mut self, msg: CountWaitingBeyond, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::count_waiting_beyond(&mut conn, msg.far_from)
+    }
+}
+
+impl Handler<WaitingPage> for JournalActor {
+    type Result = Result<Vec<MessageRow>, JournalError>;
+
+    fn handle(&mut self, msg: WaitingPage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::waiting_page(
+            &mut conn,
+            msg.after,
+            msg.due_until,
+            msg.changed_before,
+            msg.limit,
+        )
     }
 }
 
@@ -116,7 +140,7 @@ impl Handler<LiveStates> for JournalActor {
 
     fn handle(&mut self, msg: LiveStates, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        store::live_states(&mut conn, msg.after, msg.limit)
+        store::live_states(&mut conn, msg.after, msg.limit, msg.far_from)
     }
 }
 

@@ -22,8 +22,9 @@ use super::actor::{lower_thread_priority, JournalActor};
 use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::messages::{
-    CountLive, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey, LivePage, LiveStates,
-    Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
+    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
+    LivePage, LiveStates, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
+    WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -288,8 +289,40 @@ impl Journal {
         self.actor.send(FindMessage(id)).await?
     }
 
-    pub async fn live_page(&self, after: i64, limit: i64) -> Result<Vec<MessageRow>, JournalError> {
-        self.actor.send(LivePage { after, limit }).await?
+    pub async fn live_page(
+        &self,
+        after: i64,
+        limit: i64,
+        far_from: Option<i64>,
+    ) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor
+            .send(LivePage {
+                after,
+                limit,
+                far_from,
+            })
+            .await?
+    }
+
+    pub async fn count_waiting_beyond(&self, far_from: i64) -> Result<u64, JournalError> {
+        self.actor.send(CountWaitingBeyond { far_from }).await?
+    }
+
+    pub async fn waiting_page(
+        &self,
+        after: (i64, i64),
+        due_until: i64,
+        changed_before: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>, JournalError> {
+        self.actor
+            .send(WaitingPage {
+                after,
+                due_until,
+                changed_before,
+                limit,
+            })
+            .await?
     }
 
     pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {
@@ -300,8 +333,15 @@ impl Journal {
         &self,
         after: i64,
         limit: i64,
+        far_from: Option<i64>,
     ) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
-        self.actor.send(LiveStates { after, limit }).await?
+        self.actor
+            .send(LiveStates {
+                after,
+                limit,
+                far_from,
+            })
+            .await?
     }
 
     pub async fn states_of(&self, ids: Vec<i64>) -> Result<Vec<RowState>, JournalError> {

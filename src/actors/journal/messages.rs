@@ -33,6 +33,27 @@ pub struct FindMessage(pub MessageId);
 pub struct LivePage {
     pub after: i64,
     pub limit: i64,
+    /// Leave out WaitPut messages due after this (the Redis horizon).
+    pub far_from: Option<i64>,
+}
+
+/// How many messages wait in the journal alone due after `far_from` (see
+/// [`crate::journal::store::count_waiting_beyond`]).
+#[derive(Message)]
+#[rtype(result = "Result<u64, JournalError>")]
+pub struct CountWaitingBeyond {
+    pub far_from: i64,
+}
+
+/// One page of the messages waiting in the journal alone as they come
+/// within the Redis horizon (see [`crate::journal::store::waiting_page`]).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<MessageRow>, JournalError>")]
+pub struct WaitingPage {
+    pub after: (i64, i64),
+    pub due_until: i64,
+    pub changed_before: i64,
+    pub limit: i64,
 }
 
 /// How many live messages have ids above `after` (see
@@ -50,6 +71,8 @@ pub struct CountLive {
 pub struct LiveStates {
     pub after: i64,
     pub limit: i64,
+    /// Leave out WaitPut messages due after this (the Redis horizon).
+    pub far_from: Option<i64>,
 }
 
 /// What the reconciler reads of the rows of these ids.

@@ -42,8 +42,8 @@ pub use actor::JournalActor;
 pub use backlog::{BacklogView, Refused, DEFAULT_BACKLOG};
 pub use handle::{Journal, JournalOptions, DEFAULT_NICE};
 pub use messages::{
-    CountLive, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey, LivePage,
-    LiveStates, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf, StatesOf, TopicCounts,
-    TopicPage,
+    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey,
+    LivePage, LiveStates, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf, StatesOf, TopicCounts,
+    TopicPage, WaitingPage,
 };
 pub use write_lock::WriteLock;

@@ -16,8 +16,9 @@ pub mod write;
 pub use dead::{dead_page, delete_dead, requeue_dead, DeleteDeadOutcome, RequeueOutcome};
 pub use health::{ping, probe_write};
 pub use read::{
-    count_live, find, find_with_history, live_by_biz_key, live_by_biz_key_prefix, live_page,
-    live_states, rows_of, states_of, topic_counts, topic_page, RowState,
+    count_live, count_waiting_beyond, find, find_with_history, live_by_biz_key,
+    live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_page,
+    waiting_page, RowState,
 };
 pub use write::{apply_changes, insert_messages};
 

@@ -51,15 +51,24 @@ pub fn find_with_history(
 }
 
 /// Live messages (not Consumed, Deleted or Dead) with ids above `after`, in
-/// id order: one keyset page of a restore.
+/// id order: one keyset page of a restore. With `far_from`, messages still
+/// waiting in the journal alone (WaitPut) due after it are left out: they
+/// are scheduled as they come within the Redis horizon.
 pub fn live_page(
     conn: &mut JournalConn,
     after: i64,
     limit: i64,
+    far_from: Option<i64>,
 ) -> Result<Vec<MessageRow>, JournalError> {
+    let far_from = far_from.unwrap_or(i64::MAX);
     Ok(with_conn!(conn, c => message::table
         .filter(message::id.gt(after))
         .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .filter(
+            message::status
+                .ne(Status::WaitPut.code())
+                .or(message::due_time.le(far_from)),
+        )
         .order(message::id.asc())
         .limit(limit)
         .select(MessageRow::as_select())
@@ -76,6 +85,40 @@ pub fn count_live(conn: &mut JournalConn, after: i64) -> Result<u64, JournalErro
         .count()
         .get_result(c))?;
     Ok(n as u64)
+}
+
+/// How many messages wait in the journal alone (WaitPut) due after
+/// `far_from` (an index-only count over `(status, due_time, id)`).
+pub fn count_waiting_beyond(conn: &mut JournalConn, far_from: i64) -> Result<u64, JournalError> {
+    let n: i64 = with_conn!(conn, c => message::table
+        .filter(message::status.eq(Status::WaitPut.code()))
+        .filter(message::due_time.gt(far_from))
+        .count()
+        .get_result(c))?;
+    Ok(n as u64)
+}
+
+/// Messages waiting in the journal alone (WaitPut), due by `due_until`,
+/// unchanged since `changed_before`, after `(due_time, id)` in that order:
+/// one page of the horizon loader (the `(status, due_time, id)` index).
+pub fn waiting_page(
+    conn: &mut JournalConn,
+    after: (i64, i64),
+    due_until: i64,
+    changed_before: i64,
+    limit: i64,
+) -> Result<Vec<MessageRow>, JournalError> {
+    let (due, id) = after;
+    Ok(with_conn!(conn, c => message::table
+        .filter(message::status.eq(Status::WaitPut.code()))
+        .filter(message::due_time.ge(due))
+        .filter(message::due_time.le(due_until))
+        .filter(message::due_time.gt(due).or(message::id.gt(id)))
+        .filter(message::updated_time.le(changed_before))
+        .order((message::due_time.asc(), message::id.asc()))
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(c))?)
 }
 
 /// What the reconciler reads of a message row: enough to tell where Redis
@@ -104,10 +147,17 @@ pub fn live_states(
     conn: &mut JournalConn,
     after: i64,
     limit: i64,
+    far_from: Option<i64>,
 ) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
+    let far_from = far_from.unwrap_or(i64::MAX);
     let rows: Vec<RowState> = with_conn!(conn, c => message::table
         .filter(message::id.gt(after))
         .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+        .filter(
+            message::status
+                .ne(Status::WaitPut.code())
+                .or(message::due_time.le(far_from)),
+        )
         .order(message::id.asc())
         .limit(limit)
         .select(RowState::as_select())

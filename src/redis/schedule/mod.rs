@@ -26,6 +26,9 @@ pub struct RedisSchedule {
     pub(in crate::redis) scripts: Arc<Scripts>,
     /// This node's id, named on the ready notifications it publishes.
     node: Arc<str>,
+    /// Messages due further ahead than this (ms) are left in the journal
+    /// (0: none is); see [`crate::horizon`].
+    horizon_ms: i64,
 }
 
 /// How long an acked or cancelled message's tombstone keeps a restore (or
@@ -46,7 +49,26 @@ impl RedisSchedule {
             keys,
             scripts,
             node: node.into(),
+            horizon_ms: 0,
         })
+    }
+
+    /// The same schedule, leaving messages due further ahead than
+    /// `horizon` in the journal (zero: none).
+    pub fn with_horizon(mut self, horizon: std::time::Duration) -> RedisSchedule {
+        self.horizon_ms = horizon.as_millis().min(i64::MAX as u128) as i64;
+        self
+    }
+
+    /// The horizon (ms; 0 when every message goes to Redis when pushed).
+    pub fn horizon_ms(&self) -> i64 {
+        self.horizon_ms
+    }
+
+    /// Is a message due at `due` (ms) beyond the horizon at `now`, so it
+    /// waits in the journal alone?
+    pub fn beyond_horizon(&self, due: i64, now: i64) -> bool {
+        self.horizon_ms > 0 && due > now.saturating_add(self.horizon_ms)
     }
 
     /// The same schedule over another connection: work that sends large
@@ -112,40 +134,85 @@ impl RedisSchedule {
         &self,
         messages: &[(Message, i32)],
     ) -> Result<Vec<Scheduled>, RedisError> {
-        let k = &self.keys;
         let replies: Vec<(Vec<usize>, Vec<i64>)> = self
             .per_shard(
                 "schedule",
                 &self.scripts.schedule,
                 messages.iter().map(|(m, _)| m.id),
                 |shard, idx| {
-                    let mut args = Vec::with_capacity(idx.len() * 3 + 1);
-                    args.push(k.wake_channel(shard));
-                    for &i in idx {
-                        let (m, attempts) = &messages[i];
-                        args.push(m.id.to_string());
-                        args.push((score(m.due_time, m.priority) as i64).to_string());
-                        args.push(record::encode(m, *attempts));
-                    }
+                    let items = idx.iter().map(|&i| &messages[i]);
                     (
-                        vec![k.delay(shard), k.messages(shard), k.finished(shard)],
-                        args,
+                        self.schedule_keys(shard),
+                        self.schedule_args(shard, 0, items),
                     )
                 },
             )
             .await?;
         let mut outcome = vec![Scheduled::Present; messages.len()];
-        for (idx, mut flags) in replies {
-            let at = flags.pop().unwrap_or_else(now_ms);
-            for (&i, flag) in idx.iter().zip(flags) {
-                outcome[i] = match flag {
-                    1 => Scheduled::Added { at },
-                    2 => Scheduled::Finished,
-                    _ => Scheduled::Present,
-                };
+        for (idx, flags) in replies {
+            for (i, o) in idx.into_iter().zip(outcomes_of(flags)) {
+                outcome[i] = o;
             }
         }
         Ok(outcome)
+    }
+
+    /// [`RedisSchedule::schedule`] for messages of one shard, by its owner
+    /// holding `epoch`: refused (and nothing scheduled) once the shard's
+    /// stored epoch is above it, so a deposed owner cannot bring back what
+    /// the new one delivered.
+    pub async fn schedule_fenced(
+        &self,
+        shard: u32,
+        epoch: i64,
+        messages: &[(Message, i32)],
+    ) -> Result<Vec<Scheduled>, RedisError> {
+        let cmd = evalsha(
+            &self.scripts.schedule,
+            &self.schedule_keys(shard),
+            &self.schedule_args(shard, epoch.max(1), messages.iter()),
+        );
+        let flags: Vec<i64> = match self
+            .scripts
+            .run("schedule", &mut self.con.clone(), &cmd)
+            .await
+        {
+            Err(e) if e.code() == Some("STALE_EPOCH") => {
+                let stored = e
+                    .detail()
+                    .and_then(|d| d.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(i64::MAX);
+                return Err(RedisError::StaleEpoch { shard, stored });
+            }
+            other => other?,
+        };
+        Ok(outcomes_of(flags))
+    }
+
+    fn schedule_keys(&self, shard: u32) -> Vec<String> {
+        let k = &self.keys;
+        vec![
+            k.delay(shard),
+            k.messages(shard),
+            k.finished(shard),
+            k.epoch(shard),
+        ]
+    }
+
+    fn schedule_args<'a>(
+        &self,
+        shard: u32,
+        epoch: i64,
+        messages: impl Iterator<Item = &'a (Message, i32)>,
+    ) -> Vec<String> {
+        let mut args = vec![self.keys.wake_channel(shard), epoch.to_string()];
+        for (m, attempts) in messages {
+            args.push(m.id.to_string());
+            args.push((score(m.due_time, m.priority) as i64).to_string());
+            args.push(record::encode(m, *attempts));
+        }
+        args
     }
 
     /// Schedules messages brought back from `Dead` (attempts from 0): the
@@ -175,4 +242,17 @@ impl RedisSchedule {
         }
         Ok(pipe.query_async(&mut self.con.clone()).await?)
     }
+}
+
+/// schedule.lua's flags (then the time it ran) as outcomes.
+fn outcomes_of(mut flags: Vec<i64>) -> Vec<Scheduled> {
+    let at = flags.pop().unwrap_or_else(now_ms);
+    flags
+        .into_iter()
+        .map(|flag| match flag {
+            1 => Scheduled::Added { at },
+            2 => Scheduled::Finished,
+            _ => Scheduled::Present,
+        })
+        .collect()
 }
