@@ -427,3 +427,42 @@ async fn a_flushed_redis_is_restored_by_the_leader_alone() {
     assert!(c.node(leader).log_tail(5_000).contains(restored));
     assert!(!c.node(other).log_tail(5_000).contains(restored));
 }
+
+/// Messages waiting in the journal beyond the horizon when the active node
+/// is killed: the standby, taking the shards, takes their loading too, and
+/// each is delivered once and never early.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_messages_move_with_the_shards() {
+    let mut c = Cluster::builder()
+        .arg("--redis-horizon")
+        .arg("3s")
+        .start()
+        .await;
+    let owners = c
+        .wait_scanners(&[0, 1], Duration::from_secs(30), |_| true)
+        .await;
+    let active = Cluster::index_of(&owners[0]);
+    let standby = 1 - active;
+    let topic = format!("hz{}", random_hex(6));
+    // Due 12 to 16 s from now: loaded no sooner than 9 s from now, well
+    // after the kill, so the standby must load every one.
+    let mut ids = c
+        .push_batch(active, messages(&topic, 40, 12_000, 100))
+        .await;
+    ids.extend(
+        c.push_batch(standby, messages(&topic, 40, 12_050, 100))
+            .await,
+    );
+    c.kill9(active);
+
+    let expected: HashSet<String> = ids.into_iter().collect();
+    let ports = [c.port(standby)];
+    let got = drain(&c.http, &ports, &topic, &expected, Duration::from_secs(40)).await;
+    assert_delivered(&got, &expected);
+    let twice: Vec<&String> = got
+        .iter()
+        .filter(|(_, d)| d.len() > 1)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+}
