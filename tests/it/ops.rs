@@ -347,6 +347,7 @@ const RESTORE_KEYS: &[&str] = &[
     "alreadyPresent",
     "skippedExpired",
     "skippedFinished",
+    "beyondHorizon",
     "dryRun",
     "resumedAfter",
     "elapsedMs",

@@ -443,6 +443,9 @@ async fn waiting_messages_move_with_the_shards() {
         .await;
     let active = Cluster::index_of(&owners[0]);
     let standby = 1 - active;
+    for i in [active, standby] {
+        c.wait_ready(i, Duration::from_secs(30)).await;
+    }
     let topic = format!("hz{}", random_hex(6));
     // Due 12 to 16 s from now: loaded no sooner than 9 s from now, well
     // after the kill, so the standby must load every one.
