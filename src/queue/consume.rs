@@ -310,7 +310,7 @@ pub async fn ack_deliveries(
                     AckOutcome::Consumed
                 }
                 RedisAck::Recurring { attempts, record } => {
-                    let (_, msg) = record::decode(&record).map_err(RedisError::BadRecord)?;
+                    let (_, msg) = record::decode(id, &record).map_err(RedisError::BadRecord)?;
                     match (acks[i].occurrence(), msg.occurrence) {
                         // The consumer acks an earlier occurrence: that one
                         // was acked already, this one is someone else's.
@@ -324,7 +324,8 @@ pub async fn ack_deliveries(
                 RedisAck::NotInFlight {
                     recurring: Some(record),
                 } => {
-                    let (attempts, msg) = record::decode(&record).map_err(RedisError::BadRecord)?;
+                    let (attempts, msg) =
+                        record::decode(id, &record).map_err(RedisError::BadRecord)?;
                     match msg.occurrence {
                         // Waiting for a later occurrence, not handed out yet:
                         // this acks an earlier one again (its answer was
@@ -351,7 +352,7 @@ pub async fn ack_deliveries(
                     // A recurring message's earlier occurrence, acked
                     // again (its answer lost): done already.
                     let earlier = recurring.as_deref().and_then(|r| {
-                        let (_, msg) = record::decode(r).ok()?;
+                        let (_, msg) = record::decode(id, r).ok()?;
                         let occ = msg.occurrence?;
                         (acks[i].occurrence()? < occ.number).then_some(occ)
                     });

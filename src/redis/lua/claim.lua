@@ -5,8 +5,8 @@
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
 -- now by Redis's clock (clock.lua, prepended).
--- Returns the claimed records, attempts already raised, in queue order,
--- then the time the script ran (Redis's clock, ms).
+-- Returns the claimed ids, each followed by its record (attempts already
+-- raised), in queue order, then the time the script ran (Redis's clock, ms).
 local now = now_ms()
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = {}
@@ -18,6 +18,7 @@ for i = 1, #popped, 2 do
     rec = topic .. '|' .. ttl .. '|' .. (tonumber(attempts) + 1) .. '|' .. rest
     redis.call('HSET', KEYS[2], id, rec)
     redis.call('ZADD', KEYS[3], now + tonumber(ttl), id)
+    out[#out + 1] = id
     out[#out + 1] = rec
   end
 end

@@ -162,8 +162,14 @@ impl RedisSchedule {
         let mut out = Vec::new();
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
-            for rec in records.drain(..) {
-                let (attempts, message) = record::decode(&rec).map_err(RedisError::BadRecord)?;
+            let mut items = records.drain(..);
+            while let (Some(id), Some(rec)) = (items.next(), items.next()) {
+                let id = id
+                    .parse()
+                    .map(MessageId)
+                    .map_err(|_| RedisError::BadRecord(format!("claim returned the id {id:?}")))?;
+                let (attempts, message) =
+                    record::decode(id, &rec).map_err(RedisError::BadRecord)?;
                 out.push(Claimed {
                     shard,
                     at,
