@@ -9,7 +9,7 @@ const LONG_ABOUT: &str = "\
 Benchmark a running delayq server over HTTP. Prints one JSON line per scenario on stdout \
 (progress on stderr); the exit status is non-zero if any scenario failed.
 
-Scenarios (default: all four, in this order):
+Scenarios (default: the first four, in this order):
   spread   consumers long-poll first, then --spread-count messages are pushed with delays
            uniform in 1000-6000 ms; reports push rate, delivery lateness percentiles
            (receive time minus the message's dueTime), early deliveries and duplicates.
@@ -21,6 +21,10 @@ Scenarios (default: all four, in this order):
   restore  --restore-count messages due in one hour, then DELETES ALL OF THE SERVER'S REDIS
            KEYS (every key matching '{KEY_PREFIX:*' or 'KEY_PREFIX:*' in --redis-url) and
            times GET /reStore?expire=false; reports the restore rate.
+  pending  a probe stream (--probes messages due --probe-delay-ms ahead) on an empty queue,
+           then --pending-count messages due --pending-offset-ms + up to --pending-spread-ms
+           ahead, Redis's used_memory before and after (--redis-url: a Redis of this server
+           alone), and the probe stream again beside them; BullMQ's pending_scale beside it.
 
 The restore scenario wipes the server's whole Redis schedule (for every topic) and relies on
 the server's journal to rebuild it, so point it only at a bench server. Its messages are left
@@ -82,7 +86,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 500, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000))]
     pub batch: usize,
 
-    /// Redis used by the server (restore scenario only).
+    /// Redis used by the server (restore and pending scenarios only).
     #[arg(long, default_value = "redis://127.0.0.1:6379/0")]
     pub redis_url: String,
 
@@ -106,6 +110,27 @@ pub struct Cli {
     #[arg(long, default_value_t = 200_000)]
     pub restore_count: usize,
 
+    /// Messages pushed by the pending scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub pending_count: usize,
+
+    /// The pending scenario's messages are due this long after their push
+    /// at the earliest, in ms.
+    #[arg(long, default_value_t = 600_000)]
+    pub pending_offset_ms: u64,
+
+    /// ... and up to this much later, uniformly, in ms.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub pending_spread_ms: u64,
+
+    /// Probe messages pushed before and after the pending ones.
+    #[arg(long, default_value_t = 1_000)]
+    pub probes: usize,
+
+    /// Delay of each probe message, in ms.
+    #[arg(long, default_value_t = 2_000)]
+    pub probe_delay_ms: u64,
+
     /// Lead time of the burst's deliverAt over the start of its push phase, in ms
     /// [default: 3000 + burst-count / 5].
     #[arg(long)]
@@ -128,6 +153,7 @@ pub enum Scenario {
     Burst,
     Cancel,
     Restore,
+    Pending,
 }
 
 impl Scenario {
@@ -144,6 +170,7 @@ impl Scenario {
             Scenario::Burst => "burst",
             Scenario::Cancel => "cancel",
             Scenario::Restore => "restore",
+            Scenario::Pending => "pending",
         }
     }
 }

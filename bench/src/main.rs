@@ -11,6 +11,7 @@
 mod api;
 mod cli;
 mod consumers;
+mod pending;
 mod push;
 mod report;
 mod scenarios;

@@ -24,6 +24,7 @@ pub enum Outcome {
     Burst(BurstReport),
     Cancel(CancelReport),
     Restore(RestoreReport),
+    Pending(crate::pending::PendingReport),
     Failed { error: String },
 }
 
@@ -33,6 +34,7 @@ impl Outcome {
             Outcome::Failed { .. } => true,
             Outcome::Burst(report) => report.error.is_some(),
             Outcome::Spread(_) | Outcome::Cancel(_) | Outcome::Restore(_) => false,
+            Outcome::Pending(p) => p.probe_with_pending.delivered < p.probe_with_pending.pushed,
         }
     }
 }

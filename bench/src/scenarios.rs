@@ -32,6 +32,7 @@ impl Scenario {
             Scenario::Burst => Outcome::Burst(burst(cli, api, topic).await?),
             Scenario::Cancel => Outcome::Cancel(cancel(cli, api, topic).await?),
             Scenario::Restore => Outcome::Restore(restore(cli, api, topic).await?),
+            Scenario::Pending => Outcome::Pending(crate::pending::pending(cli, api, topic).await?),
         })
     }
 }
