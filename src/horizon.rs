@@ -2,41 +2,40 @@
 //!
 //! A message due further ahead than `--redis-horizon` (default 1 h) is
 //! answered once the journal committed it, like any push, and stays there
-//! alone (status WaitPut: accepted, not yet scheduled); it costs Redis
-//! nothing. The [`Loader`] of each node pages the journal by due time (the
-//! `(status, due_time, id)` index) and schedules into Redis the waiting
+//! alone (status WaitPut: accepted, not yet scheduled), listed in the
+//! `message_waiting` table by due time, in the push's own transaction; it
+//! costs Redis nothing. A push due within the horizon writes nothing more
+//! than before (an index over every message's due time would make every
+//! push pay: it halved SQLite's push rate). The [`Loader`] of each node
+//! pages that list by due time and schedules into Redis the waiting
 //! messages of the shards this node owns as they come within the horizon,
-//! so a message is in its shard's delay zset well before it falls due
-//! (at least the horizon less [`Pace::grace_ms`] and a round or two) and
-//! its lateness is that of any other.
+//! so a message is in its shard's delay zset well before it falls due (the
+//! horizon less a round or two) and its lateness is that of any other.
+//! What it scheduled, or found no longer waiting (cancelled, scheduled by a
+//! restore, purged), it takes off the list.
 //!
 //! - Fenced: each shard's messages are scheduled with the epoch this node
 //!   owns it with (schedule.lua refuses an older one), so a deposed owner
 //!   holding an old page cannot bring back what the new owner delivered.
 //! - Idempotent: scheduling leaves a message Redis holds as it is and
-//!   refuses one acked or cancelled lately (its tombstone), so reading a row
-//!   twice, or a push and the loader scheduling one message together, is
-//!   harmless; the router records what Redis took Delaying, which takes it
-//!   off the next pages.
-//! - Bounded: one page of [`PAGE`] rows at a time, held back while the
+//!   refuses one acked or cancelled lately (its tombstone); a crash between
+//!   scheduling and unlisting only has the next owner schedule it again,
+//!   which changes nothing.
+//! - Bounded: one page of [`PAGE`] entries at a time, held back while the
 //!   journal's backlog is half full, like a restore.
 //! - Handed over with the shard: the loader reads which shards (and
 //!   epochs) this node owns before each page, and reads again from the
 //!   start of the window whenever they change, so a failover or rebalance
 //!   gives the new owner the waiting messages at once.
 //!
-//! A row is read once unchanged for [`Pace::grace_ms`], so a fresh push
-//! still on its way to Redis is not scheduled twice. Every few rounds the
-//! loader reads the window from its start again: a row the grace kept out,
-//! or one whose schedule met an outage, is taken then. A message whose push
-//! met a Redis outage (journaled, not scheduled) is scheduled this way too.
-//!
-//! What is in Redis already stays there: a nack or retry delay, or a
-//! recurring message's next occurrence, beyond the horizon keeps its
-//! record in Redis. A cancel of a waiting message finds it in the journal
-//! (and leaves a tombstone a late page cannot pass); a repeated bizKey
-//! answers with it; a restore leaves it in the journal; the reconciler
-//! expects it absent from Redis until [`load_lag_ms`] before the horizon.
+//! With the horizon off (`0`) the loader drains what is still listed,
+//! whatever its due time. What is in Redis already stays there: a nack or
+//! retry delay, or a recurring message's next occurrence, beyond the
+//! horizon keeps its record in Redis. A cancel of a waiting message finds
+//! it in the journal (and leaves a tombstone a late page cannot pass); a
+//! repeated bizKey answers with it; a restore leaves it in the journal; the
+//! reconciler expects it absent from Redis until [`load_lag_ms`] before the
+//! horizon.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -46,7 +45,7 @@ use actix::Addr;
 use crate::actors::journal::Journal;
 use crate::actors::router::{Batch, Load, OwnedShards, RouterActor};
 use crate::error::RedisError;
-use crate::message::now_ms;
+use crate::message::{now_ms, MessageId, Status};
 use crate::queue::QueueError;
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
@@ -57,32 +56,16 @@ const RESCAN_EVERY: u32 = 10;
 /// How often an outage is logged while it lasts.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// How the loader paces itself for a horizon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pace {
-    /// Between rounds that found less than a page.
-    pub period: Duration,
-    /// A row is read once unchanged this long (ms): a fresh push's own
-    /// schedule lands first.
-    pub grace_ms: i64,
+/// How long the loader waits between rounds that found less than a page:
+/// a twentieth of the horizon, 50 ms to 1 s.
+pub fn period(horizon_ms: i64) -> Duration {
+    Duration::from_millis((horizon_ms / 20).clamp(50, 1_000) as u64)
 }
 
-impl Pace {
-    /// A twentieth of the horizon between rounds (50 ms to 1 s) and a
-    /// quarter of it as grace (100 ms to 5 s).
-    pub fn of(horizon_ms: i64) -> Pace {
-        Pace {
-            period: Duration::from_millis((horizon_ms / 20).clamp(50, 1_000) as u64),
-            grace_ms: (horizon_ms / 4).clamp(100, 5_000),
-        }
-    }
-}
-
-/// How long before it crosses the horizon a waiting message may still be
-/// in the journal alone: the grace, two rounds and a second to spare.
+/// How long after it crossed the horizon a waiting message may still be
+/// in the journal alone: two rounds and a second to spare.
 pub fn load_lag_ms(horizon_ms: i64) -> i64 {
-    let pace = Pace::of(horizon_ms);
-    pace.grace_ms + 2 * pace.period.as_millis() as i64 + 1_000
+    2 * period(horizon_ms).as_millis() as i64 + 1_000
 }
 
 /// Schedules the waiting messages of the shards this node owns as they
@@ -94,13 +77,14 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Runs until the router stops; does nothing without a horizon.
+    /// Runs until the router stops.
     pub async fn run(self) {
-        let horizon = self.redis.horizon_ms();
-        if horizon == 0 {
-            return;
-        }
-        let pace = Pace::of(horizon);
+        // Without a horizon, what is still listed is loaded at once.
+        let horizon = match self.redis.horizon_ms() {
+            0 => i64::MAX / 2,
+            h => h,
+        };
+        let period = period(horizon);
         let start = (i64::MIN, 0);
         let mut after = start;
         let mut owned_before = Vec::new();
@@ -116,10 +100,10 @@ impl Loader {
                 owned_before = owned.clone();
             }
             if owned.is_empty() {
-                tokio::time::sleep(pace.period).await;
+                tokio::time::sleep(period).await;
                 continue;
             }
-            match self.page(&owned, after, horizon, pace).await {
+            match self.page(&owned, after, horizon).await {
                 Ok((next, full)) => {
                     after = next;
                     if full {
@@ -142,41 +126,47 @@ impl Loader {
                     after = start;
                 }
             }
-            tokio::time::sleep(pace.period).await;
+            tokio::time::sleep(period).await;
         }
     }
 
-    /// Reads one page after `after` and schedules its rows of the shards
-    /// in `owned`: where the next page starts, and whether this one was
-    /// full.
+    /// Reads one page after `after` and schedules its messages of the
+    /// shards in `owned`, then takes them off the list: where the next page
+    /// starts, and whether this one was full.
     async fn page(
         &self,
         owned: &[(u32, i64)],
         after: (i64, i64),
         horizon: i64,
-        pace: Pace,
     ) -> Result<((i64, i64), bool), QueueError> {
         while self.journal.half_full() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let now = now_ms();
-        let rows = self
+        let entries = self
             .journal
-            .waiting_page(after, now + horizon, now - pace.grace_ms, PAGE)
+            .waiting_page(after, now_ms().saturating_add(horizon), PAGE)
             .await?;
-        let full = rows.len() as i64 == PAGE;
-        let next = rows.last().map_or(after, |r| (r.due_time, r.id));
+        let full = entries.len() as i64 == PAGE;
+        let next = entries.last().copied().unwrap_or(after);
         let keys = self.redis.keys();
         let epochs: BTreeMap<u32, i64> = owned.iter().copied().collect();
+        let mine: Vec<(i64, i64)> = entries
+            .into_iter()
+            .filter(|&(_, id)| epochs.contains_key(&keys.shard_of(MessageId(id))))
+            .collect();
+        if mine.is_empty() {
+            return Ok((next, full));
+        }
+        let rows = self
+            .journal
+            .rows_of(mine.iter().map(|&(_, id)| id).collect())
+            .await?;
         let mut by_shard: BTreeMap<u32, Batch> = BTreeMap::new();
-        for row in &rows {
-            let shard = keys.shard_of(crate::message::MessageId(row.id));
-            if epochs.contains_key(&shard) {
-                by_shard
-                    .entry(shard)
-                    .or_default()
-                    .push((row.message(), row.attempts));
-            }
+        for row in rows.iter().filter(|r| r.status() == Status::WaitPut) {
+            by_shard
+                .entry(keys.shard_of(MessageId(row.id)))
+                .or_default()
+                .push((row.message(), row.attempts));
         }
         for (shard, batch) in by_shard {
             let added = self
@@ -201,6 +191,9 @@ impl Loader {
                 );
             }
         }
+        // Scheduled, or no longer waiting (ended, scheduled by a restore,
+        // purged): off the list.
+        self.journal.unlist_waiting(mine).await?;
         Ok((next, full))
     }
 }
@@ -211,24 +204,9 @@ mod tests {
 
     #[test]
     fn the_pace_follows_the_horizon_within_bounds() {
-        assert_eq!(
-            Pace::of(3_600_000),
-            Pace {
-                period: Duration::from_secs(1),
-                grace_ms: 5_000
-            }
-        );
-        assert_eq!(
-            Pace::of(2_000),
-            Pace {
-                period: Duration::from_millis(100),
-                grace_ms: 500
-            }
-        );
-        assert_eq!(Pace::of(1_000).period, Duration::from_millis(50));
-        // A message crossing the horizon is loaded well before it is due.
-        for h in [1_000, 2_000, 60_000, 3_600_000] {
-            assert!(load_lag_ms(h) < h + 1_000, "{h}");
-        }
+        assert_eq!(period(3_600_000), Duration::from_secs(1));
+        assert_eq!(period(2_000), Duration::from_millis(100));
+        assert_eq!(period(1_000), Duration::from_millis(50));
+        assert_eq!(load_lag_ms(3_600_000), 3_000);
     }
 }

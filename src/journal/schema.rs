@@ -36,4 +36,11 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(message, message_flow);
+diesel::table! {
+    message_waiting (due_time, id) {
+        due_time -> BigInt,
+        id -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(message, message_flow, message_waiting);

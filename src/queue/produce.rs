@@ -34,7 +34,16 @@ impl Queue {
     /// answers with that message.
     #[tracing::instrument(name = "push", level = "debug", skip_all, fields(messages = messages.len()))]
     async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
-        let mut outcomes = self.journal.insert(messages.clone()).await?;
+        // A message due beyond the horizon stays in the journal alone
+        // (WaitPut, listed as waiting): the owner of its shard schedules it
+        // as it comes near (see crate::horizon). Decided once, here, for
+        // the journal and for Redis alike.
+        let now = crate::message::now_ms();
+        let far: Vec<bool> = messages
+            .iter()
+            .map(|m| self.redis.beyond_horizon(m.due_time, now))
+            .collect();
+        let mut outcomes = self.journal.insert(messages.clone(), far.clone()).await?;
         // A bizKey's holder may have ended in Redis (an ack answered before
         // its journal write) with its end still on its way to the journal:
         // it is not live. Its end is written first, then the push is tried
@@ -68,7 +77,8 @@ impl Queue {
             if !again.is_empty() {
                 self.journal.record_durable(changes).await?;
                 let retry: Vec<Message> = again.iter().map(|&i| messages[i].clone()).collect();
-                let redone = self.journal.insert(retry).await?;
+                let retry_far: Vec<bool> = again.iter().map(|&i| far[i]).collect();
+                let redone = self.journal.insert(retry, retry_far).await?;
                 for (&i, o) in again.iter().zip(redone) {
                     outcomes[i] = o;
                 }
@@ -78,12 +88,7 @@ impl Queue {
         let mut to_schedule = Vec::new();
         let mut seen = HashSet::new();
         let metrics = crate::metrics::metrics();
-        // A message due beyond the horizon stays in the journal alone
-        // (WaitPut): the owner of its shard schedules it as it comes near
-        // (see crate::horizon).
-        let now = crate::message::now_ms();
-        let near = |m: &Message| !self.redis.beyond_horizon(m.due_time, now);
-        for (m, outcome) in messages.into_iter().zip(outcomes) {
+        for ((m, outcome), far) in messages.into_iter().zip(outcomes).zip(far) {
             match outcome {
                 InsertOutcome::Inserted => {
                     tracing::debug!(id = %m.id, topic = %m.topic, due = m.due_time, "accepted");
@@ -93,10 +98,10 @@ impl Queue {
                         fresh: true,
                     });
                     seen.insert(m.id);
-                    if near(&m) {
-                        to_schedule.push((m, 0));
-                    } else {
+                    if far {
                         metrics.beyond_horizon.inc();
+                    } else {
+                        to_schedule.push((m, 0));
                     }
                 }
                 InsertOutcome::Duplicate(row) => {
@@ -110,8 +115,8 @@ impl Queue {
                     // Scheduling is idempotent (Redis keeps a message it
                     // holds as it is), and a message acked or cancelled is
                     // no longer live, so this never brings a finished
-                    // message back. One due beyond the horizon waits in
-                    // the journal anyway.
+                    // message back. One due beyond the horizon is listed
+                    // as waiting, for the loader.
                     if row.status() == Status::WaitPut
                         && !self.redis.beyond_horizon(row.due_time, now)
                         && seen.insert(MessageId(row.id))

@@ -13,8 +13,17 @@ use serde_json::json;
 backend_tests!(
     waiting_messages_cost_redis_nothing_and_arrive_on_time,
     a_waiting_message_is_cancelled_and_found_by_its_biz_key,
-    restore_and_reconcile_leave_waiting_messages_in_the_journal
+    restore_and_reconcile_leave_waiting_messages_in_the_journal,
+    turning_the_horizon_off_loads_what_waits
 );
+
+/// How many messages the journal lists as waiting.
+fn listed(env: &Env) -> i64 {
+    use delayq::journal::schema::message_waiting;
+    use diesel::prelude::*;
+    delayq::with_conn!(&mut env.journal.conn(), c => message_waiting::table.count().get_result(c))
+        .expect("count the waiting list")
+}
 
 /// Short, so the tests are quick: a message pushed 6 s ahead waits in the
 /// journal for about 3 s.
@@ -37,7 +46,8 @@ async fn waiting_messages_cost_redis_nothing_and_arrive_on_time(b: Backend) {
     let near = env
         .push(json!({"topic": "near", "body": "n", "delay": 200}))
         .await;
-    // Answered once durable; nothing of them in Redis.
+    // Answered once durable, listed as waiting; nothing of them in Redis.
+    assert_eq!(listed(&env), ids.len() as i64);
     for id in &ids {
         assert!(!holds(&env, id), "{id} is in Redis before it came near");
         assert_eq!(env.journal.row(id).unwrap().status, status::WAIT_PUT);
@@ -65,6 +75,7 @@ async fn waiting_messages_cost_redis_nothing_and_arrive_on_time(b: Backend) {
     )
     .await;
     env.assert_nothing("far", 1).await;
+    assert_eq!(listed(&env), 0, "loaded messages are off the waiting list");
 }
 
 async fn a_waiting_message_is_cancelled_and_found_by_its_biz_key(b: Backend) {
@@ -162,6 +173,43 @@ async fn restore_and_reconcile_leave_waiting_messages_in_the_journal(b: Backend)
     for id in &near {
         assert!(holds(&env, id), "{id} not restored");
     }
+}
+
+async fn turning_the_horizon_off_loads_what_waits(b: Backend) {
+    let mut env = Env::builder(b)
+        .arg("--redis-horizon")
+        .arg("1m")
+        .start()
+        .await;
+    let ids = env
+        .push_batch(
+            (0..5)
+                .map(|i| json!({"topic": "off", "body": format!("o{i}"), "delay": 600_000}))
+                .collect(),
+        )
+        .await;
+    assert_eq!(listed(&env), 5);
+    assert!(ids.iter().all(|id| !holds(&env, id)));
+    env.stop_server();
+    let args = &mut env.config.extra_args;
+    let at = args.iter().position(|a| a == "--redis-horizon").unwrap();
+    args[at + 1] = "0".into();
+    env.start_server().await;
+    for id in &ids {
+        env.wait_scheduled(id).await;
+        assert!(holds(&env, id), "{id} still waits with the horizon off");
+    }
+    crate::common::wait_until(
+        "the waiting list to empty",
+        Duration::from_secs(10),
+        || async {
+            match listed(&env) {
+                0 => Ok(()),
+                n => Err(n),
+            }
+        },
+    )
+    .await;
 }
 
 /// The loader schedules with the epoch its node owns the shard with: once

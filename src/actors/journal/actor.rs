@@ -17,7 +17,7 @@ use crate::redis::keys::Keys;
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages,
     LiveByBizKey, LivePage, LiveStates, Ping, ProbeWrite, Purge, RecordFlow, RequeueDead, RowsOf,
-    StatesOf, TopicCounts, TopicPage, WaitingPage,
+    StatesOf, TopicCounts, TopicPage, UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -62,7 +62,14 @@ impl Handler<InsertMessages> for JournalActor {
         // transaction was rolled back, so it runs again.
         let mut tries = 0;
         loop {
-            match store::insert_messages(&mut conn, &self.ids, &self.node, &shard_name, &msg.0) {
+            match store::insert_messages(
+                &mut conn,
+                &self.ids,
+                &self.node,
+                &shard_name,
+                &msg.0,
+                &msg.1,
+            ) {
                 Err(e) if e.is_deadlock() && tries < 5 => tries += 1,
                 other => return other,
             }
@@ -112,17 +119,21 @@ impl Handler<CountWaitingBeyond> for JournalActor {
 }
 
 impl Handler<WaitingPage> for JournalActor {
-    type Result = Result<Vec<MessageRow>, JournalError>;
+    type Result = Result<Vec<(i64, i64)>, JournalError>;
 
     fn handle(&mut self, msg: WaitingPage, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
-        store::waiting_page(
-            &mut conn,
-            msg.after,
-            msg.due_until,
-            msg.changed_before,
-            msg.limit,
-        )
+        store::waiting_page(&mut conn, msg.after, msg.due_until, msg.limit)
+    }
+}
+
+impl Handler<UnlistWaiting> for JournalActor {
+    type Result = Result<(), JournalError>;
+
+    fn handle(&mut self, msg: UnlistWaiting, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        store::unlist_waiting(&mut conn, &msg.0)
     }
 }
 

@@ -27,6 +27,8 @@ const FLOW_WINDOW: Duration = Duration::from_millis(5);
 
 pub(super) struct InsertRequest {
     pub(super) messages: Vec<Message>,
+    /// Per message: due beyond the Redis horizon, so listed as waiting.
+    pub(super) waiting: Vec<bool>,
     pub(super) reply: oneshot::Sender<Result<Vec<InsertOutcome>, JournalError>>,
 }
 
@@ -65,8 +67,19 @@ pub(super) async fn run_inserts(
                 .iter()
                 .flat_map(|r| r.messages.iter().cloned())
                 .collect();
+            let waiting: Vec<bool> = batch
+                .iter()
+                .flat_map(|r| {
+                    let n = r.messages.len();
+                    r.waiting
+                        .iter()
+                        .copied()
+                        .chain(std::iter::repeat(false))
+                        .take(n)
+                })
+                .collect();
             let (rows, began) = (messages.len(), std::time::Instant::now());
-            let result = match actor.send(InsertMessages(messages)).await {
+            let result = match actor.send(InsertMessages(messages, waiting)).await {
                 Ok(r) => r,
                 Err(e) => Err(e.into()),
             };
@@ -86,18 +99,19 @@ pub(super) async fn run_inserts(
                 Err(e) if e.is_refusal() && database_answers(&actor).await => {
                     tracing::warn!(error = %e, pushes = batch.len(), "journal refused a group commit; committing its pushes one by one");
                     for req in batch {
-                        let alone = match actor.send(InsertMessages(req.messages)).await {
-                            // Refused alone, by a database that takes other
-                            // writes: this push is the trouble.
-                            Ok(Err(e))
-                                if e.is_refusal()
-                                    && matches!(actor.send(ProbeWrite).await, Ok(Ok(()))) =>
-                            {
-                                Err(JournalError::Refused(e.to_string()))
-                            }
-                            Ok(r) => r,
-                            Err(e) => Err(e.into()),
-                        };
+                        let alone =
+                            match actor.send(InsertMessages(req.messages, req.waiting)).await {
+                                // Refused alone, by a database that takes other
+                                // writes: this push is the trouble.
+                                Ok(Err(e))
+                                    if e.is_refusal()
+                                        && matches!(actor.send(ProbeWrite).await, Ok(Ok(()))) =>
+                                {
+                                    Err(JournalError::Refused(e.to_string()))
+                                }
+                                Ok(r) => r,
+                                Err(e) => Err(e.into()),
+                            };
                         let _ = req.reply.send(alone.map_err(|e| match e {
                             JournalError::Refused(m) => JournalError::Refused(m),
                             other => JournalError::Unavailable(other.to_string()),

@@ -24,7 +24,7 @@ use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
     LivePage, LiveStates, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
-    WaitingPage,
+    UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -218,10 +218,21 @@ impl Journal {
     /// Makes messages durable (status WaitPut). Answers once their
     /// transaction committed, or with the error that stopped it: then
     /// nothing of the call was written.
-    pub async fn insert(&self, messages: Vec<Message>) -> Result<Vec<InsertOutcome>, JournalError> {
+    /// Inserts messages (all or none, one group commit); those flagged in
+    /// `waiting` are due beyond the Redis horizon and listed as waiting
+    /// (see [`crate::horizon`]).
+    pub async fn insert(
+        &self,
+        messages: Vec<Message>,
+        waiting: Vec<bool>,
+    ) -> Result<Vec<InsertOutcome>, JournalError> {
         let (reply, rx) = oneshot::channel();
         self.inserts
-            .send(InsertRequest { messages, reply })
+            .send(InsertRequest {
+                messages,
+                waiting,
+                reply,
+            })
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
         rx.await
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
@@ -312,17 +323,22 @@ impl Journal {
         &self,
         after: (i64, i64),
         due_until: i64,
-        changed_before: i64,
         limit: i64,
-    ) -> Result<Vec<MessageRow>, JournalError> {
+    ) -> Result<Vec<(i64, i64)>, JournalError> {
         self.actor
             .send(WaitingPage {
                 after,
                 due_until,
-                changed_before,
                 limit,
             })
             .await?
+    }
+
+    pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.actor.send(UnlistWaiting(entries)).await?
     }
 
     pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {

@@ -15,7 +15,7 @@ use crate::message::{Message, MessageId, Status};
 /// Insert messages as WaitPut in one transaction (a group commit).
 #[derive(Message)]
 #[rtype(result = "Result<Vec<InsertOutcome>, JournalError>")]
-pub struct InsertMessages(pub Vec<Message>);
+pub struct InsertMessages(pub Vec<Message>, pub Vec<bool>);
 
 /// Write flow rows and status updates in one transaction.
 #[derive(Message)]
@@ -45,16 +45,20 @@ pub struct CountWaitingBeyond {
     pub far_from: i64,
 }
 
-/// One page of the messages waiting in the journal alone as they come
-/// within the Redis horizon (see [`crate::journal::store::waiting_page`]).
+/// One page of the messages listed as waiting, as they come within the
+/// Redis horizon (see [`crate::journal::store::waiting_page`]).
 #[derive(Message)]
-#[rtype(result = "Result<Vec<MessageRow>, JournalError>")]
+#[rtype(result = "Result<Vec<(i64, i64)>, JournalError>")]
 pub struct WaitingPage {
     pub after: (i64, i64),
     pub due_until: i64,
-    pub changed_before: i64,
     pub limit: i64,
 }
+
+/// Takes `(due_time, id)` entries off the waiting list.
+#[derive(Message)]
+#[rtype(result = "Result<(), JournalError>")]
+pub struct UnlistWaiting(pub Vec<(i64, i64)>);
 
 /// How many live messages have ids above `after` (see
 /// [`crate::journal::store::count_live`]).

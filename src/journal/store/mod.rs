@@ -20,7 +20,7 @@ pub use read::{
     live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_page,
     waiting_page, RowState,
 };
-pub use write::{apply_changes, insert_messages};
+pub use write::{apply_changes, insert_messages, unlist_waiting};
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
 use crate::journal::models::{FlowRow, MessageRow};
-use crate::journal::schema::{message, message_flow};
+use crate::journal::schema::{message, message_flow, message_waiting};
 use crate::message::{MessageId, Status};
 use crate::with_conn;
 
@@ -87,37 +87,35 @@ pub fn count_live(conn: &mut JournalConn, after: i64) -> Result<u64, JournalErro
     Ok(n as u64)
 }
 
-/// How many messages wait in the journal alone (WaitPut) due after
-/// `far_from` (an index-only count over `(status, due_time, id)`).
+/// How many messages wait in the journal alone (WaitPut, listed as
+/// waiting) due after `far_from`.
 pub fn count_waiting_beyond(conn: &mut JournalConn, far_from: i64) -> Result<u64, JournalError> {
-    let n: i64 = with_conn!(conn, c => message::table
+    let n: i64 = with_conn!(conn, c => message_waiting::table
+        .inner_join(message::table.on(message::id.eq(message_waiting::id)))
+        .filter(message_waiting::due_time.gt(far_from))
         .filter(message::status.eq(Status::WaitPut.code()))
-        .filter(message::due_time.gt(far_from))
         .count()
         .get_result(c))?;
     Ok(n as u64)
 }
 
-/// Messages waiting in the journal alone (WaitPut), due by `due_until`,
-/// unchanged since `changed_before`, after `(due_time, id)` in that order:
-/// one page of the horizon loader (the `(status, due_time, id)` index).
+/// The messages listed as waiting, due by `due_until`, after
+/// `(due_time, id)` in that order: one page of the horizon loader, as
+/// `(due_time, id)`.
 pub fn waiting_page(
     conn: &mut JournalConn,
     after: (i64, i64),
     due_until: i64,
-    changed_before: i64,
     limit: i64,
-) -> Result<Vec<MessageRow>, JournalError> {
+) -> Result<Vec<(i64, i64)>, JournalError> {
     let (due, id) = after;
-    Ok(with_conn!(conn, c => message::table
-        .filter(message::status.eq(Status::WaitPut.code()))
-        .filter(message::due_time.ge(due))
-        .filter(message::due_time.le(due_until))
-        .filter(message::due_time.gt(due).or(message::id.gt(id)))
-        .filter(message::updated_time.le(changed_before))
-        .order((message::due_time.asc(), message::id.asc()))
+    Ok(with_conn!(conn, c => message_waiting::table
+        .filter(message_waiting::due_time.ge(due))
+        .filter(message_waiting::due_time.le(due_until))
+        .filter(message_waiting::due_time.gt(due).or(message_waiting::id.gt(id)))
+        .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
         .limit(limit)
-        .select(MessageRow::as_select())
+        .select((message_waiting::due_time, message_waiting::id))
         .load(c))?)
 }
 

@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
 use crate::journal::models::{MessageRow, NewFlow, NewMessage};
-use crate::journal::schema::{message, message_flow};
+use crate::journal::schema::{message, message_flow, message_waiting};
 use crate::message::{IdGenerator, Message, MessageId, Status};
 use crate::repeat::Occurrence;
 use crate::with_conn;
@@ -33,6 +33,7 @@ pub fn insert_messages(
     node: &NodeInfo,
     shard_names: &dyn Fn(MessageId) -> Arc<str>,
     msgs: &[Message],
+    waiting: &[bool],
 ) -> Result<Vec<InsertOutcome>, JournalError> {
     let mut flow_ids = Vec::with_capacity(msgs.len());
     for _ in msgs {
@@ -113,6 +114,22 @@ pub fn insert_messages(
         let flows: Vec<NewFlow> = changes.iter().map(|(ch, id)| new_flow(*id, node, ch)).collect();
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
+        }
+        // Those due beyond the Redis horizon, listed for the loader.
+        let listed: Vec<_> = msgs
+            .iter()
+            .zip(&outcomes)
+            .zip(waiting.iter().chain(std::iter::repeat(&false)))
+            .filter(|((_, o), &w)| w && matches!(o, Some(InsertOutcome::Inserted)))
+            .map(|((m, _), _)| {
+                (
+                    message_waiting::due_time.eq(m.due_time),
+                    message_waiting::id.eq(m.id.0),
+                )
+            })
+            .collect();
+        for chunk in listed.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_waiting::table).values(chunk).execute(c)?;
         }
         Ok::<_, diesel::result::Error>(outcomes.into_iter().map(|o| o.expect("every message has an outcome")).collect())
     }))
@@ -289,6 +306,23 @@ pub fn apply_changes(
                     .execute(c)?;
                 }
             }
+        }
+        Ok::<_, diesel::result::Error>(())
+    }))
+    .map_err(JournalError::from)
+}
+
+/// Takes these `(due_time, id)` off the waiting list: the loader scheduled
+/// them, or they are no longer waiting.
+pub fn unlist_waiting(conn: &mut JournalConn, entries: &[(i64, i64)]) -> Result<(), JournalError> {
+    with_conn!(conn, c => c.transaction(|c| {
+        for &(due, id) in entries {
+            diesel::delete(
+                message_waiting::table
+                    .filter(message_waiting::due_time.eq(due))
+                    .filter(message_waiting::id.eq(id)),
+            )
+            .execute(c)?;
         }
         Ok::<_, diesel::result::Error>(())
     }))
