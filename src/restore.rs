@@ -47,9 +47,10 @@ pub struct RestoreReport {
     pub skipped_expired: u64,
     /// Acked or cancelled in Redis moments ago; the journal is catching up.
     pub skipped_finished: u64,
-    /// Waiting in the journal alone, due beyond the Redis horizon: left
+    /// Listed as waiting in the journal, due beyond the Redis horizon: left
     /// there (not read), scheduled as they come near (see
-    /// [`crate::horizon`]).
+    /// [`crate::horizon`]; one cancelled while waiting is counted until its
+    /// due time).
     pub beyond_horizon: u64,
     pub dry_run: bool,
     /// Started after this id: an interrupted restore's cursor.
