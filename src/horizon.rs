@@ -21,7 +21,8 @@
 //!   refuses one acked or cancelled lately (its tombstone); a crash between
 //!   scheduling and unlisting only has the next owner schedule it again,
 //!   which changes nothing.
-//! - Bounded: one page of [`PAGE`] entries at a time, held back while the
+//! - Bounded: one page of [`PAGE`] entries at a time (its shards scheduled
+//!   together), held back while the
 //!   journal's backlog is half full, like a restore.
 //! - Handed over with the shard: the loader reads which shards (and
 //!   epochs) this node owns before each page, and reads again from the
@@ -50,7 +51,7 @@ use crate::queue::QueueError;
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 /// Journal rows read per page.
-pub const PAGE: i64 = 500;
+pub const PAGE: i64 = 2_000;
 /// Rounds between two reads of the window from its start.
 const RESCAN_EVERY: u32 = 10;
 /// How often an outage is logged while it lasts.

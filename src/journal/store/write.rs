@@ -313,14 +313,19 @@ pub fn apply_changes(
 }
 
 /// Takes these `(due_time, id)` off the waiting list: the loader scheduled
-/// them, or they are no longer waiting.
+/// them, or they are no longer waiting. One statement per chunk, over the
+/// range of due times the chunk spans.
 pub fn unlist_waiting(conn: &mut JournalConn, entries: &[(i64, i64)]) -> Result<(), JournalError> {
     with_conn!(conn, c => c.transaction(|c| {
-        for &(due, id) in entries {
+        for chunk in entries.chunks(INSERT_CHUNK) {
+            let (low, high) = chunk.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &(due, _)| {
+                (lo.min(due), hi.max(due))
+            });
+            let ids: Vec<i64> = chunk.iter().map(|&(_, id)| id).collect();
             diesel::delete(
                 message_waiting::table
-                    .filter(message_waiting::due_time.eq(due))
-                    .filter(message_waiting::id.eq(id)),
+                    .filter(message_waiting::due_time.between(low, high))
+                    .filter(message_waiting::id.eq_any(ids)),
             )
             .execute(c)?;
         }
