@@ -38,7 +38,7 @@
 //! reconciler expects it absent from Redis until [`load_lag_ms`] before the
 //! horizon.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
@@ -52,8 +52,11 @@ use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 /// Journal rows read per page.
 pub const PAGE: i64 = 2_000;
-/// Rounds between two reads of the window from its start.
+/// Sweeps of the window between two reads of it from its start (a sweep
+/// ends on a page that is not full).
 const RESCAN_EVERY: u32 = 10;
+/// Most bytes of message bodies in one script call of the loader.
+const LOAD_BYTES: usize = 4 << 20;
 /// How often an outage is logged while it lasts.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -64,9 +67,11 @@ pub fn period(horizon_ms: i64) -> Duration {
 }
 
 /// How long after it crossed the horizon a waiting message may still be
-/// in the journal alone: two rounds and a second to spare.
+/// in the journal alone: a read of the window from its start, two more
+/// rounds, and half a minute for a crowd crossing at once (300,000 take
+/// about 20 s to load) or a journal that holds the loader back.
 pub fn load_lag_ms(horizon_ms: i64) -> i64 {
-    2 * period(horizon_ms).as_millis() as i64 + 1_000
+    (RESCAN_EVERY as i64 + 2) * period(horizon_ms).as_millis() as i64 + 30_000
 }
 
 /// Schedules the waiting messages of the shards this node owns as they
@@ -89,14 +94,13 @@ impl Loader {
         let start = (i64::MIN, 0);
         let mut after = start;
         let mut owned_before = Vec::new();
-        let mut round: u32 = 0;
+        let mut sweeps: u32 = 0;
         let mut warned: Option<Instant> = None;
         loop {
             let Ok(owned) = self.router.send(OwnedShards).await else {
                 return;
             };
-            round = round.wrapping_add(1);
-            if owned != owned_before || round.is_multiple_of(RESCAN_EVERY) {
+            if owned != owned_before {
                 after = start;
                 owned_before = owned.clone();
             }
@@ -109,6 +113,12 @@ impl Loader {
                     after = next;
                     if full {
                         continue;
+                    }
+                    // A sweep of the window ended: every few, the next
+                    // starts from its beginning again.
+                    sweeps = sweeps.wrapping_add(1);
+                    if sweeps.is_multiple_of(RESCAN_EVERY) {
+                        after = start;
                     }
                 }
                 Err(QueueError::Redis(RedisError::StaleEpoch { shard, stored })) => {
@@ -162,39 +172,88 @@ impl Loader {
             .journal
             .rows_of(mine.iter().map(|&(_, id)| id).collect())
             .await?;
-        let mut by_shard: BTreeMap<u32, Batch> = BTreeMap::new();
+        // Per shard, calls of at most LOAD_BYTES of bodies.
+        let mut by_shard: BTreeMap<u32, Vec<Batch>> = BTreeMap::new();
+        let mut bytes: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut not_waiting: HashSet<i64> = mine.iter().map(|&(_, id)| id).collect();
         for row in rows.iter().filter(|r| r.status() == Status::WaitPut) {
-            by_shard
-                .entry(keys.shard_of(MessageId(row.id)))
-                .or_default()
+            not_waiting.remove(&row.id);
+            let shard = keys.shard_of(MessageId(row.id));
+            let calls = by_shard.entry(shard).or_default();
+            let size = bytes.entry(shard).or_default();
+            if calls.is_empty() || *size + row.body.len() > LOAD_BYTES {
+                calls.push(Batch::new());
+                *size = 0;
+            }
+            *size += row.body.len() + 256;
+            calls
+                .last_mut()
+                .expect("a call was just added")
                 .push((row.message(), row.attempts));
         }
-        for (shard, batch) in by_shard {
-            let added = self
-                .router
-                .send(Load {
-                    shard,
-                    epoch: epochs[&shard],
-                    batch,
-                })
-                .await
-                .map_err(RedisError::from)??;
-            let n = added
-                .iter()
-                .filter(|s| matches!(s, Scheduled::Added { .. }))
-                .count();
-            crate::metrics::metrics().horizon_loaded.inc_by(n as u64);
-            if n > 0 {
+        // Every shard at once, each one call after another; a shard that
+        // fails (its master down, the shard moved on) keeps its messages
+        // listed and holds up no other.
+        let shards = by_shard.into_iter().map(|(shard, calls)| {
+            let epoch = epochs[&shard];
+            let load = move |batch| Load {
+                shard,
+                epoch,
+                batch,
+            };
+            async move {
+                let mut added = 0;
+                for batch in calls {
+                    let outcome = self
+                        .router
+                        .send(load(batch))
+                        .await
+                        .map_err(RedisError::from)
+                        .and_then(|r| r);
+                    match outcome {
+                        Ok(o) => {
+                            added += o
+                                .iter()
+                                .filter(|s| matches!(s, Scheduled::Added { .. }))
+                                .count();
+                        }
+                        Err(e) => return (shard, added, Err(e)),
+                    }
+                }
+                (shard, added, Ok(()))
+            }
+        });
+        let mut failed = HashSet::new();
+        let mut first_error = None;
+        for (shard, added, outcome) in futures::future::join_all(shards).await {
+            crate::metrics::metrics()
+                .horizon_loaded
+                .inc_by(added as u64);
+            if added > 0 {
                 tracing::debug!(
                     shard,
-                    loaded = n,
+                    loaded = added,
                     "horizon loader: scheduled from the journal"
                 );
             }
+            if let Err(e) = outcome {
+                failed.insert(shard);
+                first_error.get_or_insert(e);
+            }
         }
         // Scheduled, or no longer waiting (ended, scheduled by a restore,
-        // purged): off the list.
-        self.journal.unlist_waiting(mine).await?;
+        // purged): off the list. What a failed shard still waits for
+        // stays listed.
+        let done: Vec<(i64, i64)> = mine
+            .into_iter()
+            .filter(|&(_, id)| {
+                not_waiting.contains(&id) || !failed.contains(&keys.shard_of(MessageId(id)))
+            })
+            .collect();
+        self.journal.unlist_waiting(done).await?;
+        if let Some(e) = first_error {
+            return Err(e.into());
+        }
         Ok((next, full))
     }
 }
@@ -208,6 +267,6 @@ mod tests {
         assert_eq!(period(3_600_000), Duration::from_secs(1));
         assert_eq!(period(2_000), Duration::from_millis(100));
         assert_eq!(period(1_000), Duration::from_millis(50));
-        assert_eq!(load_lag_ms(3_600_000), 3_000);
+        assert_eq!(load_lag_ms(3_600_000), 42_000);
     }
 }

@@ -197,7 +197,7 @@ impl Restorer {
     /// (none without a horizon).
     fn far_from(&self) -> Option<i64> {
         let horizon = self.redis.horizon_ms();
-        (horizon > 0).then(|| now_ms() + horizon)
+        (horizon > 0).then(|| now_ms().saturating_add(horizon))
     }
 
     /// The interrupted restore a restore with this `expire` would resume

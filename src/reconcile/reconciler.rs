@@ -223,7 +223,7 @@ impl Reconciler {
     /// without a horizon).
     fn far(&self, slack: i64) -> Option<i64> {
         let horizon = self.redis.horizon_ms();
-        (horizon > 0).then(|| now_ms() + horizon - slack)
+        (horizon > 0).then(|| now_ms().saturating_add(horizon) - slack)
     }
 
     async fn pace(&self, worked: Duration) {

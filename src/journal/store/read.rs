@@ -109,9 +109,12 @@ pub fn waiting_page(
 ) -> Result<Vec<(i64, i64)>, JournalError> {
     let (due, id) = after;
     Ok(with_conn!(conn, c => message_waiting::table
-        .filter(message_waiting::due_time.ge(due))
         .filter(message_waiting::due_time.le(due_until))
-        .filter(message_waiting::due_time.gt(due).or(message_waiting::id.gt(id)))
+        .filter(
+            message_waiting::due_time
+                .gt(due)
+                .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
+        )
         .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
         .limit(limit)
         .select((message_waiting::due_time, message_waiting::id))
