@@ -113,6 +113,19 @@ impl Actor for RouterActor {
 }
 
 impl RouterActor {
+    /// Runs a schedule call, then records what Redis took and wakes the
+    /// shards that must look earlier.
+    fn schedule_with(
+        &self,
+        call: impl std::future::Future<Output = Result<(Batch, Vec<Scheduled>), RedisError>> + 'static,
+    ) -> ResponseActFuture<Self, Result<Vec<Scheduled>, RedisError>> {
+        Box::pin(call.into_actor(self).map(|res, act, _| {
+            let (messages, added) = res?;
+            act.scheduled(&messages, &added);
+            Ok(added)
+        }))
+    }
+
     /// Records the messages Redis took Delaying and wakes the shard actors
     /// of this node that must look earlier.
     fn scheduled(&mut self, messages: &Batch, added: &[Scheduled]) {
@@ -146,18 +159,10 @@ impl Handler<Schedule> for RouterActor {
 
     fn handle(&mut self, msg: Schedule, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
-        Box::pin(
-            async move {
-                let added = redis.schedule(&msg.0).await?;
-                Ok((msg.0, added))
-            }
-            .into_actor(self)
-            .map(|res: Result<(Batch, Vec<Scheduled>), RedisError>, act, _| {
-                let (messages, added) = res?;
-                act.scheduled(&messages, &added);
-                Ok(added)
-            }),
-        )
+        self.schedule_with(async move {
+            let added = redis.schedule(&msg.0).await?;
+            Ok((msg.0, added))
+        })
     }
 }
 
@@ -166,20 +171,12 @@ impl Handler<Load> for RouterActor {
 
     fn handle(&mut self, msg: Load, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
-        Box::pin(
-            async move {
-                let added = redis
-                    .schedule_fenced(msg.shard, msg.epoch, &msg.batch)
-                    .await?;
-                Ok((msg.batch, added))
-            }
-            .into_actor(self)
-            .map(|res: Result<(Batch, Vec<Scheduled>), RedisError>, act, _| {
-                let (messages, added) = res?;
-                act.scheduled(&messages, &added);
-                Ok(added)
-            }),
-        )
+        self.schedule_with(async move {
+            let added = redis
+                .schedule_fenced(msg.shard, msg.epoch, &msg.batch)
+                .await?;
+            Ok((msg.batch, added))
+        })
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::fenced;
 use super::outcomes::after_failure;
 use super::{
     Advanced, Claimed, End, FailedDelivery, RedisAck, RedisCancel, RedisNack, RedisSchedule,
@@ -71,15 +72,8 @@ impl RedisSchedule {
         );
         let sent = std::time::Instant::now();
         let reply: Value = match self.scripts.run("tick", &mut self.con.clone(), &cmd).await {
-            Err(e) if e.code() == Some("STALE_EPOCH") => {
-                let stored = e
-                    .detail()
-                    .and_then(|d| d.split_whitespace().next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(i64::MAX);
-                return Err(RedisError::StaleEpoch { shard, stored });
-            }
-            other => other?,
+            Err(e) => return Err(fenced(e, shard)),
+            Ok(v) => v,
         };
         let now_ms = crate::clock::now_ms();
         let parts = ids_and_topics(&reply);

@@ -177,15 +177,8 @@ impl RedisSchedule {
             .run("schedule", &mut self.con.clone(), &cmd)
             .await
         {
-            Err(e) if e.code() == Some("STALE_EPOCH") => {
-                let stored = e
-                    .detail()
-                    .and_then(|d| d.split_whitespace().next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(i64::MAX);
-                return Err(RedisError::StaleEpoch { shard, stored });
-            }
-            other => other?,
+            Err(e) => return Err(fenced(e, shard)),
+            Ok(v) => v,
         };
         Ok(outcomes_of(flags))
     }
@@ -242,6 +235,20 @@ impl RedisSchedule {
         }
         Ok(pipe.query_async(&mut self.con.clone()).await?)
     }
+}
+
+/// A script's error, with a `STALE_EPOCH <stored> ...` refusal (tick.lua,
+/// schedule.lua) read as [`RedisError::StaleEpoch`] of `shard`.
+pub(in crate::redis) fn fenced(e: redis::RedisError, shard: u32) -> RedisError {
+    if e.code() != Some("STALE_EPOCH") {
+        return e.into();
+    }
+    let stored = e
+        .detail()
+        .and_then(|d| d.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(i64::MAX);
+    RedisError::StaleEpoch { shard, stored }
 }
 
 /// schedule.lua's flags (then the time it ran) as outcomes.
