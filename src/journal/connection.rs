@@ -114,9 +114,14 @@ impl JournalConn {
                 }
                 let mut c = SqliteConnection::establish(path)?;
                 // WAL lets readers run beside the writer; FULL makes every
-                // commit reach the disk before a push is answered.
+                // commit reach the disk before a push is answered. A batch of
+                // 2,000 status changes dirties more pages than SQLite's
+                // default 2 MB cache holds (it then spills them to the WAL
+                // mid-transaction and reads them back): 32 MB a connection,
+                // and reads through a memory map rather than a read() a page.
                 c.batch_execute(
-                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 10000;",
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 10000; \
+                     PRAGMA cache_size = -32768; PRAGMA mmap_size = 268435456; PRAGMA temp_store = MEMORY;",
                 )
                 .map_err(ConnectionError::CouldntSetupConfiguration)?;
                 Ok(JournalConn::Sqlite(c))
@@ -127,8 +132,9 @@ impl JournalConn {
     pub fn run_migrations(&mut self) -> Result<usize, JournalError> {
         let applied = with_conn!(self, c => c.run_pending_migrations(MIGRATIONS).map(|v| v.len()))
             .map_err(|e| JournalError::Migration(e.to_string()))?;
-        if let JournalConn::Mysql(c) = self {
-            exact_keys_on_mysql(c)?;
+        match self {
+            JournalConn::Mysql(c) => exact_keys_on_mysql(c)?,
+            JournalConn::Sqlite(c) => rowid_keys_on_sqlite(c)?,
         }
         Ok(applied)
     }
@@ -154,6 +160,66 @@ fn require_tls(c: &mut MysqlConnection) -> Result<(), ConnectionError> {
                 .into(),
         )),
     }
+}
+
+#[derive(diesel::QueryableByName)]
+struct SchemaSql {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    sql: String,
+}
+
+/// The key as the migrations declare it, and as SQLite makes it the rowid.
+const BIGINT_KEY: &str = "id BIGINT NOT NULL PRIMARY KEY";
+const ROWID_KEY: &str = "id INTEGER NOT NULL PRIMARY KEY";
+
+/// SQLite stores a table whose key is declared `BIGINT PRIMARY KEY` by a
+/// hidden rowid, with a unique index on the key beside it: every insert,
+/// and every update by id, goes through both. Declared `INTEGER PRIMARY
+/// KEY` the id is the rowid itself (64 bits, as a Snowflake needs). The
+/// migrations are one SQL text for both backends (MySQL's INTEGER has 32
+/// bits), so this SQLite-only step runs after them and rebuilds `message`
+/// and `message_flow` once, with their indexes, in one transaction; it does
+/// nothing once they have it. The rebuild copies every row: on a journal
+/// of millions it takes a while, once.
+fn rowid_keys_on_sqlite(c: &mut SqliteConnection) -> Result<(), JournalError> {
+    use diesel::sql_types::Text;
+    use diesel::RunQueryDsl;
+    for table in ["message", "message_flow"] {
+        let create: Vec<SchemaSql> =
+            diesel::sql_query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?")
+                .bind::<Text, _>(table)
+                .load(c)?;
+        let Some(create) = create.first().filter(|t| t.sql.contains(BIGINT_KEY)) else {
+            continue;
+        };
+        let indexes: Vec<SchemaSql> = diesel::sql_query(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+        )
+        .bind::<Text, _>(table)
+        .load(c)?;
+        let rebuilt = create.sql.replacen(BIGINT_KEY, ROWID_KEY, 1).replacen(
+            &format!("CREATE TABLE {table} "),
+            &format!("CREATE TABLE {table}_rowid "),
+            1,
+        );
+        tracing::info!(
+            table,
+            "journal: rebuilding the table with its id as SQLite's rowid (once)"
+        );
+        c.transaction(|c| {
+            c.batch_execute(&rebuilt)?;
+            c.batch_execute(&format!(
+                "INSERT INTO {table}_rowid SELECT * FROM {table}; \
+                 DROP TABLE {table}; \
+                 ALTER TABLE {table}_rowid RENAME TO {table};"
+            ))?;
+            for index in &indexes {
+                c.batch_execute(&index.sql)?;
+            }
+            Ok::<_, diesel::result::Error>(())
+        })?;
+    }
+    Ok(())
 }
 
 #[derive(diesel::QueryableByName)]

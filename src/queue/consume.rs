@@ -55,6 +55,10 @@ pub async fn poll(
 }
 
 async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
+    // One Redis: a single script call peeks and claims across the shards.
+    if !state.redis.is_cluster() {
+        return Ok(state.redis.take(topic, count).await?);
+    }
     // The first `count` ready messages across shards decide how many to take
     // from each shard's queue head. Other consumers may empty a queue in
     // between: look again while the queues are not empty.

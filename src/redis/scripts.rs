@@ -18,6 +18,7 @@ pub struct Scripts {
     pub schedule: Script,
     pub tick: Script,
     pub claim: Script,
+    pub take: Script,
     pub ack: Script,
     pub advance: Script,
     pub nack: Script,
@@ -54,6 +55,7 @@ impl Scripts {
                 include_str!("lua/tick.lua"),
             ]),
             claim: lua(&[include_str!("lua/clock.lua"), include_str!("lua/claim.lua")]),
+            take: lua(&[include_str!("lua/clock.lua"), include_str!("lua/take.lua")]),
             ack: lua(&[include_str!("lua/clock.lua"), include_str!("lua/ack.lua")]),
             advance: lua(&[
                 include_str!("lua/clock.lua"),
@@ -104,11 +106,12 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 13] {
+    fn all(&self) -> [&Script; 14] {
         [
             &self.schedule,
             &self.tick,
             &self.claim,
+            &self.take,
             &self.ack,
             &self.advance,
             &self.nack,

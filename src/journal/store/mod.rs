@@ -7,6 +7,7 @@
 //! takes writes. This module holds what they share: the status change, the
 //! node that wrote it, and the flow row made from it.
 
+mod batch;
 pub mod dead;
 pub mod health;
 pub mod read;

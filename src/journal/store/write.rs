@@ -14,6 +14,7 @@ use crate::message::{IdGenerator, Message, MessageId, Status};
 use crate::repeat::Occurrence;
 use crate::with_conn;
 
+use super::batch::{ChangeWriter, Update};
 use super::{
     is_unique_violation, live_holder, new_flow, InsertOutcome, NodeInfo, StatusChange, INSERT_CHUNK,
 };
@@ -188,8 +189,8 @@ pub fn apply_changes(
 ) -> Result<(), JournalError> {
     // Each message ends the batch in the state of its latest change, in the
     // order the changes happened (`happened_order`), and with its highest
-    // delivery count; updates are grouped by outcome so a batch costs a few
-    // statements, not one per message.
+    // delivery count (written as each database takes a batch best:
+    // super::batch).
     // A recurring message moved on to a later occurrence in this batch: the
     // highest such move per message, applied first and on its own (below),
     // so a later change of the new occurrence in the same batch (its Ready,
@@ -220,13 +221,16 @@ pub fn apply_changes(
             *m = (*m).max(a);
         }
     }
-    // (status, highest attempts, at, due again) → ids
-    type Outcome = (Status, Option<i32>, i64, Option<i64>);
-    let mut groups: HashMap<Outcome, Vec<i64>> = HashMap::new();
-    for (id, ch) in latest {
-        let key = (ch.status, attempts.get(&id).copied(), ch.at, ch.due);
-        groups.entry(key).or_default().push(id.0);
-    }
+    let updates: Vec<Update> = latest
+        .into_iter()
+        .map(|(id, ch)| Update {
+            id: id.0,
+            status: ch.status,
+            at: ch.at,
+            due: ch.due,
+            attempts: attempts.get(&id).copied(),
+        })
+        .collect();
     let move_rows: Vec<(Occurrence, i64, i64)> = moves
         .values()
         .filter_map(|ch| ch.occurrence.map(|o| (o, ch.id.0, ch.at)))
@@ -237,9 +241,7 @@ pub fn apply_changes(
     }
 
     with_conn!(conn, c => c.transaction(|c| {
-        for chunk in flows.chunks(INSERT_CHUNK) {
-            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
-        }
+        c.insert_flows(&flows)?;
         // Occurrence moves first: whatever the order the changes arrive in,
         // the row never goes back to an earlier occurrence, and a move is
         // never lost behind a later change.
@@ -258,55 +260,7 @@ pub fn apply_changes(
             ))
             .execute(c)?;
         }
-        for ((status, attempts, at, due), ids) in &groups {
-            for chunk in ids.chunks(INSERT_CHUNK) {
-                let target = message::table
-                    .filter(message::id.eq_any(chunk))
-                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
-                if status.is_terminal() {
-                    diesel::update(target)
-                        .set((
-                            message::status.eq(status.code()),
-                            message::updated_time.eq(at),
-                            message::live_biz_key.eq(None::<String>),
-                        ))
-                        .execute(c)?;
-                } else if let Some(due) = due {
-                    diesel::update(target.filter(message::updated_time.le(at)))
-                        .set((
-                            message::status.eq(status.code()),
-                            message::updated_time.eq(at),
-                            message::due_time.eq(due),
-                        ))
-                        .execute(c)?;
-                } else {
-                    // A change older than the row's last one (it came by the
-                    // other lane, or a batch later) does not turn it back.
-                    diesel::update(target.filter(message::updated_time.le(at)))
-                        .set((message::status.eq(status.code()), message::updated_time.eq(at)))
-                        .execute(c)?;
-                }
-                if let Some(a) = attempts {
-                    // A recurring message past its first occurrence takes
-                    // counts only from changes not older than its row: an
-                    // earlier occurrence's late change must not count
-                    // against the current one.
-                    diesel::update(
-                        message::table
-                            .filter(message::id.eq_any(chunk))
-                            .filter(message::attempts.lt(a))
-                            .filter(
-                                message::occurrence
-                                    .is_null()
-                                    .or(message::occurrence.le(1))
-                                    .or(message::updated_time.le(at)),
-                            ),
-                    )
-                    .set(message::attempts.eq(a))
-                    .execute(c)?;
-                }
-            }
-        }
+        c.update_rows(&updates)?;
         Ok::<_, diesel::result::Error>(())
     }))
     .map_err(JournalError::from)

@@ -181,6 +181,45 @@ impl RedisSchedule {
         Ok(out)
     }
 
+    /// A poll's claim in one round trip (one Redis, not a cluster, whose
+    /// slots keep shards apart): the first `count` ready messages of a topic
+    /// across all shards by score, claimed as [`Self::claim`] claims them.
+    /// Returns them in score order.
+    pub async fn take(&self, topic: &str, count: usize) -> Result<Vec<Claimed>, RedisError> {
+        let k = &self.keys;
+        let mut keys = Vec::with_capacity(3 * k.shards() as usize);
+        for shard in 0..k.shards() {
+            keys.push(k.ready(shard, topic));
+            keys.push(k.messages(shard));
+            keys.push(k.inflight(shard));
+        }
+        let cmd = evalsha(&self.scripts.take, &keys, &[count as i64]);
+        let mut reply: Vec<String> = self
+            .scripts
+            .run("take", &mut self.con.clone(), &cmd)
+            .await?;
+        let at = reply
+            .pop()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(now_ms);
+        let mut out = Vec::with_capacity(reply.len() / 3);
+        let mut items = reply.into_iter();
+        while let (Some(shard), Some(id), Some(rec)) = (items.next(), items.next(), items.next()) {
+            let bad = || RedisError::BadRecord(format!("take returned shard {shard:?}, id {id:?}"));
+            let shard: u32 = shard.parse().map_err(|_| bad())?;
+            let id = id.parse().map(MessageId).map_err(|_| bad())?;
+            let (attempts, message) = record::decode(id, &rec).map_err(RedisError::BadRecord)?;
+            out.push(Claimed {
+                shard,
+                at,
+                attempts,
+                message,
+                record: rec,
+            });
+        }
+        Ok(out)
+    }
+
     /// Acks many messages, each with the receipt of the delivery acked
     /// when the consumer gave one: one script call per shard, all in one
     /// pipeline. Returns what happened to each, in input order.

@@ -90,6 +90,12 @@ impl RedisSchedule {
         &self.keys
     }
 
+    /// A Redis Cluster: each shard's keys live in their own slot, so no
+    /// script spans shards.
+    pub fn is_cluster(&self) -> bool {
+        self.con.is_cluster()
+    }
+
     /// Indexes of `ids` grouped by their shard, for one script call per
     /// shard.
     pub(crate) fn by_shard(
