@@ -47,16 +47,30 @@ impl Scripts {
         Scripts {
             schedule: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/bulk.lua"),
                 include_str!("lua/schedule.lua"),
             ]),
             tick: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/bulk.lua"),
                 include_str!("lua/retry.lua"),
                 include_str!("lua/tick.lua"),
             ]),
-            claim: lua(&[include_str!("lua/clock.lua"), include_str!("lua/claim.lua")]),
-            take: lua(&[include_str!("lua/clock.lua"), include_str!("lua/take.lua")]),
-            ack: lua(&[include_str!("lua/clock.lua"), include_str!("lua/ack.lua")]),
+            claim: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/bulk.lua"),
+                include_str!("lua/claim.lua"),
+            ]),
+            take: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/bulk.lua"),
+                include_str!("lua/take.lua"),
+            ]),
+            ack: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/bulk.lua"),
+                include_str!("lua/ack.lua"),
+            ]),
             advance: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/advance.lua"),

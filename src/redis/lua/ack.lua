@@ -35,9 +35,35 @@ local function put(outcome, attempts, record, state)
   out[#out + 1] = record
   out[#out + 1] = state
 end
+local ids, receipts = {}, {}
 for i = 2, #ARGV, 2 do
-  local id, receipt = ARGV[i], ARGV[i + 1]
-  local rec = redis.call('HGET', KEYS[2], id)
+  ids[#ids + 1] = ARGV[i]
+  receipts[#receipts + 1] = ARGV[i + 1]
+end
+-- The records and deadlines are read for all ids at once, and the acked
+-- messages leave in a few calls at the end (bulk.lua, prepended). An id
+-- given twice must see what its first mention did, as two calls would:
+-- such a call reads and writes id by id.
+local one_by_one, seen = false, {}
+for _, id in ipairs(ids) do
+  if seen[id] then
+    one_by_one = true
+    break
+  end
+  seen[id] = true
+end
+local recs, deadlines = {}, {}
+if not one_by_one then
+  recs = bulk_read('HMGET', KEYS[2], ids)
+  deadlines = bulk_read('ZMSCORE', KEYS[1], ids)
+end
+local left_flight, records_gone, tombstones, ends = {}, {}, {}, {}
+for k, id in ipairs(ids) do
+  local receipt = receipts[k]
+  local rec = recs[k]
+  if one_by_one then
+    rec = redis.call('HGET', KEYS[2], id)
+  end
   if not rec then
     redis.call('ZREM', KEYS[1], id)
     local ended = redis.call('HGET', KEYS[4], id)
@@ -53,7 +79,10 @@ for i = 2, #ARGV, 2 do
     local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
     attempts = tonumber(attempts)
     local recurring = string.match(rec, '^[^|]*|%d+|%d+|[^|]*|[^|]*,r|') ~= nil
-    local deadline = redis.call('ZSCORE', KEYS[1], id)
+    local deadline = deadlines[k]
+    if one_by_one then
+      deadline = redis.call('ZSCORE', KEYS[1], id)
+    end
     local state, where, stale = nil, nil, false
     if receipt ~= '' then
       local ra, rd = string.match(receipt, '^(%d+)-(%d+)$')
@@ -92,16 +121,29 @@ for i = 2, #ARGV, 2 do
       put('recurring', attempts, rec, '')
     else
       if state == 'acked' then
-        redis.call('ZREM', KEYS[1], id)
+        left_flight[#left_flight + 1] = id
       else
         redis.call('ZREM', where, id)
       end
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('ZADD', KEYS[3], now, id)
-      unjournaled(KEYS[4], id, 4, attempts, now)
+      records_gone[#records_gone + 1] = id
+      tombstones[#tombstones + 1] = now
+      tombstones[#tombstones + 1] = id
+      ends[#ends + 1] = id
+      ends[#ends + 1] = unjournaled_end(4, attempts, now)
+      if one_by_one then
+        bulk('ZREM', KEYS[1], left_flight)
+        bulk('HDEL', KEYS[2], records_gone)
+        bulk('ZADD', KEYS[3], tombstones)
+        bulk('HSET', KEYS[4], ends)
+        left_flight, records_gone, tombstones, ends = {}, {}, {}, {}
+      end
       put(state, attempts, '', '')
     end
   end
 end
+bulk('ZREM', KEYS[1], left_flight)
+bulk('HDEL', KEYS[2], records_gone)
+bulk('ZADD', KEYS[3], tombstones)
+bulk('HSET', KEYS[4], ends)
 out[#out + 1] = now
 return out

@@ -4,22 +4,15 @@
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
--- now by Redis's clock (clock.lua, prepended).
+-- now by Redis's clock (clock.lua, prepended; claim_head: bulk.lua).
 -- Returns the claimed ids, each followed by its record (attempts already
 -- raised), in queue order, then the time the script ran (Redis's clock, ms).
 local now = now_ms()
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = {}
-for i = 1, #popped, 2 do
-  local id = popped[i]
-  local rec = redis.call('HGET', KEYS[2], id)
-  if rec then
-    local topic, ttl, attempts, rest = string.match(rec, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-    rec = topic .. '|' .. ttl .. '|' .. (tonumber(attempts) + 1) .. '|' .. rest
-    redis.call('HSET', KEYS[2], id, rec)
-    redis.call('ZADD', KEYS[3], now + tonumber(ttl), id)
-    out[#out + 1] = id
-    out[#out + 1] = rec
+for _, item in ipairs(claim_head(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)) do
+  if item then
+    out[#out + 1] = item[1]
+    out[#out + 1] = item[2]
   end
 end
 out[#out + 1] = tostring(now)

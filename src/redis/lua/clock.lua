@@ -11,6 +11,10 @@ end
 -- `status|attempts|at` until the node that made the change has journaled
 -- it (it deletes the entry then), so the tombstone outlives any crash in
 -- between and the reconciler can finish the journal's side.
+local function unjournaled_end(status, attempts, at)
+  return status .. '|' .. attempts .. '|' .. string.format('%.0f', at)
+end
+
 local function unjournaled(key, id, status, attempts, at)
-  redis.call('HSET', key, id, status .. '|' .. attempts .. '|' .. string.format('%.0f', at))
+  redis.call('HSET', key, id, unjournaled_end(status, attempts, at))
 end

@@ -27,21 +27,35 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
 head = head and tonumber(head)
 local earliest = nil
 local out = {}
+local ids = {}
 for i = 3, #ARGV, 3 do
-  local id = ARGV[i]
-  if redis.call('ZSCORE', KEYS[3], id) then
-    out[#out + 1] = 2
-  elseif redis.call('HSETNX', KEYS[2], id, ARGV[i + 2]) == 1 then
-    local score = tonumber(ARGV[i + 1])
-    redis.call('ZADD', KEYS[1], score, id)
+  ids[#ids + 1] = ARGV[i]
+end
+local finished = bulk_read('ZMSCORE', KEYS[3], ids)
+local held = bulk_read('HMGET', KEYS[2], ids)
+-- Added by this call: an id given twice is added once (as HSETNX would).
+local added = {}
+local records, scores = {}, {}
+for k, id in ipairs(ids) do
+  if finished[k] then
+    out[k] = 2
+  elseif held[k] or added[id] then
+    out[k] = 0
+  else
+    added[id] = true
+    local score = tonumber(ARGV[3 * k + 1])
+    records[#records + 1] = id
+    records[#records + 1] = ARGV[3 * k + 2]
+    scores[#scores + 1] = ARGV[3 * k + 1]
+    scores[#scores + 1] = id
     if not earliest or score < earliest then
       earliest = score
     end
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+    out[k] = 1
   end
 end
+bulk('HSET', KEYS[2], records)
+bulk('ZADD', KEYS[1], scores)
 if earliest and (not head or earliest < head) then
   redis.call('PUBLISH', ARGV[1], string.format('%d', math.floor(earliest / 256)))
 end

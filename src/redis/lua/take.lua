@@ -5,24 +5,39 @@
 -- ARGV[1] how many to take in all.
 -- The heads of the shards' ready queues are merged by score, then by id
 -- (as a peek across shards followed by claims would take them, in one
--- step): each shard gives up the head of its queue that many, claimed as
--- claim.lua claims them (attempts + 1, ack deadline now + ttl, now by
--- Redis's clock: clock.lua, prepended).
+-- step): each shard gives up the head of its queue that many, claimed by
+-- claim_head (bulk.lua, prepended; now by Redis's clock, clock.lua).
 -- Returns, for each claimed message in score order: its shard (0-based),
 -- id and record (attempts already raised); then the time the script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
 local shards = #KEYS / 3
-local heads, at = {}, {}
-for s = 1, shards do
-  heads[s] = redis.call('ZRANGE', KEYS[3 * s - 2], 0, want - 1, 'WITHSCORES')
-  at[s] = 1
+-- Each queue's head is read a few entries at a time (writing out a score
+-- costs more than the rest of an entry), and further while the merge
+-- takes from it.
+local step = math.max(4, math.ceil(want / shards) + 2)
+local heads, at, read, more = {}, {}, {}, {}
+local function fetch(s)
+  local got = redis.call('ZRANGE', KEYS[3 * s - 2], read[s], read[s] + step - 1, 'WITHSCORES')
+  local h = heads[s]
+  for i = 1, #got do
+    h[#h + 1] = got[i]
+  end
+  read[s] = read[s] + #got / 2
+  more[s] = #got == 2 * step
 end
--- Merge the sorted heads: the shard whose next entry comes first, `want` times.
-local order = {}
-while #order < want do
+for s = 1, shards do
+  heads[s], at[s], read[s] = {}, 1, 0
+  fetch(s)
+end
+-- Merge: the shard whose next entry comes first, `want` times.
+local order, taken = {}, 0
+while taken < want do
   local best, best_score, best_id
   for s = 1, shards do
+    if at[s] > #heads[s] and more[s] then
+      fetch(s)
+    end
     local h, p = heads[s], at[s]
     if p <= #h then
       local score, id = tonumber(h[p + 1]), h[p]
@@ -32,36 +47,17 @@ while #order < want do
     end
   end
   if best == nil then break end
-  order[#order + 1] = best
+  taken = taken + 1
+  order[taken] = best
   at[best] = at[best] + 2
 end
 local out = {}
-if #order == 0 then
-  out[1] = tostring(now)
-  return out
-end
 -- Claim each shard's share from its queue's head, then answer in merged order.
 local claimed = {}
 for s = 1, shards do
   local n = (at[s] - 1) / 2
   if n > 0 then
-    local ready, records, inflight = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
-    local popped = redis.call('ZPOPMIN', ready, n)
-    local mine = {}
-    for i = 1, #popped, 2 do
-      local id = popped[i]
-      local rec = redis.call('HGET', records, id)
-      if rec then
-        local topic, ttl, attempts, rest = string.match(rec, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-        rec = topic .. '|' .. ttl .. '|' .. (tonumber(attempts) + 1) .. '|' .. rest
-        redis.call('HSET', records, id, rec)
-        redis.call('ZADD', inflight, now + tonumber(ttl), id)
-        mine[#mine + 1] = { id, rec }
-      else
-        mine[#mine + 1] = false
-      end
-    end
-    claimed[s] = { items = mine, next = 1 }
+    claimed[s] = { items = claim_head(KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s], n, now), next = 1 }
   end
 end
 for _, s in ipairs(order) do

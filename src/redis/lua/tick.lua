@@ -49,18 +49,31 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', n
 if #due > 0 then
   local ids = {}
   for i = 1, #due, 2 do
-    local id, score = due[i], due[i + 1]
-    ids[#ids + 1] = id
-    local rec = redis.call('HGET', KEYS[2], id)
+    ids[#ids + 1] = due[i]
+  end
+  local recs = bulk_read('HMGET', KEYS[2], ids)
+  -- (score, id) pairs per topic's ready queue, added a batch at a time.
+  local ready = {}
+  for k, id in ipairs(ids) do
+    local rec = recs[k]
     if rec then
       local topic = string.match(rec, '^([^|]*)|')
-      redis.call('ZADD', ARGV[2] .. topic, score, id)
+      local pairs_of = ready[topic]
+      if not pairs_of then
+        pairs_of = {}
+        ready[topic] = pairs_of
+      end
+      pairs_of[#pairs_of + 1] = due[2 * k]
+      pairs_of[#pairs_of + 1] = id
       moved[#moved + 1] = id
       moved[#moved + 1] = topic
       topics[topic] = true
     end
   end
-  redis.call('ZREM', KEYS[1], unpack(ids))
+  for topic, pairs_of in pairs(ready) do
+    bulk('ZADD', ARGV[2] .. topic, pairs_of)
+  end
+  bulk('ZREM', KEYS[1], ids)
 end
 
 local failed = {}
