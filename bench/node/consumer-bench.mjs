@@ -3,8 +3,8 @@
 // library. Pushes a scenario's messages, consumes them, and prints one JSON
 // line like delayq-bench's.
 //
-//   node bench/node/consumer-bench.mjs spread|burst [--url=http://127.0.0.1:7070]
-//        [--count=20000] [--loops=4] [--ack=batch|per-message|none]
+//   node bench/node/consumer-bench.mjs spread|burst|push [--url=http://127.0.0.1:7070]
+//        [--count=20000] [--loops=4] [--ack=batch|per-message|none] [--background-push]
 //
 // --ack=batch        each loop acks its previous batch in the request that polls
 //                    for the next (POST /get/{topic} {"ack": [...], "count": 100});
@@ -14,14 +14,18 @@
 //
 // spread: messages due uniformly 1-6 s after the push; burst: all due at one
 // instant 3 s + count/5 ms after the push starts. Lateness = receive time minus
-// the message's dueTime.
+// the message's dueTime. push: pushes alone (batches of 500, one at a time,
+// due in 10 minutes), nothing consumed: the push rate.
+// --background-push: a second producer pushes batches of 500 (to another
+// topic, due in 10 minutes) at full speed from the first push of the scenario
+// to its last delivery; its rate is reported as background_push_rate.
 import http from 'node:http';
 import { flags, requester } from './http.mjs';
 
 const args = flags(process.argv.slice(3));
 const scenario = process.argv[2];
-if (!['spread', 'burst'].includes(scenario)) {
-  console.error('usage: consumer-bench.mjs spread|burst [--url=] [--count=] [--loops=] [--ack=batch|per-message|none]');
+if (!['spread', 'burst', 'push'].includes(scenario)) {
+  console.error('usage: consumer-bench.mjs spread|burst|push [--url=] [--count=] [--loops=] [--ack=batch|per-message|none] [--background-push]');
   process.exit(2);
 }
 const base = new URL(args.url ?? 'http://127.0.0.1:7070');
@@ -86,6 +90,39 @@ function percentiles(values) {
   return { p50: rank(50), p90: rank(90), p99: rank(99), max: rank(100) };
 }
 
+function batchOf(t, n, make) {
+  const messages = [];
+  for (let k = 0; k < n; k++) messages.push({ topic: t, body: 'x'.repeat(100), ...make(k) });
+  return messages;
+}
+
+if (scenario === 'push') {
+  const started = Date.now();
+  for (let i = 0; i < count; i += 500) {
+    const r = await request('POST', '/push/batch', { messages: batchOf(topic, Math.min(500, count - i), () => ({ delay: 600000 })) });
+    if (r.status !== 200) throw new Error(`push: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+  const ms = Date.now() - started;
+  agent.destroy();
+  console.log(JSON.stringify({ scenario, client: 'node:http', batch: 500, pushed: count, push_ms: ms, push_rate: Math.round((count / ms) * 1000) }));
+  process.exit(0);
+}
+
+let background = null;
+let backgroundPushed = 0;
+let backgroundStop = false;
+if (args['background-push'] === 'true') {
+  background = (async () => {
+    const started = Date.now();
+    while (!backgroundStop) {
+      const r = await request('POST', '/push/batch', { messages: batchOf(`${topic}-bg`, 500, () => ({ delay: 600000 })) });
+      if (r.status !== 200) throw new Error(`background push: ${r.status} ${JSON.stringify(r.body)}`);
+      backgroundPushed += 500;
+    }
+    return Math.round((backgroundPushed / (Date.now() - started)) * 1000);
+  })();
+}
+
 const consumers = Array.from({ length: loops }, loop);
 const started = Date.now();
 const deliverAt = started + 3000 + Math.floor(count / 5);
@@ -109,6 +146,8 @@ while (Date.now() < deadline && ids.some((id) => !first.has(id))) {
   await new Promise((r) => setTimeout(r, 50));
 }
 stop = true;
+backgroundStop = true;
+const backgroundRate = background ? await background : null;
 await Promise.all(consumers);
 agent.destroy();
 
@@ -130,6 +169,10 @@ const out = {
   ack_errors: ackErrors,
   poll_errors: pollErrors,
 };
+if (background) {
+  out.background_pushed = backgroundPushed;
+  out.background_push_rate = backgroundRate;
+}
 if (scenario === 'burst') {
   out.push_margin_ms = deliverAt - pushedAt;
   out.last_handout_ms = last - deliverAt;

@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
 use crate::journal::models::{MessageRow, NewFlow, NewMessage};
-use crate::journal::schema::{message, message_flow, message_waiting};
+use crate::journal::schema::{message, message_waiting};
 use crate::message::{IdGenerator, Message, MessageId, Status};
 use crate::repeat::Occurrence;
 use crate::with_conn;
@@ -113,9 +113,7 @@ pub fn insert_messages(
             })
             .collect();
         let flows: Vec<NewFlow> = changes.iter().map(|(ch, id)| new_flow(*id, node, ch)).collect();
-        for chunk in flows.chunks(INSERT_CHUNK) {
-            diesel::insert_into(message_flow::table).values(chunk).execute(c)?;
-        }
+        c.insert_flows(&flows)?;
         // Those due beyond the Redis horizon, listed for the loader.
         let listed: Vec<_> = msgs
             .iter()
