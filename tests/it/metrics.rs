@@ -170,7 +170,10 @@ async fn a_scripted_workload_shows_in_the_counts_and_the_lateness_histogram() {
     assert!(m.get("delayq_redis_script_seconds_count{script=\"tick\"}") >= 1.0);
     // On one Redis a poll peeks and claims across the shards in one call.
     assert!(m.get("delayq_redis_script_seconds_count{script=\"take\"}") >= 1.0);
-    assert_eq!(m.get("delayq_redis_script_seconds_count{script=\"claim\"}"), 0.0);
+    assert_eq!(
+        m.get("delayq_redis_script_seconds_count{script=\"claim\"}"),
+        0.0
+    );
 
     // What Redis holds, sampled: the cancelled mail is gone, one mail and
     // the sms wait; nothing is ready or in flight.
