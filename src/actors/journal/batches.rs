@@ -22,7 +22,7 @@ use super::messages::{InsertMessages, Ping, ProbeWrite, RecordFlow};
 /// Most messages in one group commit.
 const MAX_INSERT_BATCH: usize = 2_000;
 /// Most status changes in one flow write, and how long the first waits.
-const MAX_FLOW_BATCH: usize = 2_000;
+const MAX_FLOW_BATCH: usize = 8_000;
 const FLOW_WINDOW: Duration = Duration::from_millis(5);
 
 pub(super) struct InsertRequest {
