@@ -134,7 +134,14 @@ impl JournalConn {
             .map_err(|e| JournalError::Migration(e.to_string()))?;
         match self {
             JournalConn::Mysql(c) => exact_keys_on_mysql(c)?,
-            JournalConn::Sqlite(c) => rowid_keys_on_sqlite(c)?,
+            // Only faster, never required: a rebuild that fails (the disk
+            // full, another process rebuilding) leaves the tables as they
+            // were, and the next start tries again.
+            JournalConn::Sqlite(c) => {
+                if let Err(e) = rowid_keys_on_sqlite(c) {
+                    tracing::warn!(error = %e, "journal: the tables keep their separate id index for now");
+                }
+            }
         }
         Ok(applied)
     }
@@ -178,9 +185,10 @@ const ROWID_KEY: &str = "id INTEGER NOT NULL PRIMARY KEY";
 /// KEY` the id is the rowid itself (64 bits, as a Snowflake needs). The
 /// migrations are one SQL text for both backends (MySQL's INTEGER has 32
 /// bits), so this SQLite-only step runs after them and rebuilds `message`
-/// and `message_flow` once, with their indexes, in one transaction; it does
-/// nothing once they have it. The rebuild copies every row: on a journal
-/// of millions it takes a while, once.
+/// and `message_flow` once, with their indexes, one transaction a table; it
+/// does nothing once they have it. The rebuild copies every row: on a
+/// journal of millions it takes a while, once, and up to three times the
+/// table's size on disk meanwhile (the copy, and the WAL).
 fn rowid_keys_on_sqlite(c: &mut SqliteConnection) -> Result<(), JournalError> {
     use diesel::sql_types::Text;
     use diesel::RunQueryDsl;
@@ -197,8 +205,17 @@ fn rowid_keys_on_sqlite(c: &mut SqliteConnection) -> Result<(), JournalError> {
         )
         .bind::<Text, _>(table)
         .load(c)?;
+        let named = format!("CREATE TABLE {table} ");
+        if !create.sql.starts_with(&named) {
+            // Written by some other tool (a quoted name): left as it is.
+            tracing::warn!(
+                table,
+                "journal: table text not as the migrations write it; not rebuilt"
+            );
+            continue;
+        }
         let rebuilt = create.sql.replacen(BIGINT_KEY, ROWID_KEY, 1).replacen(
-            &format!("CREATE TABLE {table} "),
+            &named,
             &format!("CREATE TABLE {table}_rowid "),
             1,
         );

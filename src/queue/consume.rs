@@ -56,8 +56,16 @@ pub async fn poll(
 
 async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
     // One Redis: a single script call peeks and claims across the shards.
+    // Queue entries whose record is gone are dropped on the way: when that
+    // left nothing claimed, look again (each look drops up to `count`).
     if !state.redis.is_cluster() {
-        return Ok(state.redis.take(topic, count).await?);
+        for _ in 0..64 {
+            let (claimed, dropped) = state.redis.take(topic, count).await?;
+            if !claimed.is_empty() || dropped == 0 {
+                return Ok(claimed);
+            }
+        }
+        return Ok(Vec::new());
     }
     // The first `count` ready messages across shards decide how many to take
     // from each shard's queue head. Other consumers may empty a queue in

@@ -57,7 +57,21 @@ if not one_by_one then
   recs = bulk_read('HMGET', KEYS[2], ids)
   deadlines = bulk_read('ZMSCORE', KEYS[1], ids)
 end
-local left_flight, records_gone, tombstones, ends = {}, {}, {}, {}
+-- What the acked messages leave: the in-flight zset, a ready queue or the
+-- delay zset (acked late), their records; what they gain: a tombstone and
+-- their end for the journal. Written once every id is read, so a record
+-- that cannot be read stops the call having changed nothing.
+local left_flight, left_queues, records_gone, tombstones, ends = {}, {}, {}, {}, {}
+local function write_ends()
+  bulk('ZREM', KEYS[1], left_flight)
+  for queue, ids_left in pairs(left_queues) do
+    bulk('ZREM', queue, ids_left)
+  end
+  bulk('HDEL', KEYS[2], records_gone)
+  bulk('ZADD', KEYS[3], tombstones)
+  bulk('HSET', KEYS[4], ends)
+  left_flight, left_queues, records_gone, tombstones, ends = {}, {}, {}, {}, {}
+end
 for k, id in ipairs(ids) do
   local receipt = receipts[k]
   local rec = recs[k]
@@ -65,7 +79,10 @@ for k, id in ipairs(ids) do
     rec = redis.call('HGET', KEYS[2], id)
   end
   if not rec then
-    redis.call('ZREM', KEYS[1], id)
+    left_flight[#left_flight + 1] = id
+    if one_by_one then
+      write_ends()
+    end
     local ended = redis.call('HGET', KEYS[4], id)
     if ended then
       -- Ended in Redis, not yet journaled: its end says how.
@@ -123,7 +140,12 @@ for k, id in ipairs(ids) do
       if state == 'acked' then
         left_flight[#left_flight + 1] = id
       else
-        redis.call('ZREM', where, id)
+        local queue = left_queues[where]
+        if not queue then
+          queue = {}
+          left_queues[where] = queue
+        end
+        queue[#queue + 1] = id
       end
       records_gone[#records_gone + 1] = id
       tombstones[#tombstones + 1] = now
@@ -131,19 +153,12 @@ for k, id in ipairs(ids) do
       ends[#ends + 1] = id
       ends[#ends + 1] = unjournaled_end(4, attempts, now)
       if one_by_one then
-        bulk('ZREM', KEYS[1], left_flight)
-        bulk('HDEL', KEYS[2], records_gone)
-        bulk('ZADD', KEYS[3], tombstones)
-        bulk('HSET', KEYS[4], ends)
-        left_flight, records_gone, tombstones, ends = {}, {}, {}, {}
+        write_ends()
       end
       put(state, attempts, '', '')
     end
   end
 end
-bulk('ZREM', KEYS[1], left_flight)
-bulk('HDEL', KEYS[2], records_gone)
-bulk('ZADD', KEYS[3], tombstones)
-bulk('HSET', KEYS[4], ends)
+write_ends()
 out[#out + 1] = now
 return out

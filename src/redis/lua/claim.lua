@@ -9,7 +9,8 @@
 -- raised), in queue order, then the time the script ran (Redis's clock, ms).
 local now = now_ms()
 local out = {}
-for _, item in ipairs(claim_head(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)) do
+local items = claim_head(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
+for _, item in ipairs(items) do
   if item then
     out[#out + 1] = item[1]
     out[#out + 1] = item[2]

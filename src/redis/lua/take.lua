@@ -8,7 +8,9 @@
 -- step): each shard gives up the head of its queue that many, claimed by
 -- claim_head (bulk.lua, prepended; now by Redis's clock, clock.lua).
 -- Returns, for each claimed message in score order: its shard (0-based),
--- id and record (attempts already raised); then the time the script ran.
+-- id and record (attempts already raised); then how many queue entries
+-- had no record (dropped: the caller looks again when that left it with
+-- nothing), then the time the script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
 local shards = #KEYS / 3
@@ -53,11 +55,13 @@ while taken < want do
 end
 local out = {}
 -- Claim each shard's share from its queue's head, then answer in merged order.
-local claimed = {}
+local claimed, dropped = {}, 0
 for s = 1, shards do
   local n = (at[s] - 1) / 2
   if n > 0 then
-    claimed[s] = { items = claim_head(KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s], n, now), next = 1 }
+    local items, gone = claim_head(KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s], n, now)
+    claimed[s] = { items = items, next = 1 }
+    dropped = dropped + gone
   end
 end
 for _, s in ipairs(order) do
@@ -70,5 +74,6 @@ for _, s in ipairs(order) do
     out[#out + 1] = item[2]
   end
 end
+out[#out + 1] = tostring(dropped)
 out[#out + 1] = tostring(now)
 return out

@@ -40,6 +40,16 @@ fn moving_keys(k: &Keys, shard: u32) -> Vec<String> {
     ]
 }
 
+/// Claimed messages as a poll hands them out: by due time and priority (as
+/// their records say), then by id.
+fn sort_claimed(claimed: &mut [Claimed]) {
+    claimed.sort_by(|a, b| {
+        score(a.message.due_time, a.message.priority)
+            .total_cmp(&score(b.message.due_time, b.message.priority))
+            .then_with(|| a.message.id.cmp(&b.message.id))
+    });
+}
+
 impl RedisSchedule {
     /// One scan step of a shard, now by Redis's clock: moves up to `limit`
     /// due messages to their ready queues and returns up to `limit`
@@ -173,19 +183,20 @@ impl RedisSchedule {
                 });
             }
         }
-        out.sort_by(|a, b| {
-            score(a.message.due_time, a.message.priority)
-                .total_cmp(&score(b.message.due_time, b.message.priority))
-                .then_with(|| a.message.id.cmp(&b.message.id))
-        });
+        sort_claimed(&mut out);
         Ok(out)
     }
 
     /// A poll's claim in one round trip (one Redis, not a cluster, whose
     /// slots keep shards apart): the first `count` ready messages of a topic
-    /// across all shards by score, claimed as [`Self::claim`] claims them.
-    /// Returns them in score order.
-    pub async fn take(&self, topic: &str, count: usize) -> Result<Vec<Claimed>, RedisError> {
+    /// across all shards by score, claimed as [`Self::claim`] claims them,
+    /// in the same order. Also how many queue entries had no record
+    /// (dropped: when that left nothing claimed, look again).
+    pub async fn take(
+        &self,
+        topic: &str,
+        count: usize,
+    ) -> Result<(Vec<Claimed>, usize), RedisError> {
         let k = &self.keys;
         let mut keys = Vec::with_capacity(3 * k.shards() as usize);
         for shard in 0..k.shards() {
@@ -202,6 +213,7 @@ impl RedisSchedule {
             .pop()
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(now_ms);
+        let dropped = reply.pop().and_then(|n| n.parse().ok()).unwrap_or(0);
         let mut out = Vec::with_capacity(reply.len() / 3);
         let mut items = reply.into_iter();
         while let (Some(shard), Some(id), Some(rec)) = (items.next(), items.next(), items.next()) {
@@ -217,7 +229,8 @@ impl RedisSchedule {
                 record: rec,
             });
         }
-        Ok(out)
+        sort_claimed(&mut out);
+        Ok((out, dropped))
     }
 
     /// Acks many messages, each with the receipt of the delivery acked
