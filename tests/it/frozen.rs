@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
-use crate::common::{now_ms, parse_id, random_hex, wait_every, Backend, Env};
+use crate::common::{now_ms, parse_id, random_hex, Backend, Env};
 use serde_json::{json, Value};
 
 struct Scenario {
@@ -381,18 +381,11 @@ fn check(c: &Cluster, s: &Scenario, o: &Outcome) -> Figures {
 /// taking pushes and polls.
 async fn rejoins(c: &Cluster, frozen: usize) {
     c.wait_ready(frozen, Duration::from_secs(30)).await;
-    let nginx = c.nginx.as_ref().unwrap();
-    let what = "nginx to take every node back into rotation";
-    let every = Duration::from_millis(200);
-    wait_every(what, Duration::from_secs(20), every, || async {
-        let out = nginx.out_of_rotation();
-        if out.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{out:?} out of rotation"))
-        }
-    })
-    .await;
+    c.nginx
+        .as_ref()
+        .unwrap()
+        .wait_all_in_rotation(Duration::from_secs(20))
+        .await;
     let topic = format!("back{}", random_hex(4));
     let id = c
         .push(frozen, json!({"topic": topic, "body": "b", "delay": 100}))

@@ -40,6 +40,23 @@ fn moving_keys(k: &Keys, shard: u32) -> Vec<String> {
     ]
 }
 
+/// One message a claim (claim.lua, take.lua) returned: its id and its
+/// record, attempts already raised.
+fn claimed(shard: u32, at: i64, id: &str, record: String) -> Result<Claimed, RedisError> {
+    let id = id
+        .parse()
+        .map(MessageId)
+        .map_err(|_| RedisError::BadRecord(format!("a claim returned the id {id:?}")))?;
+    let (attempts, message) = record::decode(id, &record).map_err(RedisError::BadRecord)?;
+    Ok(Claimed {
+        shard,
+        at,
+        attempts,
+        message,
+        record,
+    })
+}
+
 /// Claimed messages as a poll hands them out: by due time and priority (as
 /// their records say), then by id.
 fn sort_claimed(claimed: &mut [Claimed]) {
@@ -168,19 +185,7 @@ impl RedisSchedule {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
             let mut items = records.drain(..);
             while let (Some(id), Some(rec)) = (items.next(), items.next()) {
-                let id = id
-                    .parse()
-                    .map(MessageId)
-                    .map_err(|_| RedisError::BadRecord(format!("claim returned the id {id:?}")))?;
-                let (attempts, message) =
-                    record::decode(id, &rec).map_err(RedisError::BadRecord)?;
-                out.push(Claimed {
-                    shard,
-                    at,
-                    attempts,
-                    message,
-                    record: rec,
-                });
+                out.push(claimed(shard, at, &id, rec)?);
             }
         }
         sort_claimed(&mut out);
@@ -217,17 +222,10 @@ impl RedisSchedule {
         let mut out = Vec::with_capacity(reply.len() / 3);
         let mut items = reply.into_iter();
         while let (Some(shard), Some(id), Some(rec)) = (items.next(), items.next(), items.next()) {
-            let bad = || RedisError::BadRecord(format!("take returned shard {shard:?}, id {id:?}"));
-            let shard: u32 = shard.parse().map_err(|_| bad())?;
-            let id = id.parse().map(MessageId).map_err(|_| bad())?;
-            let (attempts, message) = record::decode(id, &rec).map_err(RedisError::BadRecord)?;
-            out.push(Claimed {
-                shard,
-                at,
-                attempts,
-                message,
-                record: rec,
-            });
+            let shard: u32 = shard
+                .parse()
+                .map_err(|_| RedisError::BadRecord(format!("take returned the shard {shard:?}")))?;
+            out.push(claimed(shard, at, &id, rec)?);
         }
         sort_claimed(&mut out);
         Ok((out, dropped))

@@ -201,21 +201,7 @@ async fn nginx_round_robin_and_wake_ups_across_nodes() {
     // rotation, and go on (a bounded number of pushes) until both nodes
     // have taken some.
     let nginx = c.nginx.as_ref().unwrap();
-    let every = Duration::from_millis(100);
-    wait_every(
-        "both nodes in rotation",
-        Duration::from_secs(20),
-        every,
-        || async {
-            let out = nginx.out_of_rotation();
-            if out.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{out:?} out of rotation"))
-            }
-        },
-    )
-    .await;
+    nginx.wait_all_in_rotation(Duration::from_secs(20)).await;
     let topic = format!("ng{}", random_hex(6));
     let mut ids = HashSet::new();
     let mut workers = BTreeSet::new();

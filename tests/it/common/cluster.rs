@@ -151,6 +151,20 @@ impl Nginx {
         panic!("could not start nginx");
     }
 
+    /// Waits until `cluster/nginx-watch` has every upstream in rotation.
+    pub async fn wait_all_in_rotation(&self, within: Duration) {
+        let every = Duration::from_millis(100);
+        wait_every("every node in nginx's rotation", within, every, || async {
+            let out = self.out_of_rotation();
+            if out.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{out:?} out of rotation"))
+            }
+        })
+        .await;
+    }
+
     /// The upstreams `cluster/nginx-watch` has taken out of rotation.
     pub fn out_of_rotation(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("upstreams.conf"))
