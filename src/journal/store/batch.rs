@@ -99,8 +99,7 @@ fn sqlite_group_update(
     due: Option<i64>,
     ids: &[i64],
 ) -> String {
-    let terminal = status.is_terminal();
-    let takes = if terminal {
+    let takes = if status.is_terminal() {
         format!("status < {}", Status::FIRST_TERMINAL_CODE)
     } else {
         format!(
@@ -108,47 +107,48 @@ fn sqlite_group_update(
             Status::FIRST_TERMINAL_CODE
         )
     };
+    let count = attempts.map(|a| {
+        let when = format!(
+            "(attempts < {a} AND (occurrence IS NULL OR occurrence <= 1 OR updated_time <= {at} OR {takes}))"
+        );
+        (a, when)
+    });
+    // Without a count every row the WHERE picks takes the status; with one,
+    // a row may be picked for its count alone.
+    let set = |value: String, column: &str| match count {
+        None => value,
+        Some(_) => format!("CASE WHEN {takes} THEN {value} ELSE {column} END"),
+    };
     let mut sql = String::with_capacity(400 + ids.len() * 21);
-    let code = status.code();
-    match attempts {
+    let _ = write!(
+        sql,
+        "UPDATE message SET status = {}, updated_time = {}",
+        set(status.code().to_string(), "status"),
+        set(at.to_string(), "updated_time")
+    );
+    if let Some((a, when)) = &count {
+        let _ = write!(
+            sql,
+            ", attempts = CASE WHEN {when} THEN {a} ELSE attempts END"
+        );
+    }
+    if status.is_terminal() {
+        let _ = write!(
+            sql,
+            ", live_biz_key = {}",
+            set("NULL".into(), "live_biz_key")
+        );
+    } else if let Some(due) = due {
+        let _ = write!(sql, ", due_time = {}", set(due.to_string(), "due_time"));
+    }
+    match &count {
         None => {
-            let _ = write!(
-                sql,
-                "UPDATE message SET status = {code}, updated_time = {at}"
-            );
-            if terminal {
-                sql.push_str(", live_biz_key = NULL");
-            } else if let Some(due) = due {
-                let _ = write!(sql, ", due_time = {due}");
-            }
+            let _ = write!(sql, " WHERE {takes} AND id IN (");
         }
-        Some(a) => {
-            let count = format!(
-                "(attempts < {a} AND (occurrence IS NULL OR occurrence <= 1 OR updated_time <= {at} OR {takes}))"
-            );
-            let _ = write!(
-                sql,
-                "UPDATE message SET status = CASE WHEN {takes} THEN {code} ELSE status END, \
-                 updated_time = CASE WHEN {takes} THEN {at} ELSE updated_time END, \
-                 attempts = CASE WHEN {count} THEN {a} ELSE attempts END"
-            );
-            if terminal {
-                let _ = write!(
-                    sql,
-                    ", live_biz_key = CASE WHEN {takes} THEN NULL ELSE live_biz_key END"
-                );
-            } else if let Some(due) = due {
-                let _ = write!(
-                    sql,
-                    ", due_time = CASE WHEN {takes} THEN {due} ELSE due_time END"
-                );
-            }
-            let _ = write!(sql, " WHERE ({takes} OR {count}) AND id IN (");
-            push_ids(&mut sql, ids);
-            return sql;
+        Some((_, when)) => {
+            let _ = write!(sql, " WHERE ({takes} OR {when}) AND id IN (");
         }
     }
-    let _ = write!(sql, " WHERE {takes} AND id IN (");
     push_ids(&mut sql, ids);
     sql
 }
