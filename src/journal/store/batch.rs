@@ -3,9 +3,9 @@
 //! for what is decided before).
 //!
 //! Messages that end the batch alike (the same status, time, count and due
-//! time) are moved by one UPDATE over their ids. On SQLite the flow rows
-//! travel as one JSON text bound once, which SQLite reads with `json_each`
-//! (no statement built, bound and stepped per row), and a message's status,
+//! time) are moved by one UPDATE over their ids. On SQLite new messages'
+//! rows and the flow rows travel as a few values bound once and read by
+//! one statement (see [`packed`](super::packed)), and a message's status,
 //! time and delivery count change in one row write. MySQL and MariaDB take
 //! the flow rows through diesel, a few hundred a statement, and the count
 //! in a second UPDATE (their UPDATE reads a column already set by an
@@ -13,15 +13,16 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::LazyLock;
 
 use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
-use diesel::sql_types::Text;
 
-use crate::journal::models::NewFlow;
+use crate::journal::models::{NewFlow, NewMessage};
 use crate::journal::schema::{message, message_flow};
 use crate::message::Status;
 
+use super::packed::{Kind, Layout, Packer, I16, I32, I64};
 use super::INSERT_CHUNK;
 
 /// Where one message ends a batch.
@@ -44,45 +45,55 @@ pub(super) struct Update {
 /// turn it back; `attempts` only grows, and a recurring message past its
 /// first occurrence takes counts only from changes not older than its row.
 pub(super) trait ChangeWriter {
+    /// New messages' rows; a bizKey already live refuses the whole call.
+    fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()>;
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()>;
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()>;
 }
 
-/// Text of a JSON string: shard names and hosts are plain, yet quoted
-/// properly whatever they hold.
-fn json_str(s: &str) -> String {
-    serde_json::Value::from(s).to_string()
-}
+/// A flow row on SQLite (see [`packed`](super::packed)): node and host
+/// are the same for the whole batch.
+const FLOW_LAYOUT: Layout = Layout {
+    table: "message_flow",
+    id: "id",
+    packed: &[
+        ("message_id", Kind::Int(I64)),
+        ("status", Kind::Int(I16)),
+        ("attempts", Kind::Int(I32)),
+        ("flow_time", Kind::Int(I64)),
+        ("shard", Kind::Text),
+    ],
+    same: &["node_id", "host"],
+};
 
-/// The flow rows as one JSON array: `[id, message, status, attempts, time,
-/// shard]` each (node and host are the same for the whole batch).
-fn flows_json(flows: &[NewFlow]) -> String {
-    let mut out = String::with_capacity(flows.len() * 64 + 2);
-    let mut quoted: Vec<(&str, String)> = Vec::new();
-    out.push('[');
-    for (i, f) in flows.iter().enumerate() {
-        let shard = match quoted.iter().find(|(s, _)| *s == f.shard) {
-            Some((_, q)) => q,
-            None => {
-                quoted.push((f.shard, json_str(f.shard)));
-                &quoted.last().expect("just pushed").1
-            }
-        };
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(
-            out,
-            "{sep}[{},{},{},{},{},{shard}]",
-            f.id, f.message_id, f.status, f.attempts, f.flow_time
-        );
-    }
-    out.push(']');
-    out
-}
+/// A message's row on SQLite, as [`NewMessage`] names its fields.
+const MESSAGE_LAYOUT: Layout = Layout {
+    table: "message",
+    id: "id",
+    packed: &[
+        ("topic", Kind::Text),
+        ("biz_key", Kind::OptText),
+        ("live_biz_key", Kind::OptText),
+        ("body", Kind::Text),
+        ("priority", Kind::Int(I32)),
+        ("ttl", Kind::Int(I64)),
+        ("delay_ms", Kind::Int(I64)),
+        ("due_time", Kind::Int(I64)),
+        ("create_time", Kind::Int(I64)),
+        ("status", Kind::Int(I16)),
+        ("attempts", Kind::Int(I32)),
+        ("updated_time", Kind::Int(I64)),
+        ("max_attempts", Kind::Int(I32)),
+        ("retry", Kind::OptText),
+        ("repeat_spec", Kind::OptText),
+        ("occurrence", Kind::OptInt(I32)),
+        ("occurrence_time", Kind::OptInt(I64)),
+    ],
+    same: &[],
+};
 
-const SQLITE_INSERT_FLOWS: &str = "INSERT INTO message_flow \
-    (id, message_id, status, attempts, flow_time, shard, node_id, host) \
-    SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, j.value ->> 5, ?, ? \
-    FROM json_each(?) AS j";
+static FLOW_SQL: LazyLock<String> = LazyLock::new(|| FLOW_LAYOUT.insert_sql());
+static MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| MESSAGE_LAYOUT.insert_sql());
 
 /// One group's UPDATE on SQLite: the messages `ids` that end the batch
 /// alike. Every SET and the WHERE read the row as it was before the
@@ -176,15 +187,46 @@ fn groups(updates: &[Update]) -> Groups {
 }
 
 impl ChangeWriter for diesel::sqlite::SqliteConnection {
+    fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
+        let mut p = Packer::new(&MESSAGE_LAYOUT, rows.len());
+        for m in rows {
+            p.row(m.id)
+                .text(m.topic)
+                .opt_text(m.biz_key)
+                .opt_text(m.live_biz_key)
+                .text(m.body)
+                .int(m.priority.into(), I32)
+                .int(m.ttl, I64)
+                .int(m.delay_ms, I64)
+                .int(m.due_time, I64)
+                .int(m.create_time, I64)
+                .int(m.status.into(), I16)
+                .int(m.attempts.into(), I32)
+                .int(m.updated_time, I64)
+                .int(m.max_attempts.into(), I32)
+                .opt_text(m.retry.as_deref())
+                .opt_text(m.repeat_spec.as_deref())
+                .opt_int(m.occurrence.map(i64::from), I32)
+                .opt_int(m.occurrence_time, I64);
+        }
+        p.insert(self, &MESSAGE_SQL, &[])?;
+        Ok(())
+    }
+
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()> {
         let Some(first) = flows.first() else {
             return Ok(());
         };
-        diesel::sql_query(SQLITE_INSERT_FLOWS)
-            .bind::<Text, _>(first.node_id)
-            .bind::<Text, _>(first.host)
-            .bind::<Text, _>(flows_json(flows))
-            .execute(self)?;
+        let mut p = Packer::new(&FLOW_LAYOUT, flows.len());
+        for f in flows {
+            p.row(f.id)
+                .int(f.message_id, I64)
+                .int(f.status.into(), I16)
+                .int(f.attempts.into(), I32)
+                .int(f.flow_time, I64)
+                .text(f.shard);
+        }
+        p.insert(self, &FLOW_SQL, &[first.node_id, first.host])?;
         Ok(())
     }
 
@@ -199,6 +241,15 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
 }
 
 impl ChangeWriter for diesel::mysql::MysqlConnection {
+    fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message::table)
+                .values(chunk)
+                .execute(self)?;
+        }
+        Ok(())
+    }
+
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()> {
         for chunk in flows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_flow::table)
@@ -266,34 +317,75 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_travel_as_json_arrays() {
+    fn flow_rows_come_back_as_written() {
+        let flow = |id, message_id, status, attempts, flow_time, shard| NewFlow {
+            id,
+            message_id,
+            status,
+            attempts,
+            flow_time,
+            shard,
+            node_id: "n\"1",
+            host: "h\u{e9}",
+        };
+        let quoted = "dq:{0}:\"in\"flight";
         let flows = [
-            NewFlow {
-                id: 7,
-                message_id: 5,
-                status: 3,
-                attempts: 1,
-                flow_time: 100,
-                shard: "dq:{0}:\"in\"flight",
-                node_id: "n",
-                host: "h",
-            },
-            NewFlow {
-                id: 8,
-                message_id: 6,
-                status: 4,
-                attempts: 0,
-                flow_time: 101,
-                shard: "dq:{0}:\"in\"flight",
-                node_id: "n",
-                host: "h",
-            },
+            flow(7, 5, 3, 1, 100, quoted),
+            flow(
+                i64::MAX,
+                i64::MIN,
+                i16::MIN,
+                i32::MAX,
+                i64::MIN,
+                "dq:{\u{e9}}:x",
+            ),
+            flow(-1, i64::MAX, i16::MAX, i32::MIN, i64::MAX, quoted),
+            flow(0, 0, 0, 0, 0, ""),
         ];
-        assert_eq!(
-            flows_json(&flows),
-            r#"[[7,5,3,1,100,"dq:{0}:\"in\"flight"],[8,6,4,0,101,"dq:{0}:\"in\"flight"]]"#
-        );
-        assert_eq!(flows_json(&[]), "[]");
+        let mut c = diesel::sqlite::SqliteConnection::establish(":memory:").expect("memory");
+        c.batch_execute(
+            "CREATE TABLE message_flow (id INTEGER NOT NULL PRIMARY KEY, \
+             message_id BIGINT NOT NULL, status SMALLINT NOT NULL, attempts INTEGER NOT NULL, \
+             flow_time BIGINT NOT NULL, shard VARCHAR(128) NOT NULL, \
+             node_id VARCHAR(128) NOT NULL, host VARCHAR(128) NOT NULL)",
+        )
+        .expect("table");
+        c.insert_flows(&flows).expect("insert");
+        c.insert_flows(&[]).expect("nothing");
+        type Row = (i64, i64, i16, i32, i64, String, String, String);
+        let mut back: Vec<Row> = message_flow::table
+            .select((
+                message_flow::id,
+                message_flow::message_id,
+                message_flow::status,
+                message_flow::attempts,
+                message_flow::flow_time,
+                message_flow::shard,
+                message_flow::node_id,
+                message_flow::host,
+            ))
+            .load(&mut c)
+            .expect("read");
+        back.sort_by_key(|r| r.0);
+        let mut want: Vec<Row> = flows
+            .iter()
+            .map(|f| {
+                let text = |s: &str| s.to_string();
+                let (shard, node, host) = (text(f.shard), text(f.node_id), text(f.host));
+                (
+                    f.id,
+                    f.message_id,
+                    f.status,
+                    f.attempts,
+                    f.flow_time,
+                    shard,
+                    node,
+                    host,
+                )
+            })
+            .collect();
+        want.sort_by_key(|r| r.0);
+        assert_eq!(back, want);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod batch;
 pub mod dead;
 pub mod health;
+mod packed;
 pub mod read;
 pub mod retention;
 pub mod write;

@@ -71,11 +71,11 @@ pub fn insert_messages(
             outcomes.push(Some(InsertOutcome::Inserted));
         }
         for (chunk, msg_of) in rows.chunks(INSERT_CHUNK).zip(row_of.chunks(INSERT_CHUNK)) {
-            match c.transaction(|c| diesel::insert_into(message::table).values(chunk).execute(c)) {
+            match c.transaction(|c| c.insert_messages(chunk)) {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
                     for (row, &i) in chunk.iter().zip(msg_of) {
-                        match c.transaction(|c| diesel::insert_into(message::table).values(row).execute(c)) {
+                        match c.transaction(|c| c.insert_messages(std::slice::from_ref(row))) {
                             Ok(_) => {}
                             Err(e) if is_unique_violation(&e) => {
                                 let m = &msgs[i];
