@@ -81,6 +81,22 @@ async fn batch_is_durable_when_answered(b: Backend) {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 50, "ids must be distinct");
+
+    // Bodies of 9 MB in all: written in more than one statement (at most
+    // 8 MiB of bodies each), every byte as sent.
+    let big: Vec<Value> = (0..10)
+        .map(|i| {
+            let body = format!("{i}\u{e9}\"'\\{}", "x".repeat(900_000 + i));
+            json!({"topic": "big", "bizKey": format!("big-{i}"), "body": body, "delay": 60_000})
+        })
+        .collect();
+    let ids = env.push_batch(big.clone()).await;
+    assert_eq!(ids.len(), 10);
+    for (id, sent) in ids.iter().zip(&big) {
+        let row = env.journal.row(id).expect("a big message durable when answered");
+        assert_eq!(row.body, sent["body"].as_str().unwrap());
+        assert_eq!(row.biz_key.as_deref(), sent["bizKey"].as_str());
+    }
 }
 
 /// Checks every history entry names where the change happened.

@@ -36,6 +36,29 @@ use crate::repeat::Occurrence;
 
 /// Rows per INSERT statement: well under SQLite's bound-variable limit.
 const INSERT_CHUNK: usize = 500;
+/// Bytes of message bodies per INSERT statement (a statement takes at least
+/// one message, whatever its size): 500 messages of 1 MiB would make one
+/// value of half a gigabyte on SQLite and pass MySQL's `max_allowed_packet`.
+const INSERT_BYTES: usize = 8 << 20;
+
+/// Consecutive runs of `items`, each at most [`INSERT_CHUNK`] long and,
+/// past its first item, at most [`INSERT_BYTES`] by `size`.
+fn insert_chunks<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && (i - start == INSERT_CHUNK || bytes + n > INSERT_BYTES) {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < items.len() {
+        out.push(start..items.len());
+    }
+    out
+}
 
 /// Where a status change happened, written on every flow row.
 #[derive(Debug, Clone)]
@@ -280,4 +303,20 @@ fn live_holder<C: LiveHolder>(
     key: &str,
 ) -> QueryResult<Option<MessageRow>> {
     c.live_holder(topic, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_chunks_bound_rows_and_bytes() {
+        let sizes = |v: &[usize]| insert_chunks(v, |n| *n);
+        assert_eq!(sizes(&[]), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(sizes(&[1; 1201]), vec![0..500, 500..1000, 1000..1201]);
+        let big = INSERT_BYTES;
+        assert_eq!(sizes(&[big + 1, 1]), vec![0..1, 1..2]);
+        assert_eq!(sizes(&[big / 2, big / 2, 1]), vec![0..2, 2..3]);
+        assert_eq!(sizes(&[1, big, 1]), vec![0..1, 1..2, 2..3]);
+    }
 }

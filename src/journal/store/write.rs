@@ -16,7 +16,8 @@ use crate::with_conn;
 
 use super::batch::{ChangeWriter, Update};
 use super::{
-    is_unique_violation, live_holder, new_flow, InsertOutcome, NodeInfo, StatusChange, INSERT_CHUNK,
+    insert_chunks, is_unique_violation, live_holder, new_flow, InsertOutcome, NodeInfo,
+    StatusChange, INSERT_CHUNK,
 };
 
 /// Inserts messages as WaitPut with their first flow row, all in one
@@ -70,7 +71,8 @@ pub fn insert_messages(
             row_of.push(i);
             outcomes.push(Some(InsertOutcome::Inserted));
         }
-        for (chunk, msg_of) in rows.chunks(INSERT_CHUNK).zip(row_of.chunks(INSERT_CHUNK)) {
+        for range in insert_chunks(&rows, |r| r.body.len()) {
+            let (chunk, msg_of) = (&rows[range.clone()], &row_of[range]);
             match c.transaction(|c| c.insert_messages(chunk)) {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
