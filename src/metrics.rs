@@ -39,6 +39,7 @@
 //! | `delayq_shard_epoch` | gauge | shard | fencing epoch of each shard this node owns |
 //! | `delayq_cluster_session` | gauge | state | 1 for the session's state (`standalone`, `connected`, …) |
 //! | `delayq_cluster_leader` | gauge | | 1 on the leader |
+//! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis at each scrape; the same on every node) |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
 //! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]) |
@@ -179,6 +180,7 @@ pub struct Metrics {
     shard_epoch: Family<ShardLabel, Gauge>,
     cluster_session: Family<SessionLabel, Gauge>,
     cluster_leader: Gauge,
+    topic_paused: Family<TopicLabel, Gauge>,
     cluster_nodes: Gauge,
     owned_shards: Gauge,
     clock_offset: FloatGauge,
@@ -232,6 +234,7 @@ impl Metrics {
             shard_epoch: Family::default(),
             cluster_session: Family::default(),
             cluster_leader: Gauge::default(),
+            topic_paused: Family::default(),
             cluster_nodes: Gauge::default(),
             owned_shards: Gauge::default(),
             clock_offset: FloatGauge::default(),
@@ -372,6 +375,11 @@ impl Metrics {
                 "cluster_leader",
                 "1 when this node is the leader",
                 m.cluster_leader.clone(),
+            );
+            d.register(
+                "topic_paused",
+                "1 for each paused topic",
+                m.topic_paused.clone(),
             );
             d.register(
                 "cluster_nodes",
@@ -538,6 +546,20 @@ impl Metrics {
             self.shard_epoch
                 .get_or_create(&ShardLabel { shard })
                 .set(epoch);
+        }
+    }
+
+    /// The paused topics, replacing the last reading (a resumed topic
+    /// loses its series). Not bound by the topic label limit: a pause is
+    /// an operator's act, and each is worth its series.
+    pub fn paused_topics<'a>(&self, topics: impl Iterator<Item = &'a String>) {
+        self.topic_paused.clear();
+        for topic in topics {
+            self.topic_paused
+                .get_or_create(&TopicLabel {
+                    topic: topic.clone(),
+                })
+                .set(1);
         }
     }
 

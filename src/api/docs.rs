@@ -31,6 +31,7 @@ const UI_ROOT: &str = "/docs/";
         (name = "consume", description = "Long-poll a topic, ack, nack"),
         (name = "cancel", description = "Cancel messages before they are delivered"),
         (name = "dead", description = "Dead letters: list and requeue"),
+        (name = "topics", description = "Topics with their counts; pause and resume a topic"),
         (name = "inspect", description = "A message's status and history; restore from the journal"),
         (name = "admin", description = "Cluster, journal, reconciliation and restore progress"),
         (name = "health", description = "Liveness and readiness"),

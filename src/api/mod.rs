@@ -24,6 +24,7 @@ mod manage;
 mod metrics;
 mod produce;
 pub mod schema;
+mod topics;
 pub mod ui;
 
 use std::collections::HashMap;
@@ -191,6 +192,9 @@ routes! {
     get "/reStore" => manage::restore_all,
     get "/reStore/{id}" => manage::restore_one,
     get "/messages/{id}" => manage::message,
+    get "/topics" => topics::list,
+    post "/topics/{topic}/pause" => topics::pause,
+    post "/topics/{topic}/resume" => topics::resume,
     get "/admin/cluster" => admin::cluster,
     get "/admin/journal" => admin::journal,
     post "/admin/rebalance" => admin::rebalance,

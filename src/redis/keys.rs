@@ -12,6 +12,7 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
+//! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
 //! | `{P}:resharding` | string | `FROM>TO` while `delayq reshard` moves the data set (nodes refuse to start) |
@@ -22,6 +23,7 @@
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
 //! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
 //! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
+//! | `{P}:paused` | hash | topic → when it was paused (ms): the paused topics, as `GET /topics` lists them; every shard's `:paused` set follows it |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
 //!
 //! Pub/sub channels (not keys), one pair per shard and tagged like its keys,
@@ -99,6 +101,16 @@ impl Keys {
 
     pub fn unjournaled(&self, shard: u32) -> String {
         format!("{}:unjournaled", self.tag(shard))
+    }
+
+    /// Topics paused, as shard `s`'s hand-out scripts read them.
+    pub fn paused(&self, shard: u32) -> String {
+        format!("{}:paused", self.tag(shard))
+    }
+
+    /// Topic → when it was paused (ms), for every shard.
+    pub fn paused_topics(&self) -> String {
+        format!("{{{}}}:paused", self.prefix)
     }
 
     pub fn epoch(&self, shard: u32) -> String {

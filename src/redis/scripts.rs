@@ -29,6 +29,7 @@ pub struct Scripts {
     pub replace: Script,
     pub takeover: Script,
     pub end_absent: Script,
+    pub pause: Script,
 }
 
 impl Scripts {
@@ -93,6 +94,7 @@ impl Scripts {
                 include_str!("lua/clock.lua"),
                 include_str!("lua/end_absent.lua"),
             ]),
+            pause: lua(&[include_str!("lua/pause.lua")]),
         }
     }
 }
@@ -120,7 +122,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 14] {
+    fn all(&self) -> [&Script; 15] {
         [
             &self.schedule,
             &self.tick,
@@ -136,6 +138,7 @@ impl Scripts {
             &self.replace,
             &self.takeover,
             &self.end_absent,
+            &self.pause,
         ]
     }
 

@@ -93,7 +93,10 @@ async fn batch_is_durable_when_answered(b: Backend) {
     let ids = env.push_batch(big.clone()).await;
     assert_eq!(ids.len(), 10);
     for (id, sent) in ids.iter().zip(&big) {
-        let row = env.journal.row(id).expect("a big message durable when answered");
+        let row = env
+            .journal
+            .row(id)
+            .expect("a big message durable when answered");
         assert_eq!(row.body, sent["body"].as_str().unwrap());
         assert_eq!(row.biz_key.as_deref(), sent["bizKey"].as_str());
     }

@@ -28,6 +28,7 @@ mod metrics;
 mod openapi;
 mod ops;
 mod outage;
+mod pause;
 mod promises;
 mod property;
 mod reconcile;

@@ -5,6 +5,8 @@
 //!   document of every refusal, with the codes' snake_case names.
 //! - [`AckOutcome`], [`NackOutcome`], [`CancelOutcome`]: the `result` of one
 //!   message in the answers to acks, nacks and cancels.
+//! - [`TopicList`], [`PauseState`]: `GET /topics` and the answers to
+//!   pausing and resuming a topic.
 //!
 //! This crate knows nothing of HTTP frameworks, Redis, databases or async
 //! runtimes: serde alone, and utoipa behind the `utoipa` feature for the
@@ -16,6 +18,8 @@ mod error;
 mod outcome;
 #[cfg(feature = "utoipa")]
 mod schema;
+mod topic;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
+pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

@@ -43,7 +43,7 @@ mod cluster;
 mod dead;
 pub mod history;
 mod message;
-mod overview;
+pub(crate) mod overview;
 mod restore;
 mod topic;
 

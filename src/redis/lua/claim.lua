@@ -1,6 +1,8 @@
 -- Hand the first ready messages of one topic in one shard to a consumer.
--- KEYS[1] ready zset of the topic, KEYS[2] message hash, KEYS[3] in-flight zset
--- ARGV[1] how many to take from the head of the queue.
+-- KEYS[1] ready zset of the topic, KEYS[2] message hash, KEYS[3] in-flight zset,
+-- KEYS[4] the shard's paused topics (set)
+-- ARGV[1] how many to take from the head of the queue, ARGV[2] the topic.
+-- A paused topic hands nothing out.
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
@@ -9,6 +11,9 @@
 -- raised), in queue order, then the time the script ran (Redis's clock, ms).
 local now = now_ms()
 local out = {}
+if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
+  return { tostring(now) }
+end
 local items = claim_head(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
 for _, item in ipairs(items) do
   if item then

@@ -1,8 +1,9 @@
 -- A poll's claim in one call (one Redis without cluster slots): the first
 -- ready messages of one topic across every shard, handed to a consumer.
 -- KEYS: per shard, in shard order: ready zset of the topic, message hash,
--- in-flight zset (3 keys a shard).
--- ARGV[1] how many to take in all.
+-- in-flight zset, paused topics (set) (4 keys a shard).
+-- ARGV[1] how many to take in all, ARGV[2] the topic.
+-- A shard whose paused set holds the topic hands nothing out.
 -- The heads of the shards' ready queues are merged by score, then by id
 -- (as a peek across shards followed by claims would take them, in one
 -- step): each shard gives up the head of its queue that many, claimed by
@@ -13,14 +14,14 @@
 -- nothing), then the time the script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
-local shards = #KEYS / 3
+local shards = #KEYS / 4
 -- Each queue's head is read a few entries at a time (writing out a score
 -- costs more than the rest of an entry), and further while the merge
 -- takes from it.
 local step = math.max(4, math.ceil(want / shards) + 2)
 local heads, at, read, more = {}, {}, {}, {}
 local function fetch(s)
-  local got = redis.call('ZRANGE', KEYS[3 * s - 2], read[s], read[s] + step - 1, 'WITHSCORES')
+  local got = redis.call('ZRANGE', KEYS[4 * s - 3], read[s], read[s] + step - 1, 'WITHSCORES')
   local h = heads[s]
   for i = 1, #got do
     h[#h + 1] = got[i]
@@ -30,7 +31,11 @@ local function fetch(s)
 end
 for s = 1, shards do
   heads[s], at[s], read[s] = {}, 1, 0
-  fetch(s)
+  if redis.call('SISMEMBER', KEYS[4 * s], ARGV[2]) == 1 then
+    more[s] = false
+  else
+    fetch(s)
+  end
 end
 -- Merge: the shard whose next entry comes first, `want` times.
 local order, taken = {}, 0
@@ -59,7 +64,7 @@ local claimed, dropped = {}, 0
 for s = 1, shards do
   local n = (at[s] - 1) / 2
   if n > 0 then
-    local items, gone = claim_head(KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s], n, now)
+    local items, gone = claim_head(KEYS[4 * s - 3], KEYS[4 * s - 2], KEYS[4 * s - 1], n, now)
     claimed[s] = { items = items, next = 1 }
     dropped = dropped + gone
   end

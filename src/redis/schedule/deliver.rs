@@ -172,8 +172,13 @@ impl RedisSchedule {
             let k = &self.keys;
             pipe.add_command(evalsha(
                 &self.scripts.claim,
-                &[k.ready(shard, topic), k.messages(shard), k.inflight(shard)],
-                &[n as i64],
+                &[
+                    k.ready(shard, topic),
+                    k.messages(shard),
+                    k.inflight(shard),
+                    k.paused(shard),
+                ],
+                &[n.to_string(), topic.to_string()],
             ));
         }
         let mut replies: Vec<Vec<String>> = self
@@ -203,13 +208,18 @@ impl RedisSchedule {
         count: usize,
     ) -> Result<(Vec<Claimed>, usize), RedisError> {
         let k = &self.keys;
-        let mut keys = Vec::with_capacity(3 * k.shards() as usize);
+        let mut keys = Vec::with_capacity(4 * k.shards() as usize);
         for shard in 0..k.shards() {
             keys.push(k.ready(shard, topic));
             keys.push(k.messages(shard));
             keys.push(k.inflight(shard));
+            keys.push(k.paused(shard));
         }
-        let cmd = evalsha(&self.scripts.take, &keys, &[count as i64]);
+        let cmd = evalsha(
+            &self.scripts.take,
+            &keys,
+            &[count.to_string(), topic.to_string()],
+        );
         let mut reply: Vec<String> = self
             .scripts
             .run("take", &mut self.con.clone(), &cmd)

@@ -5,6 +5,7 @@
 mod bookkeeping;
 mod deliver;
 mod outcomes;
+mod topics;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,61 @@
+//! Topics as `GET /topics` lists them, and the answers to pausing and
+//! resuming one.
+
+use serde::{Deserialize, Serialize};
+
+/// A topic's messages by status (from the journal, a few seconds old at
+/// most).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TopicCounts {
+    /// Due beyond the Redis horizon, kept in the journal until they come near.
+    pub waiting: i64,
+    pub delaying: i64,
+    pub ready: i64,
+    pub in_flight: i64,
+    pub dead: i64,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TopicView {
+    pub topic: String,
+    pub counts: TopicCounts,
+    /// Nothing of the topic is handed out or forwarded while it is paused.
+    pub paused: bool,
+    /// When it was paused (epoch ms), while it is.
+    pub paused_at: Option<i64>,
+    /// The due time (epoch ms) of its oldest message waiting ready, if any.
+    pub oldest_ready_due_time: Option<i64>,
+    /// How long that message has waited past its due time (ms).
+    pub overdue_ms: Option<i64>,
+}
+
+/// `GET /topics`: every topic with messages in the journal or paused, in
+/// name order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TopicList {
+    pub topics: Vec<TopicView>,
+    /// The journal's counts were cut at their limit: some topics may be
+    /// missing.
+    pub cut: bool,
+}
+
+/// `POST /topics/{topic}/pause` and `/resume`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PauseState {
+    pub topic: String,
+    pub paused: bool,
+    /// When it was paused (epoch ms): the first pause's time when it was
+    /// paused already; null once resumed.
+    pub paused_at: Option<i64>,
+    /// Whether the call changed anything (false: it was in that state).
+    pub changed: bool,
+}

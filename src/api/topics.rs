@@ -1,0 +1,137 @@
+//! Topics: every topic with its counts and whether it is paused; pausing
+//! and resuming one, for the whole cluster (see
+//! [`crate::redis::schedule::RedisSchedule::pause`]).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
+
+use super::{check_topic, AppState};
+use crate::api::error::{ApiError, ErrorBody};
+use crate::message::now_ms;
+
+/// `GET /topics`: every topic with messages in the journal (counts by
+/// status, a few seconds old at most) or paused, in name order, with its
+/// pause and the oldest message waiting ready.
+#[utoipa::path(
+    get,
+    path = "/topics",
+    tag = "topics",
+    security((), ("readToken" = []), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "Every topic, in name order", body = TopicList),
+        (status = 401, description = "A read or admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+    ),
+)]
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    state.require_reader(&req)?;
+    Ok(HttpResponse::Ok().json(topic_list(&state).await?))
+}
+
+/// The topics as `GET /topics` and the dashboard show them.
+pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
+    let (counts, cut) = super::ui::overview::topic_counts(state).await?;
+    let paused = state.queue.redis.paused_topics().await?;
+    let mut names: Vec<&str> = counts.keys().map(String::as_str).collect();
+    names.extend(paused.keys().map(String::as_str));
+    names.sort_unstable();
+    names.dedup();
+    let oldest = state.queue.redis.oldest_ready(&names).await?;
+    let now = now_ms();
+    let topics = names
+        .iter()
+        .zip(oldest)
+        .map(|(&topic, due)| {
+            let c = counts.get(topic).cloned().unwrap_or_default();
+            let paused_at = paused.get(topic).copied();
+            TopicView {
+                topic: topic.to_string(),
+                counts: TopicCounts {
+                    waiting: c.waiting,
+                    delaying: c.delaying,
+                    ready: c.ready,
+                    in_flight: c.in_flight,
+                    dead: c.dead,
+                },
+                paused: paused_at.is_some(),
+                paused_at,
+                oldest_ready_due_time: due,
+                overdue_ms: due.map(|d| (now - d).max(0)),
+            }
+        })
+        .collect();
+    Ok(TopicList { topics, cut })
+}
+
+/// `POST /topics/{topic}/pause`: nothing of the topic is handed out or
+/// forwarded, on any node, from the answer on until it is resumed.
+/// Pushes, cancels, acks and nacks keep working; due messages wait ready;
+/// messages in flight keep their ack deadlines.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/pause",
+    tag = "topics",
+    params(("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The topic is paused (`changed`: by this call)", body = PauseState),
+        (status = 400, description = "A bad topic", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis unavailable: the pause may be partly applied; call again", body = ErrorBody),
+    ),
+)]
+pub async fn pause(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    topic: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let topic = topic.into_inner();
+    check_topic(&topic)?;
+    let (at, changed) = state.queue.redis.pause(&topic).await?;
+    if changed {
+        tracing::info!(topic, "topic paused");
+    }
+    Ok(HttpResponse::Ok().json(PauseState {
+        topic,
+        paused: true,
+        paused_at: Some(at),
+        changed,
+    }))
+}
+
+/// `POST /topics/{topic}/resume`: the topic is handed out again; long
+/// polls waiting on it, on every node, look at once.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/resume",
+    tag = "topics",
+    params(("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")),
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The topic is not paused (`changed`: it was until this call)", body = PauseState),
+        (status = 400, description = "A bad topic", body = ErrorBody),
+        (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 503, description = "Redis unavailable: the resume may be partly applied; call again", body = ErrorBody),
+    ),
+)]
+pub async fn resume(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    topic: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.require_admin(&req)?;
+    let topic = topic.into_inner();
+    check_topic(&topic)?;
+    let changed = state.queue.redis.resume(&topic).await?;
+    state.queue.waiters.notify(&topic);
+    if changed {
+        tracing::info!(topic, "topic resumed");
+    }
+    Ok(HttpResponse::Ok().json(PauseState {
+        topic,
+        paused: false,
+        paused_at: None,
+        changed,
+    }))
+}
