@@ -168,6 +168,36 @@ async fn a_cluster_serves_every_route_across_its_masters(b: Backend) {
     let r = env.get_path("/reStore?expire=true").await;
     assert_eq!(r.assert_ok()["restored"], 1, "{}", r.text);
     assert!(env.scheduled_in_cluster(&cluster, &lost));
+
+    // A paused topic: every master's shards hand nothing of it out (claim
+    // scripts read the shard's paused set) until it is resumed.
+    env.post_json("/topics/a/pause", &json!({}))
+        .await
+        .assert_ok();
+    let paused: Vec<String> = env
+        .push_batch(
+            (0..16)
+                .map(|i| json!({"topic": "a", "body": format!("paused {i}")}))
+                .collect(),
+        )
+        .await;
+    env.assert_nothing("a", 2).await;
+    let topics = env.get_path("/topics").await;
+    let a = topics.assert_ok()["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == "a")
+        .cloned()
+        .unwrap_or_else(|| panic!("no topic a in {}", topics.text));
+    assert_eq!(a["paused"], true, "{a}");
+    assert!(a["oldestReadyDueTime"].as_i64().is_some(), "{a}");
+    env.post_json("/topics/a/resume", &json!({}))
+        .await
+        .assert_ok();
+    let got = take_acking(&env, "a", 16, Duration::from_secs(10)).await;
+    let got: BTreeSet<&str> = got.iter().map(|(_, m)| id_of(m)).collect();
+    assert_eq!(got, paused.iter().map(String::as_str).collect());
 }
 
 /// The seed nodes of a `redis+cluster://` URL, as the node reads them.

@@ -389,3 +389,72 @@ async fn concurrent_biz_key_pushes_to_two_nodes_get_one_id() {
     let got = c.poll(1, "bk-end", 5, 1).await;
     assert_eq!(got[0].msg["id"], id.as_str());
 }
+
+/// A pause said to one node holds on the other at once (the shards' paused
+/// sets are in Redis, read by every claim), and a resume said to the other
+/// wakes a long poll waiting on the first (over Redis pub/sub).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_and_a_resume_hold_on_every_node() {
+    let c = Cluster::builder().start().await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    let topic = format!("gw{}", random_hex(6));
+    c.post(0, &format!("/topics/{topic}/pause"), &json!({}))
+        .await
+        .assert_ok();
+    let ids: BTreeSet<String> = c
+        .push_batch(
+            1,
+            (0..20)
+                .map(|i| json!({"topic": topic, "body": format!("m{i}")}))
+                .collect(),
+        )
+        .await
+        .into_iter()
+        .collect();
+    assert!(
+        c.poll(1, &topic, 2, 100).await.is_empty(),
+        "handed out while paused"
+    );
+    let listed = c.get(1, "/topics").await;
+    assert!(
+        listed.assert_ok()["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["topic"] == topic.as_str() && t["paused"] == true),
+        "{}",
+        listed.text
+    );
+    // A poll waiting on node 0; the resume goes to node 1.
+    let waiting = {
+        let (http, url) = (
+            c.http.clone(),
+            c.url(0, &format!("/get/{topic}?timeout=20&count=100")),
+        );
+        tokio::spawn(async move {
+            let body: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            (body, now_ms())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed_at = now_ms();
+    c.post(1, &format!("/topics/{topic}/resume"), &json!({}))
+        .await
+        .assert_ok();
+    let (body, got_at) = waiting.await.unwrap();
+    let got: BTreeSet<String> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!got.is_empty(), "the waiting poll got nothing: {body}");
+    assert!(got.is_subset(&ids), "{body}");
+    // Woken by the other node's notice, not by its own look each second.
+    assert!(
+        got_at - resumed_at < 400,
+        "handed out {} ms after the resume",
+        got_at - resumed_at
+    );
+}
