@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 backend_tests!(
     a_paused_topic_hands_nothing_out_until_resumed,
-    in_flight_deadlines_run_on_while_paused
+    in_flight_deadlines_run_on_while_paused,
+    a_series_paused_misses_its_occurrences
 );
 
 /// The shards' paused sets follow the list when a node starts: a pause or
@@ -202,4 +203,47 @@ async fn in_flight_deadlines_run_on_while_paused(b: Backend) {
     let again = env.receive_one("gw").await;
     assert_eq!(again.msg["id"], id.as_str());
     assert_eq!(again.msg["attempts"], 2, "{}", again.msg);
+}
+
+/// A recurring message's occurrences due during a pause are missed ones:
+/// its `misfire` decides on resume (the default `one`: one late delivery,
+/// then the first time in the future; `skip`: none).
+async fn a_series_paused_misses_its_occurrences(b: Backend) {
+    let env = Env::start(b).await;
+    let mut series = Vec::new();
+    for (topic, misfire) in [("s-one", "one"), ("s-skip", "skip")] {
+        let id = env
+            .push(json!({"topic": topic, "body": "x", "delay": 100,
+                         "repeat": {"every": 300, "misfire": misfire}}))
+            .await;
+        let first = env.receive_one(topic).await;
+        assert_eq!(first.msg["occurrence"]["number"], 1, "{}", first.msg);
+        set_paused(&env, topic, true).await;
+        env.ack(&id).await.assert_ok();
+        series.push((topic, id));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (topic, _) in &series {
+        env.assert_nothing(topic, 1).await;
+    }
+    let resumed_at = now_ms();
+    for (topic, _) in &series {
+        set_paused(&env, topic, false).await;
+    }
+    let due = |r: &crate::common::Received| r.msg["dueTime"].as_i64().unwrap();
+    // one: occurrence 2, late; then one due after the resume.
+    let late = env.receive_one("s-one").await;
+    assert_eq!(late.msg["occurrence"]["number"], 2, "{}", late.msg);
+    assert!(due(&late) < resumed_at, "{}", late.msg);
+    env.ack(&series[0].1).await.assert_ok();
+    let next = env.receive_one("s-one").await;
+    assert!(due(&next) >= resumed_at, "{}", next.msg);
+    // skip: the first delivery after the resume is due after it.
+    let next = env.receive_one("s-skip").await;
+    assert!(due(&next) >= resumed_at, "{}", next.msg);
+    assert!(
+        next.msg["occurrence"]["number"].as_i64().unwrap() > 2,
+        "{}",
+        next.msg
+    );
 }
