@@ -290,3 +290,41 @@ async fn read_only_offers_no_action() {
     assert!(refused.text.contains("read-only"));
     assert_eq!(env.message(&id).await["message"]["status"], "Dead");
 }
+
+/// Pause a topic from its page (the question accepted) and resume it: while
+/// paused the overview and the topic page say so and nothing is handed out.
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_and_resume_by_clicking() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--admin-token")
+        .arg(TOKEN)
+        .start()
+        .await;
+    let browser = Browser::start().await;
+    browser.goto(&env.url("/ui/topics/sms")).await;
+    browser.wait_for("Log in").await;
+    browser
+        .type_into(&browser.find("#token").await, TOKEN)
+        .await;
+    browser.click(&browser.find("#login").await).await;
+    browser.wait_for("Topic sms").await;
+
+    browser
+        .click(&browser.find("#pause-state button.danger").await)
+        .await;
+    browser.accept_dialog().await;
+    browser.wait_for("Topic sms paused.").await;
+    browser.wait_for("Paused since").await;
+    let id = env.push(json!({"topic": "sms", "body": "held"})).await;
+    env.assert_nothing("sms", 1).await;
+    browser.goto(&env.url("/ui")).await;
+    browser.wait_for("Paused").await;
+
+    browser.goto(&env.url("/ui/topics/sms")).await;
+    browser
+        .click(&browser.find("#pause-state button.primary").await)
+        .await;
+    browser.wait_for("Topic sms resumed.").await;
+    assert!(!browser.text("#pause-state").await.contains("Paused"));
+    assert_eq!(env.receive_one("sms").await.id(), id);
+}

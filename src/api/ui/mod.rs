@@ -72,6 +72,8 @@ ui_routes! {
     get "/ui" => overview::page,
     get "/ui/chart.json" => overview::chart,
     get "/ui/topics/{topic}" => topic::page,
+    post "/ui/topics/{topic}/pause" => topic::pause,
+    post "/ui/topics/{topic}/resume" => topic::resume,
     get "/ui/messages/{id}" => message::page,
     post "/ui/messages/{id}/requeue" => dead::requeue_one,
     post "/ui/messages/{id}/delete" => dead::delete_one,

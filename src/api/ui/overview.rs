@@ -81,10 +81,15 @@ fn count(n: i64) -> String {
     }
 }
 
-/// The topics table (refreshed in place every few seconds).
-fn topics_table(counts: &Counts, cut: bool) -> String {
+/// The topics table (refreshed in place every few seconds): every topic
+/// with messages, and every paused one.
+fn topics_table(counts: &Counts, paused: &BTreeMap<String, i64>, cut: bool) -> String {
+    let mut all = counts.clone();
+    for topic in paused.keys() {
+        all.entry(topic.clone()).or_default();
+    }
     let mut rows = String::new();
-    for (topic, c) in counts {
+    for (topic, c) in &all {
         let (pushed, delivered) = history::rates(topic);
         let dead = if c.dead > 0 {
             format!(
@@ -97,7 +102,7 @@ fn topics_table(counts: &Counts, cut: bool) -> String {
         };
         let _ = write!(
             rows,
-            r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
+            r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a>{p}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
             count(c.waiting),
             count(c.delaying),
             count(c.ready),
@@ -106,9 +111,14 @@ fn topics_table(counts: &Counts, cut: bool) -> String {
             rate(delivered),
             u = url_encode(topic),
             t = esc(topic),
+            p = if paused.contains_key(topic) {
+                r#" <span class="badge paused">Paused</span>"#
+            } else {
+                ""
+            },
         );
     }
-    if counts.is_empty() {
+    if all.is_empty() {
         rows.push_str(r#"<tr><td colspan="8" class="empty">No messages yet: push one with <code>POST /push</code>.</td></tr>"#);
     }
     let note = if cut {
@@ -127,6 +137,7 @@ fn topics_table(counts: &Counts, cut: bool) -> String {
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
     let (counts, cut) = topic_counts(&state).await?;
+    let paused = state.queue.redis.paused_topics().await?;
     let view = state.cluster.view();
     let samples = history::samples();
     let last = samples.last();
@@ -173,7 +184,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
         backlog = state.queue.journal.backlog_pending(),
-        table = topics_table(&counts, cut),
+        table = topics_table(&counts, &paused, cut),
         every = history::EVERY.as_secs(),
     );
     Ok(super::page(&viewer, "Overview", "/ui", &body))

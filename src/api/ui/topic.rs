@@ -6,7 +6,8 @@ use std::fmt::Write;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::{badge, esc, preview, see_other, time, url_encode, UiError};
+use super::auth::check_action;
+use super::{back_with, badge, esc, preview, see_other, time, url_encode, UiError};
 use crate::api::{check_topic, AppState};
 use crate::message::{MessageId, Status};
 
@@ -96,8 +97,43 @@ pub async fn page(
             r#"<a href="{base}?status={tab}&amp;after={last}">Next »</a>"#
         );
     }
+    let paused_at = state
+        .queue
+        .redis
+        .paused_topics()
+        .await?
+        .get(&topic)
+        .copied();
+    let action = format!(
+        "{base}/{}",
+        if paused_at.is_some() {
+            "resume"
+        } else {
+            "pause"
+        }
+    );
+    let pause = match paused_at {
+        Some(at) => format!(
+            r#"<div class="paused" id="pause-state"><span class="badge paused">Paused</span> since {} — nothing of this topic is handed out or forwarded; pushes, cancels and acks go on. {}</div>"#,
+            time(at),
+            viewer.button(&action, "Resume", "primary", &[], None)
+        ),
+        None => format!(
+            r#"<div id="pause-state">{}</div>"#,
+            viewer.button(
+                &action,
+                "Pause",
+                "danger",
+                &[],
+                Some(&format!(
+                    "Pause {topic}? Nothing of it is handed out, on any node, until it is resumed."
+                )),
+            )
+        ),
+    };
     let body = format!(
         r#"<h1>Topic <span class="mono">{t}</span></h1>
+{pause}
 <form class="search" method="get" action="{base}"><input type="search" name="q" placeholder="Message id or bizKey" aria-label="Message id or bizKey" value=""><button type="submit">Find</button></form>
 <nav class="tabs">{tabs}</nav>
 <table class="grid"><thead><tr><th>Id</th><th>bizKey</th><th>Due</th><th class="num">Priority</th><th class="num">Attempts</th><th>Status</th><th>Body</th></tr></thead><tbody>{list}</tbody></table>
@@ -133,4 +169,41 @@ async fn search_one(
         })
         .await?;
     Ok(rows.first().map(|r| MessageId(r.id)))
+}
+
+/// `POST /ui/topics/{topic}/pause`.
+pub async fn pause(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    topic: web::Path<String>,
+    form: web::Form<HashMap<String, String>>,
+) -> Result<HttpResponse, UiError> {
+    check_action(&state, &req, &form)?;
+    check_topic(&topic)?;
+    state.queue.redis.pause(&topic).await?;
+    tracing::info!(topic = %topic, "topic paused from the dashboard");
+    Ok(back_with(
+        &format!("/ui/topics/{}", url_encode(&topic)),
+        "done",
+        &format!("Topic {topic} paused."),
+    ))
+}
+
+/// `POST /ui/topics/{topic}/resume`.
+pub async fn resume(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    topic: web::Path<String>,
+    form: web::Form<HashMap<String, String>>,
+) -> Result<HttpResponse, UiError> {
+    check_action(&state, &req, &form)?;
+    check_topic(&topic)?;
+    state.queue.redis.resume(&topic).await?;
+    state.queue.waiters.notify(&topic);
+    tracing::info!(topic = %topic, "topic resumed from the dashboard");
+    Ok(back_with(
+        &format!("/ui/topics/{}", url_encode(&topic)),
+        "done",
+        &format!("Topic {topic} resumed."),
+    ))
 }
