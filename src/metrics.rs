@@ -39,7 +39,7 @@
 //! | `delayq_shard_epoch` | gauge | shard | fencing epoch of each shard this node owns |
 //! | `delayq_cluster_session` | gauge | state | 1 for the session's state (`standalone`, `connected`, …) |
 //! | `delayq_cluster_leader` | gauge | | 1 on the leader |
-//! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis at each scrape; the same on every node) |
+//! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis each second; the same on every node) |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
 //! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]) |

@@ -33,10 +33,6 @@ pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
         view.nodes.len(),
         &view.owned,
     );
-    match state.queue.redis.paused_topics().await {
-        Ok(paused) => m.paused_topics(paused.keys()),
-        Err(e) => tracing::debug!(error = %e, "cannot read the paused topics for /metrics"),
-    }
     HttpResponse::Ok()
         .content_type(CONTENT_TYPE)
         .body(m.encode())

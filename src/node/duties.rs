@@ -48,6 +48,18 @@ pub(super) async fn publish_journal_behind(
     }
 }
 
+/// Reads the paused topics each second into `delayq_topic_paused` (so a
+/// scrape never waits for Redis).
+pub(super) async fn watch_paused(redis: RedisSchedule) {
+    loop {
+        match redis.paused_topics().await {
+            Ok(paused) => crate::metrics::metrics().paused_topics(paused.keys()),
+            Err(e) => tracing::debug!(error = %e, "cannot read the paused topics"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Sleeps `every`, and again while this node does not lead: the turns of
 /// a duty of the leader alone.
 async fn leader_turn(cluster: &ClusterHandle, every: Duration) {

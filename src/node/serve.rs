@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::duties::{
     check_eviction, ensure_dataset, probe_clock, publish_journal_behind, reconcile_periodically,
-    retain_periodically, watch_dataset,
+    retain_periodically, watch_dataset, watch_paused,
 };
 use super::spill::spill;
 use super::{open_journal, open_redis};
@@ -301,6 +301,7 @@ fn spawn_duties(
     reconciler: &Reconciler,
 ) {
     actix::spawn(probe_clock(redis.clone()));
+    actix::spawn(watch_paused(redis.clone()));
     actix::spawn(
         crate::horizon::Loader {
             journal: journal.clone(),

@@ -71,10 +71,29 @@ async fn topic_view(env: &Env, topic: &str) -> Value {
         .unwrap_or_else(|| panic!("{topic} not in {}", r.text))
 }
 
-async fn paused_metric(env: &Env, topic: &str) -> bool {
-    let text = env.get_path("/metrics").await.text;
-    text.lines()
-        .any(|l| l == format!("delayq_topic_paused{{topic=\"{topic}\"}} 1"))
+/// Waits (the node reads the pauses each second) until `/metrics` says
+/// `topic` is paused, or not.
+async fn wait_paused_metric(env: &Env, topic: &str, paused: bool) {
+    let line = format!("delayq_topic_paused{{topic=\"{topic}\"}} 1");
+    wait_until(
+        "/metrics to show the pause",
+        Duration::from_secs(5),
+        || async {
+            let text = env.get_path("/metrics").await.text;
+            if text.lines().any(|l| l == line) == paused {
+                Ok(())
+            } else {
+                Err(format!(
+                    "paused {paused} wanted; {}",
+                    text.lines()
+                        .filter(|l| l.contains("topic_paused"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))
+            }
+        },
+    )
+    .await;
 }
 
 async fn a_paused_topic_hands_nothing_out_until_resumed(b: Backend) {
@@ -123,10 +142,7 @@ async fn a_paused_topic_hands_nothing_out_until_resumed(b: Backend) {
         "{view}"
     );
     assert_eq!(topic_view(&env, "mail").await["paused"], false);
-    assert!(
-        paused_metric(&env, "sms").await,
-        "no paused series in /metrics"
-    );
+    wait_paused_metric(&env, "sms", true).await;
 
     // A long poll waiting when the topic is resumed gets the message at once.
     let poller = {
@@ -160,10 +176,7 @@ async fn a_paused_topic_hands_nothing_out_until_resumed(b: Backend) {
         got_at - resumed_at
     );
     assert_eq!(set_paused(&env, "sms", false).await["changed"], false);
-    assert!(
-        !paused_metric(&env, "sms").await,
-        "a resumed topic keeps its series"
-    );
+    wait_paused_metric(&env, "sms", false).await;
     assert_eq!(topic_view(&env, "sms").await["paused"], false);
 
     // Bad topics change nothing.
