@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_proto::ErrorBody;
+use delayq_proto::{ErrorBody, PauseState, TopicList};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -269,6 +269,38 @@ impl Client {
             }) => Ok(CancelOutcome::NotFound),
             Err(e) => Err(e),
         }
+    }
+
+    /// `GET /topics`: every topic with its counts by status, whether it is
+    /// paused, and its oldest message waiting ready.
+    pub async fn topics(&self) -> Result<TopicList, Error> {
+        self.call(Method::GET, "/topics".into(), None::<&()>, Wait::Quick)
+            .await
+    }
+
+    /// `POST /topics/{topic}/pause`: nothing of the topic is handed out or
+    /// forwarded, on any node, until [`Client::resume`]. Pushes, cancels
+    /// and acks go on. Calling it again is harmless (and completes a pause
+    /// an outage cut short).
+    pub async fn pause(&self, topic: &str) -> Result<PauseState, Error> {
+        self.call(
+            Method::POST,
+            format!("/topics/{topic}/pause"),
+            None::<&()>,
+            Wait::Quick,
+        )
+        .await
+    }
+
+    /// `POST /topics/{topic}/resume`: the topic is handed out again.
+    pub async fn resume(&self, topic: &str) -> Result<PauseState, Error> {
+        self.call(
+            Method::POST,
+            format!("/topics/{topic}/resume"),
+            None::<&()>,
+            Wait::Quick,
+        )
+        .await
     }
 
     /// `POST /cancel` with ids (1 to 1000): a result per id.

@@ -14,7 +14,8 @@
 //!
 //! - [`client`]: [`Client`], one method per route: [`Client::push`],
 //!   [`Client::push_batch`], [`Client::cancel`] and the bulk cancels, and
-//!   the consumer's own [`Client::poll`], [`Client::ack`], [`Client::nack`].
+//!   the consumer's own [`Client::poll`], [`Client::ack`], [`Client::nack`];
+//!   [`Client::topics`], [`Client::pause`] and [`Client::resume`].
 //! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
 //!   delivery time, priority, ttl, attempts, bizKey, [`Retry`], [`Repeat`]),
 //!   [`Message`] (what is delivered), [`MessageId`], [`Status`].
@@ -42,6 +43,7 @@ pub mod reply;
 
 pub use client::{Client, ClientBuilder};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
+pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
 pub use message::{
     Backoff, Delivery, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status,

@@ -209,6 +209,21 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         (err.status(), err.code()),
         (Some(409), Some(&ErrorCode::NotInFlight))
     );
+
+    // Pause and resume; the topic list says so.
+    let paused = client.pause("orders").await.unwrap();
+    assert!(paused.paused && paused.changed && paused.paused_at.is_some());
+    assert!(!client.pause("orders").await.unwrap().changed);
+    let list = client.topics().await.unwrap();
+    let orders = list.topics.iter().find(|t| t.topic == "orders").unwrap();
+    assert!(orders.paused, "{orders:?}");
+    assert_eq!(orders.paused_at, paused.paused_at);
+    let resumed = client.resume("orders").await.unwrap();
+    assert!(!resumed.paused && resumed.changed && resumed.paused_at.is_none());
+    let list = client.topics().await.unwrap();
+    assert!(list.topics.iter().all(|t| !t.paused), "{list:?}");
+    let err = client.pause("no spaces").await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidTopic));
 }
 
 async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {
