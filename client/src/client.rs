@@ -24,9 +24,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
-use crate::message::{millis, Delivery, MessageId, NewMessage};
+use crate::message::{millis, Delivery, Message, MessageId, NewMessage, Status};
 use crate::reply::{
-    AckResult, AckResults, Cancelled, Ids, NackResult, NackResults, OneCancel, Polled,
+    AckResult, AckResults, Cancelled, Ids, MessagePage, NackResult, NackResults, OneCancel, Polled,
     PrefixCancelled, Pushed,
 };
 use crate::CancelOutcome;
@@ -271,6 +271,48 @@ impl Client {
         }
     }
 
+    /// `GET /messages?topic=&bizKey=`: the live message of `topic`
+    /// holding `biz_key` (compared exactly), if any.
+    pub async fn find_biz_key(&self, topic: &str, biz_key: &str) -> Result<Option<Message>, Error> {
+        let page = self.search(topic, &Search::BizKey(biz_key), None).await?;
+        Ok(page.messages.into_iter().next())
+    }
+
+    /// `GET /messages?topic=…`: one page (`after` the `next` of the page
+    /// before) of a topic's messages in id order, as `search` selects
+    /// them.
+    pub async fn search(
+        &self,
+        topic: &str,
+        search: &Search<'_>,
+        after: Option<MessageId>,
+    ) -> Result<MessagePage, Error> {
+        let mut query = format!("topic={}", encode(topic));
+        let mut param = |name: &str, value: &str| {
+            query.push_str(&format!("&{name}={}", encode(value)));
+        };
+        match search {
+            Search::BizKey(key) => param("bizKey", key),
+            Search::BizKeyPrefix { prefix, status } => {
+                param("bizKeyPrefix", prefix);
+                if let Some(s) = status {
+                    param("status", &format!("{s:?}"));
+                }
+            }
+            Search::Status(s) => param("status", &format!("{s:?}")),
+        }
+        if let Some(a) = after {
+            param("after", &a.to_string());
+        }
+        self.call(
+            Method::GET,
+            format!("/messages?{query}"),
+            None::<&()>,
+            Wait::Quick,
+        )
+        .await
+    }
+
     /// `GET /topics`: every topic with its counts by status, whether it is
     /// paused, and its oldest message waiting ready.
     pub async fn topics(&self) -> Result<TopicList, Error> {
@@ -506,4 +548,33 @@ impl Client {
             }),
         }
     }
+}
+
+/// What [`Client::search`] selects, among a topic's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Search<'a> {
+    /// The live message holding this bizKey.
+    BizKey(&'a str),
+    /// Live messages whose bizKey starts with `prefix`, in one live status
+    /// when given.
+    BizKeyPrefix {
+        prefix: &'a str,
+        status: Option<Status>,
+    },
+    /// Messages in one status.
+    Status(Status),
+}
+
+/// `value` as a query string value: unreserved characters as they are,
+/// every other byte as `%XX`.
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

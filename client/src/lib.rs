@@ -15,7 +15,8 @@
 //! - [`client`]: [`Client`], one method per route: [`Client::push`],
 //!   [`Client::push_batch`], [`Client::cancel`] and the bulk cancels, and
 //!   the consumer's own [`Client::poll`], [`Client::ack`], [`Client::nack`];
-//!   [`Client::topics`], [`Client::pause`] and [`Client::resume`].
+//!   [`Client::topics`], [`Client::pause`] and [`Client::resume`];
+//!   [`Client::find_biz_key`] and [`Client::search`].
 //! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
 //!   delivery time, priority, ttl, attempts, bizKey, [`Retry`], [`Repeat`]),
 //!   [`Message`] (what is delivered), [`MessageId`], [`Status`].
@@ -41,7 +42,7 @@ pub mod error;
 pub mod message;
 pub mod reply;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, Search};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
 pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
@@ -49,6 +50,6 @@ pub use message::{
     Backoff, Delivery, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status,
 };
 pub use reply::{
-    AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, NackOutcome, NackResult, Polled,
-    PrefixCancelled, Pushed,
+    AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, MessagePage, NackOutcome,
+    NackResult, Polled, PrefixCancelled, Pushed,
 };

@@ -128,3 +128,12 @@ mod tests {
         assert!(polled.acks.is_empty());
     }
 }
+
+/// A page of a search (`GET /messages?topic=…`): messages in id order, and
+/// the id to continue after (`None` on the last page).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct MessagePage {
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub next: Option<MessageId>,
+}

@@ -24,6 +24,7 @@ mod manage;
 mod metrics;
 mod produce;
 pub mod schema;
+mod search;
 mod topics;
 pub mod ui;
 
@@ -191,6 +192,7 @@ routes! {
     post "/nack/{id}" => consume::nack,
     get "/reStore" => manage::restore_all,
     get "/reStore/{id}" => manage::restore_one,
+    get "/messages" => search::find,
     get "/messages/{id}" => manage::message,
     get "/topics" => topics::list,
     post "/topics/{topic}/pause" => topics::pause,

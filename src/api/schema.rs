@@ -444,6 +444,14 @@ pub struct RestoreOneReply {
     pub status: Status,
 }
 
+/// `GET /messages?topic=…`: a page of a topic's messages in id order.
+#[derive(Serialize, ToSchema)]
+pub struct MessagePage {
+    pub messages: Vec<MessageView>,
+    /// The `after` of the next page; null on the last.
+    pub next: Option<MessageId>,
+}
+
 /// `GET /messages/{id}`: the message and its history from the flow table.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -180,6 +180,7 @@ pub async fn cancel_biz_key_prefix(
             .live_by_biz_key(LiveByBizKey::Prefix {
                 topic: topic.to_string(),
                 prefix: prefix.to_string(),
+                status: None,
                 after,
                 limit: PREFIX_PAGE,
             })

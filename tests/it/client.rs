@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
     CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, Message, MessageId,
-    NewMessage, Outcome, Repeat, Retry,
+    NewMessage, Outcome, Repeat, Retry, Search,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -224,6 +224,42 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     assert!(list.topics.iter().all(|t| !t.paused), "{list:?}");
     let err = client.pause("no spaces").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::InvalidTopic));
+
+    // Found by bizKey (any characters, sent encoded) and by prefix.
+    let odd = client
+        .push(
+            &NewMessage::new("orders", "odd")
+                .biz_key("find&me=1 %/é")
+                .delay(Duration::from_secs(600)),
+        )
+        .await
+        .unwrap();
+    let found = client
+        .find_biz_key("orders", "find&me=1 %/é")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|m| m.id), Some(odd.id));
+    assert!(client
+        .find_biz_key("orders", "find&me=1")
+        .await
+        .unwrap()
+        .is_none());
+    let page = client
+        .search(
+            "orders",
+            &Search::BizKeyPrefix {
+                prefix: "find&",
+                status: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        page.messages.iter().map(|m| m.id).collect::<Vec<_>>(),
+        [odd.id]
+    );
+    assert!(page.next.is_none());
 }
 
 async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {

@@ -38,6 +38,7 @@ mod redis_cluster;
 mod restore;
 mod retention;
 mod retry;
+mod search;
 mod standalone;
 mod tls;
 mod ui;

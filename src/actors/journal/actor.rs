@@ -237,9 +237,10 @@ impl Handler<LiveByBizKey> for JournalActor {
             LiveByBizKey::Prefix {
                 topic,
                 prefix,
+                status,
                 after,
                 limit,
-            } => store::live_by_biz_key_prefix(&mut conn, &topic, &prefix, after, limit),
+            } => store::live_by_biz_key_prefix(&mut conn, &topic, &prefix, status, after, limit),
         }
     }
 }

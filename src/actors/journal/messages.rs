@@ -143,6 +143,8 @@ pub enum LiveByBizKey {
     Prefix {
         topic: String,
         prefix: String,
+        /// Only messages in this (live) status.
+        status: Option<crate::message::Status>,
         after: i64,
         limit: i64,
     },

@@ -236,12 +236,13 @@ pub fn topic_counts(
 }
 
 /// One page of the live messages of a topic whose bizKey starts with
-/// `prefix`, ids above `after`, in id order; with the id to continue after
-/// when there may be more.
+/// `prefix` (in `status` when given), ids above `after`, in id order; with
+/// the id to continue after when there may be more.
 pub fn live_by_biz_key_prefix(
     conn: &mut JournalConn,
     topic: &str,
     prefix: &str,
+    status: Option<Status>,
     after: i64,
     limit: i64,
 ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
@@ -253,9 +254,14 @@ pub fn live_by_biz_key_prefix(
         pattern.push(ch);
     }
     pattern.push('%');
+    let statuses: Vec<i16> = match status {
+        Some(s) => vec![s.code()],
+        None => (0..Status::FIRST_TERMINAL_CODE).collect(),
+    };
     let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
         .filter(message::topic.eq(topic))
         .filter(message::live_biz_key.like(&pattern).escape('\\'))
+        .filter(message::status.eq_any(&statuses))
         .filter(message::id.gt(after))
         .order(message::id.asc())
         .limit(limit)
