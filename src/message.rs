@@ -269,6 +269,58 @@ const FIELDS: &[&str] = &[
     "repeat",
 ];
 
+/// A reschedule's new time and priority from its request: `delay` (ms
+/// from `now`) or `deliverAt` (epoch ms; in the past means now), and/or
+/// `priority`, checked as a push checks them. `None` keeps what the
+/// message has; at least one is given.
+pub fn parse_new_schedule(
+    obj: &Map<String, Value>,
+    now: i64,
+) -> Result<(Option<i64>, Option<u8>), Invalid> {
+    let due = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                ErrorCode::InvalidDelay,
+                "give either delay or deliverAt, not both",
+            ))
+        }
+        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => Some(now + d),
+        (Some(d), None) => {
+            return Err(invalid(
+                ErrorCode::InvalidDelay,
+                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
+            ))
+        }
+        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => Some(at.max(now)),
+        (None, Some(at)) => {
+            return Err(invalid(
+                ErrorCode::InvalidDelay,
+                format!(
+                    "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
+                ),
+            ))
+        }
+        (None, None) => None,
+    };
+    let priority = match int_field(obj, "priority")? {
+        None => None,
+        Some(p) if (0..=255).contains(&p) => Some(p as u8),
+        Some(p) => {
+            return Err(invalid(
+                ErrorCode::InvalidPriority,
+                format!("priority must be 0 to 255, got {p}"),
+            ))
+        }
+    };
+    if due.is_none() && priority.is_none() {
+        return Err(invalid(
+            ErrorCode::InvalidDelay,
+            "give the new time (delay or deliverAt), the new priority, or both",
+        ));
+    }
+    Ok((due, priority))
+}
+
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),

@@ -23,6 +23,7 @@ pub mod error;
 mod manage;
 mod metrics;
 mod produce;
+mod reschedule;
 pub mod schema;
 mod search;
 mod topics;
@@ -182,6 +183,7 @@ routes! {
     post "/push/batch" => produce::push_batch,
     get "/delete" => cancel::delete,
     post "/cancel" => cancel::cancel,
+    post "/reschedule" => reschedule::reschedule,
     get "/dead/{topic}" => dead::list,
     post "/dead/{target}/requeue" => dead::requeue,
     get "/get/{topic}" => consume::get,

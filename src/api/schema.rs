@@ -379,6 +379,63 @@ pub struct CancelCounts {
     pub results: BTreeMap<&'static str, u64>,
 }
 
+/// `POST /reschedule`: which messages (`ids`, or `topic` with `bizKey` or
+/// `bizKeyPrefix`) and where to (`delay` or `deliverAt`, and/or
+/// `priority`).
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// 1 to 1000 message ids.
+    #[schema(value_type = Option<BTreeSet<IdInput>>, min_items = 1, max_items = 1000)]
+    ids: Option<Vec<serde_json::Value>>,
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    topic: Option<String>,
+    #[schema(min_length = 1, max_length = 256)]
+    biz_key: Option<String>,
+    #[schema(min_length = 1, max_length = 256)]
+    biz_key_prefix: Option<String>,
+    /// ms from now, 0 to 10 years.
+    #[schema(minimum = 0, maximum = 315_360_000_000_i64)]
+    delay: Option<i64>,
+    /// Epoch ms; in the past means now.
+    #[schema(minimum = 0)]
+    deliver_at: Option<i64>,
+    #[schema(minimum = 0, maximum = 255)]
+    priority: Option<i64>,
+}
+
+/// One message's reschedule.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RescheduleOne {
+    pub id: MessageId,
+    /// `rescheduled`, `in_flight` (handed to a consumer: left alone),
+    /// `already_consumed`, `deleted`, `dead` or `not_found`.
+    pub result: &'static str,
+    /// Rescheduled: when it is due now (epoch ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_time: Option<i64>,
+    /// Rescheduled: its priority now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RescheduleEach {
+    pub rescheduled: usize,
+    pub results: Vec<RescheduleOne>,
+}
+
+/// By ids or bizKey: a result per message; by prefix: how many matched and
+/// the count per outcome.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum RescheduleReply {
+    Each(RescheduleEach),
+    Counts(CancelCounts),
+}
+
 /// A dead letter with its history.
 #[derive(Serialize, ToSchema)]
 pub struct DeadMessage {

@@ -13,6 +13,7 @@ pub mod coalesce;
 pub mod consume;
 pub mod dead;
 pub mod produce;
+pub mod reschedule;
 
 use std::sync::Arc;
 

@@ -30,6 +30,7 @@ pub struct Scripts {
     pub takeover: Script,
     pub end_absent: Script,
     pub pause: Script,
+    pub reschedule: Script,
 }
 
 impl Scripts {
@@ -95,6 +96,10 @@ impl Scripts {
                 include_str!("lua/end_absent.lua"),
             ]),
             pause: lua(&[include_str!("lua/pause.lua")]),
+            reschedule: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/reschedule.lua"),
+            ]),
         }
     }
 }
@@ -122,7 +127,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 15] {
+    fn all(&self) -> [&Script; 16] {
         [
             &self.schedule,
             &self.tick,
@@ -139,6 +144,7 @@ impl Scripts {
             &self.takeover,
             &self.end_absent,
             &self.pause,
+            &self.reschedule,
         ]
     }
 

@@ -35,6 +35,7 @@ mod reconcile;
 mod reconcile_rules;
 mod recurring;
 mod redis_cluster;
+mod reschedule;
 mod restore;
 mod retention;
 mod retry;

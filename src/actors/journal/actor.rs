@@ -16,8 +16,8 @@ use crate::redis::keys::Keys;
 
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages,
-    LiveByBizKey, LivePage, LiveStates, Ping, ProbeWrite, Purge, RecordFlow, RequeueDead, RowsOf,
-    StatesOf, TopicCounts, TopicPage, UnlistWaiting, WaitingPage,
+    LiveByBizKey, LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, Purge, RecordFlow,
+    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage, UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -190,6 +190,16 @@ impl Handler<RequeueDead> for JournalActor {
         let _writing = self.writing();
         let shard = self.delay_names[self.keys.shard_of(msg.id) as usize].clone();
         store::requeue_dead(&mut conn, &self.ids, &self.node, shard, msg.id, msg.now)
+    }
+}
+
+impl Handler<MoveMessages> for JournalActor {
+    type Result = Result<Vec<store::JournalMove>, JournalError>;
+
+    fn handle(&mut self, msg: MoveMessages, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        store::move_messages(&mut conn, &msg.ids, msg.due, msg.priority)
     }
 }
 

@@ -23,8 +23,8 @@ use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
-    LivePage, LiveStates, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage,
-    UnlistWaiting, WaitingPage,
+    LivePage, LiveStates, MoveMessages, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts,
+    TopicPage, UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -429,6 +429,16 @@ impl Journal {
         now: i64,
     ) -> Result<RequeueOutcome, JournalError> {
         self.actor.send(RequeueDead { id, now }).await?
+    }
+
+    /// Moves live messages to a new due time and/or priority, durably.
+    pub async fn move_messages(
+        &self,
+        ids: Vec<MessageId>,
+        due: Option<i64>,
+        priority: Option<i32>,
+    ) -> Result<Vec<crate::journal::store::JournalMove>, JournalError> {
+        self.actor.send(MoveMessages { ids, due, priority }).await?
     }
 
     pub async fn delete_dead(

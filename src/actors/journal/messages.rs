@@ -98,6 +98,16 @@ pub struct DeadPage {
     pub limit: i64,
 }
 
+/// Move live messages to a new due time and/or priority (see
+/// [`crate::journal::store::move_messages`]).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<crate::journal::store::JournalMove>, JournalError>")]
+pub struct MoveMessages {
+    pub ids: Vec<MessageId>,
+    pub due: Option<i64>,
+    pub priority: Option<i32>,
+}
+
 /// Bring a dead message back (see [`crate::journal::store::requeue_dead`]).
 #[derive(Message)]
 #[rtype(result = "Result<RequeueOutcome, JournalError>")]

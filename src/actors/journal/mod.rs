@@ -43,7 +43,7 @@ pub use backlog::{BacklogView, Refused, DEFAULT_BACKLOG};
 pub use handle::{Journal, JournalOptions, DEFAULT_NICE};
 pub use messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey,
-    LivePage, LiveStates, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf, StatesOf, TopicCounts,
-    TopicPage, WaitingPage,
+    LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf,
+    StatesOf, TopicCounts, TopicPage, WaitingPage,
 };
 pub use write_lock::WriteLock;

@@ -10,6 +10,7 @@
 mod batch;
 pub mod dead;
 pub mod health;
+mod moves;
 mod packed;
 pub mod read;
 pub mod retention;
@@ -17,6 +18,7 @@ pub mod write;
 
 pub use dead::{dead_page, delete_dead, requeue_dead, DeleteDeadOutcome, RequeueOutcome};
 pub use health::{ping, probe_write};
+pub use moves::{move_messages, JournalMove};
 pub use read::{
     count_live, count_waiting_beyond, find, find_with_history, live_by_biz_key,
     live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_page,

@@ -4,8 +4,10 @@
 
 mod bookkeeping;
 mod deliver;
+mod moves;
 mod outcomes;
 mod topics;
+pub use moves::RedisMove;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,80 @@
+//! Rescheduling in the journal: a live message's due time and priority
+//! change in its row (and in the waiting list when it waits there), so a
+//! restore schedules it at its new time. Its status is left alone (the
+//! hand-outs and acks that change it are Redis's); the move's flow row
+//! comes with the status change Redis's answer makes (see
+//! [`crate::queue::reschedule`]).
+
+use diesel::prelude::*;
+
+use crate::error::JournalError;
+use crate::journal::connection::JournalConn;
+use crate::journal::schema::{message, message_waiting};
+use crate::message::{MessageId, Status};
+use crate::with_conn;
+
+/// What the journal held of a message asked to move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalMove {
+    /// Live, in this status: moved; now due then, with that priority.
+    Moved {
+        status: Status,
+        due: i64,
+        priority: i32,
+    },
+    /// Ended (Consumed, Deleted, Dead): left alone.
+    Ended(Status),
+    NotFound,
+}
+
+/// Moves each of `ids` that is live to `due` and/or `priority` (`None`
+/// keeps it), in one transaction.
+pub fn move_messages(
+    conn: &mut JournalConn,
+    ids: &[MessageId],
+    due: Option<i64>,
+    priority: Option<i32>,
+) -> Result<Vec<JournalMove>, JournalError> {
+    with_conn!(conn, c => c.transaction(|c| {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row: Option<(i16, i64, i32)> = message::table
+                .filter(message::id.eq(id.0))
+                .select((message::status, message::due_time, message::priority))
+                .first(c)
+                .optional()?;
+            let Some((code, old_due, old_priority)) = row else {
+                out.push(JournalMove::NotFound);
+                continue;
+            };
+            let status = Status::from_code(code).unwrap_or(Status::WaitPut);
+            if status.is_terminal() {
+                out.push(JournalMove::Ended(status));
+                continue;
+            }
+            let live = message::table
+                .filter(message::id.eq(id.0))
+                .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
+            match (due, priority) {
+                (Some(d), Some(p)) => diesel::update(live)
+                    .set((message::due_time.eq(d), message::priority.eq(p)))
+                    .execute(c)?,
+                (Some(d), None) => diesel::update(live).set(message::due_time.eq(d)).execute(c)?,
+                (None, Some(p)) => diesel::update(live).set(message::priority.eq(p)).execute(c)?,
+                (None, None) => 0,
+            };
+            if let Some(d) = due {
+                diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
+                    .set(message_waiting::due_time.eq(d))
+                    .execute(c)?;
+            }
+            out.push(JournalMove::Moved {
+                status,
+                due: due.unwrap_or(old_due),
+                priority: priority.unwrap_or(old_priority),
+            });
+        }
+        Ok::<_, diesel::result::Error>(out)
+    }))
+    .map_err(JournalError::from)
+}

@@ -1,0 +1,207 @@
+//! Rescheduling: a message not handed out yet moves to a new due time
+//! and/or priority and keeps its id. The journal moves first (durable when
+//! answered, and a restore never brings back the old time), then Redis,
+//! whose answer decides the outcome: a message handed out meanwhile is
+//! `in_flight` and keeps its delivery (its journal row's due time moved,
+//! which only a failed delivery or a restore reads, and both set it anew).
+//! A message waiting in the journal beyond the Redis horizon moves there
+//! alone; the horizon loader schedules it when its new time comes near.
+
+use std::sync::Arc;
+
+use futures::stream::{self, StreamExt};
+
+use super::{Queue, QueueError};
+use crate::actors::journal::LiveByBizKey;
+use crate::journal::store::JournalMove;
+use crate::journal::StatusChange;
+use crate::message::{now_ms, MessageId, Status};
+use crate::redis::schedule::RedisMove;
+
+/// Moves per journal transaction.
+const CHUNK: usize = 1_000;
+/// Journal rows read per page when moving by bizKey prefix.
+const PREFIX_PAGE: i64 = 500;
+/// Redis calls in flight at once within one request.
+const CONCURRENCY: usize = 32;
+
+/// What rescheduling one message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveOutcome {
+    /// Moved: now due then (epoch ms), with that priority.
+    Rescheduled {
+        due: i64,
+        priority: i32,
+    },
+    /// Handed to a consumer: left alone.
+    InFlight,
+    AlreadyConsumed,
+    Deleted,
+    Dead,
+    NotFound,
+}
+
+impl MoveOutcome {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveOutcome::Rescheduled { .. } => "rescheduled",
+            MoveOutcome::InFlight => "in_flight",
+            MoveOutcome::AlreadyConsumed => "already_consumed",
+            MoveOutcome::Deleted => "deleted",
+            MoveOutcome::Dead => "dead",
+            MoveOutcome::NotFound => "not_found",
+        }
+    }
+
+    fn ended(status: Status) -> MoveOutcome {
+        match status {
+            Status::Deleted => MoveOutcome::Deleted,
+            Status::Dead => MoveOutcome::Dead,
+            _ => MoveOutcome::AlreadyConsumed,
+        }
+    }
+}
+
+/// What a reschedule asks: a new due time, a new priority, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewSchedule {
+    pub due: Option<i64>,
+    pub priority: Option<u8>,
+}
+
+/// Moves each of `ids`; an outcome per id, in order. Each move leaves a
+/// status change for the journal (its flow row, the status it waits in):
+/// Delaying or Ready as Redis holds it, WaitPut for one waiting in the
+/// journal alone.
+pub async fn reschedule_many(
+    state: &Queue,
+    ids: &[MessageId],
+    to: NewSchedule,
+) -> Result<Vec<MoveOutcome>, QueueError> {
+    let mut out = Vec::with_capacity(ids.len());
+    let keys = state.redis.keys();
+    for chunk in ids.chunks(CHUNK) {
+        let journal = state
+            .journal
+            .move_messages(chunk.to_vec(), to.due, to.priority.map(i32::from))
+            .await?;
+        let moved: Vec<Result<(MoveOutcome, Option<StatusChange>), QueueError>> =
+            stream::iter(chunk.iter().zip(journal))
+                .map(|(&id, held)| async move {
+                    let JournalMove::Moved {
+                        status,
+                        due,
+                        priority,
+                    } = held
+                    else {
+                        return Ok((
+                            match held {
+                                JournalMove::Ended(status) => MoveOutcome::ended(status),
+                                _ => MoveOutcome::NotFound,
+                            },
+                            None,
+                        ));
+                    };
+                    let at = now_ms();
+                    let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
+                    Ok(
+                        match state.redis.reschedule(id, to.due, to.priority).await? {
+                            RedisMove::Moved {
+                                due,
+                                priority,
+                                ready,
+                                at,
+                            } => {
+                                let mut change = StatusChange::scheduled(id, at, shard);
+                                if ready {
+                                    change.status = Status::Ready;
+                                }
+                                let moved = MoveOutcome::Rescheduled {
+                                    due,
+                                    priority: priority.into(),
+                                };
+                                (moved, Some(change))
+                            }
+                            RedisMove::InFlight => (MoveOutcome::InFlight, None),
+                            RedisMove::Finished(end) => (MoveOutcome::ended(end.status), None),
+                            // Waiting in the journal beyond the horizon (or
+                            // lost from Redis, which the reconciler restores
+                            // at the journal's new time).
+                            RedisMove::Absent => {
+                                let change = (status == Status::WaitPut)
+                                    .then(|| StatusChange::waiting(id, at, shard));
+                                (MoveOutcome::Rescheduled { due, priority }, change)
+                            }
+                        },
+                    )
+                })
+                .buffered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut changes = Vec::new();
+        for r in moved {
+            let (outcome, change) = r?;
+            out.push(outcome);
+            changes.extend(change);
+        }
+        state.journal.record(changes);
+    }
+    Ok(out)
+}
+
+/// The live message of `topic` holding `key`, moved (none: `None`).
+pub async fn reschedule_biz_key(
+    state: &Queue,
+    topic: &str,
+    key: &str,
+    to: NewSchedule,
+) -> Result<Option<(MessageId, MoveOutcome)>, QueueError> {
+    let (rows, _) = state
+        .journal
+        .live_by_biz_key(LiveByBizKey::Exact {
+            topic: topic.to_string(),
+            key: key.to_string(),
+        })
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let id = MessageId(row.id);
+    let outcome = reschedule_many(state, &[id], to).await?;
+    Ok(outcome.first().map(|o| (id, *o)))
+}
+
+/// Every live message of `topic` whose bizKey starts with `prefix`,
+/// moved: how many matched, and how many came to each outcome.
+pub async fn reschedule_biz_key_prefix(
+    state: &Queue,
+    topic: &str,
+    prefix: &str,
+    to: NewSchedule,
+) -> Result<(usize, std::collections::BTreeMap<&'static str, u64>), QueueError> {
+    let mut counts = std::collections::BTreeMap::new();
+    let mut matched = 0;
+    let mut after = 0;
+    loop {
+        let (rows, next) = state
+            .journal
+            .live_by_biz_key(LiveByBizKey::Prefix {
+                topic: topic.to_string(),
+                prefix: prefix.to_string(),
+                status: None,
+                after,
+                limit: PREFIX_PAGE,
+            })
+            .await?;
+        let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
+        matched += ids.len();
+        for o in reschedule_many(state, &ids, to).await? {
+            *counts.entry(o.as_str()).or_insert(0) += 1;
+        }
+        match next {
+            Some(n) => after = n,
+            None => return Ok((matched, counts)),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Rescheduling: a message not handed out yet takes a new due time and/or
+//! priority in place (see reschedule.lua).
+
+use redis::Value;
+
+use super::{End, RedisSchedule};
+use crate::error::RedisError;
+use crate::message::MessageId;
+use crate::redis::reply::text;
+use crate::redis::scripts::evalsha;
+
+/// What rescheduling did in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMove {
+    /// Moved: now due then, with that priority; `ready`: waiting for a
+    /// consumer still (due already), else in the delay zset; `at`: when, by
+    /// Redis's clock.
+    Moved {
+        due: i64,
+        priority: u8,
+        ready: bool,
+        at: i64,
+    },
+    InFlight,
+    /// Not held: this shard ended it lately and the journal has not
+    /// recorded the end yet.
+    Finished(End),
+    /// Not in Redis (waiting in the journal beyond the horizon, or lost).
+    Absent,
+}
+
+impl RedisSchedule {
+    /// Gives message `id` a new due time and/or priority (`None` keeps
+    /// it) unless it is handed out.
+    pub async fn reschedule(
+        &self,
+        id: MessageId,
+        due: Option<i64>,
+        priority: Option<u8>,
+    ) -> Result<RedisMove, RedisError> {
+        let k = &self.keys;
+        let shard = k.shard_of(id);
+        let cmd = evalsha(
+            &self.scripts.reschedule,
+            &[
+                k.delay(shard),
+                k.messages(shard),
+                k.inflight(shard),
+                k.unjournaled(shard),
+            ],
+            &[
+                id.to_string(),
+                k.ready_prefix(shard),
+                due.map_or(String::new(), |d| d.to_string()),
+                priority.map_or(String::new(), |p| p.to_string()),
+                k.wake_channel(shard),
+            ],
+        );
+        let reply: Vec<Value> = self
+            .scripts
+            .run("reschedule", &mut self.con.clone(), &cmd)
+            .await?;
+        let part = |i: usize| reply.get(i).map(text).transpose();
+        let bad = || RedisError::BadRecord(format!("reschedule returned {reply:?}"));
+        Ok(match part(0)?.as_deref() {
+            Some("moved") => RedisMove::Moved {
+                due: part(1)?.and_then(|d| d.parse().ok()).ok_or_else(bad)?,
+                priority: part(2)?.and_then(|p| p.parse().ok()).ok_or_else(bad)?,
+                ready: part(3)?.as_deref() == Some("ready"),
+                at: part(4)?.and_then(|t| t.parse().ok()).ok_or_else(bad)?,
+            },
+            Some("in_flight") => RedisMove::InFlight,
+            Some("finished") => match part(1)?.as_deref().and_then(End::parse) {
+                Some(end) => RedisMove::Finished(end),
+                None => RedisMove::Absent,
+            },
+            Some("absent") => RedisMove::Absent,
+            _ => return Err(bad()),
+        })
+    }
+}

@@ -1,0 +1,231 @@
+//! `POST /reschedule`: a message not handed out yet moves to a new due time
+//! or priority and keeps its id; it is never handed out before its new
+//! time; one in flight or ended is left alone with an outcome that says
+//! why; the journal holds the new time (a restore schedules it there).
+
+use std::time::Duration;
+
+use crate::common::{now_ms, status, Backend, Env};
+use serde_json::{json, Value};
+
+backend_tests!(
+    a_message_moves_and_keeps_its_id,
+    messages_in_flight_or_ended_are_left_alone,
+    bad_reschedules_change_nothing,
+    a_message_waiting_beyond_the_horizon_moves_too
+);
+
+async fn reschedule(env: &Env, body: Value) -> Value {
+    let r = env.post_json("/reschedule", &body).await;
+    r.assert_ok().clone()
+}
+
+fn only_result(reply: &Value) -> &Value {
+    let results = reply["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1, "{reply}");
+    &results[0]
+}
+
+async fn a_message_moves_and_keeps_its_id(b: Backend) {
+    let env = Env::start(b).await;
+    // Due in a minute, moved to 400 ms from now.
+    let id = env
+        .push(json!({"topic": "appt", "bizKey": "a-1", "body": "remind", "delay": 60_000}))
+        .await;
+    let asked = now_ms();
+    let reply = reschedule(&env, json!({"ids": [id], "delay": 400})).await;
+    let one = only_result(&reply);
+    assert_eq!(
+        (one["id"].as_str(), one["result"].as_str()),
+        (Some(id.as_str()), Some("rescheduled"))
+    );
+    let due = one["dueTime"].as_i64().unwrap();
+    assert!((asked + 400..=now_ms() + 400).contains(&due), "{reply}");
+    assert_eq!(reply["rescheduled"], 1);
+    // The journal holds the new time: a restore would schedule it there.
+    assert_eq!(env.journal.row(&id).unwrap().due_time, due);
+    let got = env.receive_one("appt").await;
+    assert_eq!(got.id(), id);
+    assert!(got.at >= due, "handed out {} ms early", due - got.at);
+    assert!(got.at < due + 3000, "handed out {} ms late", got.at - due);
+    assert_eq!(got.msg["dueTime"], due);
+    env.ack(&id).await.assert_ok();
+
+    // Ready (due, not taken) by bizKey, moved later: it waits again.
+    let id = env
+        .push(json!({"topic": "appt", "bizKey": "a-2", "body": "x"}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at = now_ms() + 1500;
+    let reply = reschedule(
+        &env,
+        json!({"topic": "appt", "bizKey": "a-2", "deliverAt": at}),
+    )
+    .await;
+    assert_eq!(only_result(&reply)["dueTime"], at, "{reply}");
+    env.assert_nothing("appt", 1).await;
+    let got = env.receive_one("appt").await;
+    assert_eq!(got.id(), id);
+    assert!(got.at >= at, "handed out {} ms early", at - got.at);
+    env.ack(&id).await.assert_ok();
+
+    // Priority alone: of two due at the same instant, the raised one first.
+    let at = now_ms() + 800;
+    let low = env
+        .push(json!({"topic": "prio", "body": "low", "deliverAt": at}))
+        .await;
+    let raised = env
+        .push(json!({"topic": "prio", "body": "raised", "deliverAt": at}))
+        .await;
+    let reply = reschedule(&env, json!({"ids": [raised], "priority": 9})).await;
+    let one = only_result(&reply);
+    assert_eq!(
+        (one["dueTime"].as_i64(), one["priority"].as_i64()),
+        (Some(at), Some(9))
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let first = env.poll("prio", 1, 1).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].id(), raised);
+    assert_eq!(env.receive_one("prio").await.id(), low);
+    assert_eq!(env.journal.row(&raised).unwrap().priority, 9);
+
+    // By prefix: every live message whose key starts with it.
+    let group: Vec<String> = env
+        .push_batch(
+            (1..=3)
+                .map(|i| json!({"topic": "grp", "bizKey": format!("grp-{i}"), "body": "g", "delay": 60_000}))
+                .collect(),
+        )
+        .await;
+    env.push(json!({"topic": "grp", "bizKey": "other", "body": "o", "delay": 60_000}))
+        .await;
+    let reply = reschedule(
+        &env,
+        json!({"topic": "grp", "bizKeyPrefix": "grp-", "delay": 200}),
+    )
+    .await;
+    assert_eq!(reply, json!({"matched": 3, "results": {"rescheduled": 3}}));
+    let got = env.collect("grp", 3, Duration::from_secs(5)).await;
+    let mut got: Vec<String> = got.iter().map(|r| r.id().to_string()).collect();
+    got.sort();
+    let mut want = group.clone();
+    want.sort();
+    assert_eq!(got, want, "the three, not the other");
+    // The history shows the move.
+    let history = env.history_statuses(&group[0]).await;
+    assert!(
+        history.iter().filter(|s| *s == "Delaying").count() >= 2,
+        "{history:?}"
+    );
+}
+
+async fn messages_in_flight_or_ended_are_left_alone(b: Backend) {
+    let env = Env::start(b).await;
+    let in_flight = env.push(json!({"topic": "t", "body": "f"})).await;
+    assert_eq!(env.receive_one("t").await.id(), in_flight);
+    let consumed = env.push(json!({"topic": "t", "body": "c"})).await;
+    assert_eq!(env.receive_one("t").await.id(), consumed);
+    env.ack(&consumed).await.assert_ok();
+    let deleted = env
+        .push(json!({"topic": "t", "body": "d", "delay": 60_000}))
+        .await;
+    env.delete(&deleted).await.assert_ok();
+    env.wait_status(&consumed, status::CONSUMED).await;
+    let unknown = "123456789";
+    let reply = reschedule(
+        &env,
+        json!({"ids": [in_flight, consumed, deleted, unknown], "delay": 10}),
+    )
+    .await;
+    let results: Vec<(&str, &str)> = reply["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (in_flight.as_str(), "in_flight"),
+            (consumed.as_str(), "already_consumed"),
+            (deleted.as_str(), "deleted"),
+            (unknown, "not_found"),
+        ],
+        "{reply}"
+    );
+    assert_eq!(reply["rescheduled"], 0);
+    // The delivery in flight is untouched: its ack works.
+    env.ack(&in_flight).await.assert_ok();
+    // No live message holds the key: nothing to move.
+    let reply = reschedule(&env, json!({"topic": "t", "bizKey": "none", "delay": 10})).await;
+    assert_eq!(reply, json!({"rescheduled": 0, "results": []}));
+}
+
+async fn bad_reschedules_change_nothing(b: Backend) {
+    let env = Env::start(b).await;
+    let id = env
+        .push(json!({"topic": "t", "bizKey": "k", "body": "x", "delay": 60_000, "priority": 3}))
+        .await;
+    let before = env.journal.row(&id).unwrap();
+    for (body, code) in [
+        (json!({"ids": [id]}), "invalid_delay"),
+        (
+            json!({"ids": [id], "delay": 1, "deliverAt": 5}),
+            "invalid_delay",
+        ),
+        (json!({"ids": [id], "delay": -1}), "invalid_delay"),
+        (json!({"ids": [id], "priority": 256}), "invalid_priority"),
+        (json!({"ids": [id], "delay": 1.5}), "invalid_field"),
+        (
+            json!({"ids": [id], "delay": 1, "colour": "red"}),
+            "unknown_field",
+        ),
+        (
+            json!({"ids": [id], "topic": "t", "delay": 1}),
+            "invalid_body",
+        ),
+        (json!({"topic": "t", "delay": 1}), "invalid_body"),
+        (json!({"delay": 1}), "invalid_body"),
+        (
+            json!({"topic": "no spaces", "bizKey": "k", "delay": 1}),
+            "invalid_topic",
+        ),
+        (
+            json!({"topic": "t", "bizKey": "", "delay": 1}),
+            "invalid_biz_key",
+        ),
+        (json!({"ids": [], "delay": 1}), "invalid_ids"),
+        (json!([1, 2]), "invalid_body"),
+    ] {
+        let r = env.post_json("/reschedule", &body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text);
+        assert_eq!(r.json["error"], code, "{body}: {}", r.text);
+    }
+    let after = env.journal.row(&id).unwrap();
+    assert_eq!(
+        (after.due_time, after.priority),
+        (before.due_time, before.priority)
+    );
+    env.assert_nothing("t", 1).await;
+}
+
+async fn a_message_waiting_beyond_the_horizon_moves_too(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--redis-horizon")
+        .arg("10s")
+        .start()
+        .await;
+    // Beyond the horizon: in the journal alone, then moved near.
+    let id = env
+        .push(json!({"topic": "far", "body": "x", "delay": 3_600_000}))
+        .await;
+    assert_eq!(env.journal.row(&id).unwrap().status, status::WAIT_PUT);
+    let reply = reschedule(&env, json!({"ids": [id], "delay": 1000})).await;
+    let due = only_result(&reply)["dueTime"].as_i64().unwrap();
+    assert_eq!(only_result(&reply)["result"], "rescheduled");
+    let got = env.collect("far", 1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "never handed out");
+    assert_eq!(got[0].id(), id);
+    assert!(got[0].at >= due, "handed out {} ms early", due - got[0].at);
+}
