@@ -198,6 +198,26 @@ async fn a_cluster_serves_every_route_across_its_masters(b: Backend) {
     let got = take_acking(&env, "a", 16, Duration::from_secs(10)).await;
     let got: BTreeSet<&str> = got.iter().map(|(_, m)| id_of(m)).collect();
     assert_eq!(got, paused.iter().map(String::as_str).collect());
+
+    // Rescheduled on every master: due in a minute, moved to half a second.
+    let later: Vec<String> = env
+        .push_batch(
+            (0..16)
+                .map(|i| json!({"topic": "d", "body": format!("later {i}"), "delay": 60_000}))
+                .collect(),
+        )
+        .await;
+    let r = env
+        .post_json("/reschedule", &json!({"ids": later, "delay": 500}))
+        .await;
+    assert_eq!(r.assert_ok()["rescheduled"], 16, "{}", r.text);
+    let got = take_acking(&env, "d", 16, Duration::from_secs(10)).await;
+    for (at, m) in &got {
+        let due = m["dueTime"].as_i64().unwrap();
+        assert!(*at >= due, "handed out {} ms early: {m}", due - at);
+    }
+    let got: BTreeSet<&str> = got.iter().map(|(_, m)| id_of(m)).collect();
+    assert_eq!(got, later.iter().map(String::as_str).collect());
 }
 
 /// The seed nodes of a `redis+cluster://` URL, as the node reads them.

@@ -458,3 +458,51 @@ async fn a_pause_and_a_resume_hold_on_every_node() {
         got_at - resumed_at
     );
 }
+
+/// A message pushed to one node is rescheduled through the other: it keeps
+/// its id and is handed out at its new time, whichever node owns its shard.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reschedule_through_another_node_holds() {
+    let c = Cluster::builder().start().await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    let topic = format!("mv{}", random_hex(6));
+    let ids: Vec<String> = c
+        .push_batch(
+            0,
+            (0..8)
+                .map(|i| json!({"topic": topic, "body": format!("m{i}"), "delay": 60_000}))
+                .collect(),
+        )
+        .await;
+    let r = c
+        .post(1, "/reschedule", &json!({"ids": ids, "delay": 500}))
+        .await;
+    let reply = r.assert_ok().clone();
+    assert_eq!(reply["rescheduled"], 8, "{reply}");
+    let due: BTreeMap<String, i64> = reply["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["dueTime"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 8 && Instant::now() < deadline {
+        for r in c.poll(0, &topic, 1, 100).await {
+            got.insert(r.id().to_string(), r.at);
+        }
+    }
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        due.keys().collect::<Vec<_>>()
+    );
+    for (id, at) in &got {
+        assert!(*at >= due[id], "{id} handed out {} ms early", due[id] - at);
+    }
+}
