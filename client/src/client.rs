@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use delayq_proto::{ErrorBody, PauseState, TopicList};
 use reqwest::Method;
@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorCode};
 use crate::message::{millis, Delivery, Message, MessageId, NewMessage, Status};
 use crate::reply::{
     AckResult, AckResults, Cancelled, Ids, MessagePage, NackResult, NackResults, OneCancel, Polled,
-    PrefixCancelled, Pushed,
+    PrefixCancelled, Pushed, Rescheduled,
 };
 use crate::CancelOutcome;
 
@@ -269,6 +269,34 @@ impl Client {
             }) => Ok(CancelOutcome::NotFound),
             Err(e) => Err(e),
         }
+    }
+
+    /// `POST /reschedule` with ids (1 to 1000): each not handed out yet
+    /// moves to `to`, keeping its id; a result per id.
+    pub async fn reschedule_ids(
+        &self,
+        ids: &[MessageId],
+        to: &Reschedule,
+    ) -> Result<Rescheduled, Error> {
+        let mut body = to.body();
+        body["ids"] = json!(ids);
+        self.call(Method::POST, "/reschedule".into(), Some(&body), Wait::Bulk)
+            .await
+    }
+
+    /// `POST /reschedule` with a topic and `bizKey`: the live message
+    /// holding the key, if any, moves to `to`.
+    pub async fn reschedule_biz_key(
+        &self,
+        topic: &str,
+        biz_key: &str,
+        to: &Reschedule,
+    ) -> Result<Rescheduled, Error> {
+        let mut body = to.body();
+        body["topic"] = json!(topic);
+        body["bizKey"] = json!(biz_key);
+        self.call(Method::POST, "/reschedule".into(), Some(&body), Wait::Quick)
+            .await
     }
 
     /// `GET /messages?topic=&bizKey=`: the live message of `topic`
@@ -577,4 +605,60 @@ fn encode(value: &str) -> String {
         }
     }
     out
+}
+
+/// Where [`Client::reschedule_ids`] and [`Client::reschedule_biz_key`]
+/// move messages: a new time (a delay from now, or a time), a new
+/// priority, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reschedule {
+    delay: Option<Duration>,
+    at: Option<SystemTime>,
+    priority: Option<u8>,
+}
+
+impl Reschedule {
+    /// Due `delay` from now.
+    pub fn delay(delay: Duration) -> Self {
+        Reschedule {
+            delay: Some(delay),
+            ..Self::default()
+        }
+    }
+
+    /// Due at `at` (in the past: now).
+    pub fn at(at: SystemTime) -> Self {
+        Reschedule {
+            at: Some(at),
+            ..Self::default()
+        }
+    }
+
+    /// The time kept, the priority changed.
+    pub fn priority_only(priority: u8) -> Self {
+        Reschedule {
+            priority: Some(priority),
+            ..Self::default()
+        }
+    }
+
+    /// A new priority too.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    fn body(&self) -> serde_json::Value {
+        let mut body = json!({});
+        if let Some(d) = self.delay {
+            body["delay"] = json!(millis(d));
+        }
+        if let Some(at) = self.at {
+            body["deliverAt"] = json!(crate::message::epoch_ms(at));
+        }
+        if let Some(p) = self.priority {
+            body["priority"] = json!(p);
+        }
+        body
+    }
 }

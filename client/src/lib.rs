@@ -16,7 +16,8 @@
 //!   [`Client::push_batch`], [`Client::cancel`] and the bulk cancels, and
 //!   the consumer's own [`Client::poll`], [`Client::ack`], [`Client::nack`];
 //!   [`Client::topics`], [`Client::pause`] and [`Client::resume`];
-//!   [`Client::find_biz_key`] and [`Client::search`].
+//!   [`Client::find_biz_key`] and [`Client::search`];
+//!   [`Client::reschedule_ids`] and [`Client::reschedule_biz_key`].
 //! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
 //!   delivery time, priority, ttl, attempts, bizKey, [`Retry`], [`Repeat`]),
 //!   [`Message`] (what is delivered), [`MessageId`], [`Status`].
@@ -42,7 +43,7 @@ pub mod error;
 pub mod message;
 pub mod reply;
 
-pub use client::{Client, ClientBuilder, Search};
+pub use client::{Client, ClientBuilder, Reschedule, Search};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
 pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
@@ -51,5 +52,5 @@ pub use message::{
 };
 pub use reply::{
     AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, MessagePage, NackOutcome,
-    NackResult, Polled, PrefixCancelled, Pushed,
+    NackResult, Polled, PrefixCancelled, Pushed, RescheduleOutcome, RescheduleResult, Rescheduled,
 };

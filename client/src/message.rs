@@ -415,7 +415,7 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn epoch_ms(at: SystemTime) -> u64 {
+pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
     millis(at.duration_since(UNIX_EPOCH).unwrap_or_default())
 }
 

@@ -137,3 +137,40 @@ pub struct MessagePage {
     #[serde(default)]
     pub next: Option<MessageId>,
 }
+
+/// What rescheduling one message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RescheduleOutcome {
+    Rescheduled,
+    /// Handed to a consumer: left alone.
+    InFlight,
+    AlreadyConsumed,
+    Deleted,
+    Dead,
+    NotFound,
+    /// An outcome a newer server sends.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One message's reschedule.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RescheduleResult {
+    pub id: MessageId,
+    pub result: RescheduleOutcome,
+    /// Rescheduled: when it is due now (epoch ms).
+    #[serde(default)]
+    pub due_time: Option<i64>,
+    /// Rescheduled: its priority now.
+    #[serde(default)]
+    pub priority: Option<u8>,
+}
+
+/// The answer to a reschedule by ids or bizKey.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Rescheduled {
+    pub rescheduled: usize,
+    pub results: Vec<RescheduleResult>,
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
     CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, Message, MessageId,
-    NewMessage, Outcome, Repeat, Retry, Search,
+    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, Retry, Search,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -260,6 +260,39 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         [odd.id]
     );
     assert!(page.next.is_none());
+
+    // Rescheduled: by id to a new time, by bizKey to a new priority.
+    let moved = client
+        .reschedule_ids(&[odd.id], &Reschedule::delay(Duration::from_secs(100)))
+        .await
+        .unwrap();
+    assert_eq!(moved.rescheduled, 1);
+    let one = &moved.results[0];
+    assert_eq!(
+        (one.id, one.result),
+        (odd.id, RescheduleOutcome::Rescheduled)
+    );
+    let due = one.due_time.unwrap();
+    assert!(
+        (now_ms() + 95_000..=now_ms() + 100_000).contains(&due),
+        "{due}"
+    );
+    let raised = client
+        .reschedule_biz_key("orders", "find&me=1 %/é", &Reschedule::priority_only(200))
+        .await
+        .unwrap();
+    assert_eq!(raised.results[0].priority, Some(200));
+    assert_eq!(raised.results[0].due_time, Some(due));
+    let none = client
+        .reschedule_ids(&[MessageId(1)], &Reschedule::delay(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(none.results[0].result, RescheduleOutcome::NotFound);
+    let err = client
+        .reschedule_ids(&[odd.id], &Reschedule::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidDelay));
 }
 
 async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {
