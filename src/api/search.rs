@@ -9,7 +9,7 @@ use super::{check_topic, int_param, only_params, AppState, Query};
 use crate::actors::journal::LiveByBizKey;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
-use crate::message::{MessageId, Status};
+use crate::message::{MessageId, Status, MAX_BIZ_KEY_LEN};
 
 /// Most messages a page holds.
 const MAX_PAGE: u64 = 1_000;
@@ -82,6 +82,16 @@ pub async fn find(
                 .0
         }
     };
+    for field in ["bizKey", "bizKeyPrefix"] {
+        if let Some(k) = q.get(field) {
+            if k.is_empty() || k.chars().count() > MAX_BIZ_KEY_LEN {
+                return Err(ApiError::invalid(
+                    ErrorCode::InvalidBizKey,
+                    format!("{field} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
+                ));
+            }
+        }
+    }
     let status = q.get("status").map(|s| status_param(s)).transpose()?;
     let journal = &state.queue.journal;
     let (rows, next) = match (q.get("bizKey"), q.get("bizKeyPrefix")) {

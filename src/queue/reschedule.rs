@@ -71,83 +71,93 @@ pub struct NewSchedule {
 }
 
 /// Moves each of `ids`; an outcome per id, in order. Each move leaves a
-/// status change for the journal (its flow row, the status it waits in):
-/// Delaying or Ready as Redis holds it, WaitPut for one waiting in the
-/// journal alone.
+/// status change for the journal as soon as Redis made it (its flow row,
+/// the status it waits in, and its due time under the journal's ordering
+/// of changes, so an older change still on its way cannot put the old
+/// time back): Delaying or Ready as Redis holds it, WaitPut for one
+/// waiting in the journal alone.
 pub async fn reschedule_many(
     state: &Queue,
     ids: &[MessageId],
     to: NewSchedule,
 ) -> Result<Vec<MoveOutcome>, QueueError> {
     let mut out = Vec::with_capacity(ids.len());
-    let keys = state.redis.keys();
     for chunk in ids.chunks(CHUNK) {
         let journal = state
             .journal
             .move_messages(chunk.to_vec(), to.due, to.priority.map(i32::from))
             .await?;
-        let moved: Vec<Result<(MoveOutcome, Option<StatusChange>), QueueError>> =
-            stream::iter(chunk.iter().zip(journal))
-                .map(|(&id, held)| async move {
-                    let JournalMove::Moved {
-                        status,
-                        due,
-                        priority,
-                    } = held
-                    else {
-                        return Ok((
-                            match held {
-                                JournalMove::Ended(status) => MoveOutcome::ended(status),
-                                _ => MoveOutcome::NotFound,
-                            },
-                            None,
-                        ));
-                    };
-                    let at = now_ms();
-                    let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
-                    Ok(
-                        match state.redis.reschedule(id, to.due, to.priority).await? {
-                            RedisMove::Moved {
-                                due,
-                                priority,
-                                ready,
-                                at,
-                            } => {
-                                let mut change = StatusChange::scheduled(id, at, shard);
-                                if ready {
-                                    change.status = Status::Ready;
-                                }
-                                let moved = MoveOutcome::Rescheduled {
-                                    due,
-                                    priority: priority.into(),
-                                };
-                                (moved, Some(change))
-                            }
-                            RedisMove::InFlight => (MoveOutcome::InFlight, None),
-                            RedisMove::Finished(end) => (MoveOutcome::ended(end.status), None),
-                            // Waiting in the journal beyond the horizon (or
-                            // lost from Redis, which the reconciler restores
-                            // at the journal's new time).
-                            RedisMove::Absent => {
-                                let change = (status == Status::WaitPut)
-                                    .then(|| StatusChange::waiting(id, at, shard));
-                                (MoveOutcome::Rescheduled { due, priority }, change)
-                            }
-                        },
-                    )
-                })
-                .buffered(CONCURRENCY)
-                .collect()
-                .await;
-        let mut changes = Vec::new();
+        let moved: Vec<Result<MoveOutcome, QueueError>> = stream::iter(chunk.iter().zip(journal))
+            .map(|(&id, held)| move_one(state, id, held, to))
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
         for r in moved {
-            let (outcome, change) = r?;
-            out.push(outcome);
-            changes.extend(change);
+            out.push(r?);
         }
-        state.journal.record(changes);
     }
     Ok(out)
+}
+
+/// Moves one message in Redis, the journal having moved it (`held`).
+async fn move_one(
+    state: &Queue,
+    id: MessageId,
+    held: JournalMove,
+    to: NewSchedule,
+) -> Result<MoveOutcome, QueueError> {
+    let JournalMove::Moved {
+        status,
+        due,
+        priority,
+    } = held
+    else {
+        return Ok(match held {
+            JournalMove::Ended(status) => MoveOutcome::ended(status),
+            _ => MoveOutcome::NotFound,
+        });
+    };
+    let keys = state.redis.keys();
+    let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
+    let journal = (due, priority.clamp(0, 255) as u8);
+    let (outcome, change) = match state
+        .redis
+        .reschedule(id, to.due, to.priority, journal)
+        .await?
+    {
+        RedisMove::Moved {
+            due,
+            priority,
+            ready,
+            at,
+        } => {
+            let mut change = StatusChange::scheduled(id, at, shard);
+            if ready {
+                change.status = Status::Ready;
+            }
+            change.due = Some(due);
+            let moved = MoveOutcome::Rescheduled {
+                due,
+                priority: priority.into(),
+            };
+            (moved, Some(change))
+        }
+        RedisMove::InFlight => (MoveOutcome::InFlight, None),
+        RedisMove::Finished(end) => (MoveOutcome::ended(end.status), None),
+        // Waiting in the journal beyond the horizon, on its way to Redis
+        // (the move's score waits for it there), or lost from Redis (the
+        // reconciler restores it at the journal's new time).
+        RedisMove::Absent => {
+            let change = (status == Status::WaitPut).then(|| {
+                let mut change = StatusChange::waiting(id, now_ms(), shard);
+                change.due = Some(due);
+                change
+            });
+            (MoveOutcome::Rescheduled { due, priority }, change)
+        }
+    };
+    state.journal.record(change.into_iter().collect());
+    Ok(outcome)
 }
 
 /// The live message of `topic` holding `key`, moved (none: `None`).

@@ -12,6 +12,7 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
+//! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
@@ -101,6 +102,13 @@ impl Keys {
 
     pub fn unjournaled(&self, shard: u32) -> String {
         format!("{}:unjournaled", self.tag(shard))
+    }
+
+    /// id → `score|at`: the new score of a message rescheduled while this
+    /// shard did not hold it, for the call about to schedule it (see
+    /// reschedule.lua and schedule.lua).
+    pub fn moved(&self, shard: u32) -> String {
+        format!("{}:moved", self.tag(shard))
     }
 
     /// Topics paused, as shard `s`'s hand-out scripts read them.

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 backend_tests!(
     a_message_moves_and_keeps_its_id,
+    a_retry_wait_is_kept_when_only_the_priority_changes,
     messages_in_flight_or_ended_are_left_alone,
     bad_reschedules_change_nothing,
     a_message_waiting_beyond_the_horizon_moves_too
@@ -224,8 +225,55 @@ async fn a_message_waiting_beyond_the_horizon_moves_too(b: Backend) {
     let reply = reschedule(&env, json!({"ids": [id], "delay": 1000})).await;
     let due = only_result(&reply)["dueTime"].as_i64().unwrap();
     assert_eq!(only_result(&reply)["result"], "rescheduled");
+    // Redis did not hold it: the move's score waits for whatever schedules
+    // it next (here the horizon loader), which takes it and drops it.
+    let shard = env
+        .keys
+        .shard_of(delayq::message::MessageId(id.parse().unwrap()));
+    let moved: Option<String> = redis::cmd("HGET")
+        .arg(env.keys.moved(shard))
+        .arg(&id)
+        .query(&mut env.redis.con())
+        .unwrap();
+    let score = moved.expect("the move's score left for the next schedule");
+    assert!(
+        score.starts_with(&format!("{}|", due * 256 + 255)),
+        "{score}"
+    );
     let got = env.collect("far", 1, Duration::from_secs(20)).await;
     assert_eq!(got.len(), 1, "never handed out");
     assert_eq!(got[0].id(), id);
     assert!(got[0].at >= due, "handed out {} ms early", due - got[0].at);
+    let left: Option<String> = redis::cmd("HGET")
+        .arg(env.keys.moved(shard))
+        .arg(&id)
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert_eq!(left, None, "the move's score stays behind");
+}
+
+/// A message waiting out a failed delivery's retry keeps that wait when
+/// only its priority changes (the retry time is in the delay zset's score,
+/// not in its record).
+async fn a_retry_wait_is_kept_when_only_the_priority_changes(b: Backend) {
+    let env = Env::start(b).await;
+    let id = env
+        .push(json!({"topic": "rw", "body": "x", "ttl": 200, "retry": {"backoff": "fixed", "delay": 3000}}))
+        .await;
+    let first = env.receive_one("rw").await;
+    // Its ack deadline passes: due again 3 s later.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let reply = reschedule(&env, json!({"ids": [id], "priority": 7})).await;
+    let one = only_result(&reply);
+    assert_eq!(one["result"], "rescheduled", "{reply}");
+    let due = one["dueTime"].as_i64().unwrap();
+    assert!(due >= first.at + 3000, "the retry wait was lost: {reply}");
+    assert_eq!(one["priority"], 7);
+    let again = env.collect("rw", 1, Duration::from_secs(10)).await;
+    assert_eq!(again.len(), 1);
+    assert!(
+        again[0].at >= due,
+        "handed out {} ms before its retry",
+        due - again[0].at
+    );
 }

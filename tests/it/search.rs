@@ -143,6 +143,20 @@ async fn messages_are_found_by_biz_key_prefix_and_status(b: Backend) {
             r.text
         );
     }
+    env.get_path("/messages?topic=orders&status=Ready&colour=red")
+        .await
+        .assert_error(400, "unknown_parameter");
+    for query in ["bizKey=", "bizKeyPrefix="] {
+        env.get_path(&format!("/messages?topic=orders&{query}"))
+            .await
+            .assert_error(400, "invalid_biz_key");
+    }
+    env.get_path(&format!(
+        "/messages?topic=orders&bizKey={}",
+        "k".repeat(257)
+    ))
+    .await
+    .assert_error(400, "invalid_biz_key");
     let r = env
         .get_path("/messages?topic=no%20spaces&status=Ready")
         .await;

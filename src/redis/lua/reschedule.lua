@@ -1,27 +1,42 @@
 -- Move a message not handed out yet to a new due time and/or priority.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset,
--- KEYS[4] unjournaled hash
+-- KEYS[4] unjournaled hash, KEYS[5] moved hash
 -- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] the new due time (ms; ''
 -- keeps it), ARGV[4] the new priority ('' keeps it), ARGV[5] the shard's
--- wake channel
+-- wake channel, ARGV[6] the message's whole new score as the journal has it
+-- (due time and priority, for one Redis does not hold)
 -- The message keeps its id, record and attempts; its score (due time, then
--- priority) changes in its record and in the zset that holds it. One
+-- priority) changes in its record and in the zset that holds it (whose
+-- score is the truth: a failed delivery's retry time is there alone). One
 -- waiting ready that becomes due later goes back to the delay zset; one
 -- delaying that is due now stays there for the shard's next scan, whose
 -- owner is woken when it comes before everything the shard held (as
 -- schedule.lua does).
+-- A message Redis does not hold may be on its way (a push, a restore, the
+-- horizon loader, each scheduling what it read from the journal before the
+-- move): its new score is left in the moved hash as 'score|now', which
+-- schedule.lua takes instead of the one it was given (see there).
 -- Returns { 'moved', due, priority, 'delaying' or 'ready' (where it
--- waits now), the time the script ran (Redis's clock, ms) }, { 'in_flight' }, { 'finished', end }
--- (this shard ended it and the journal has not heard yet: end is
--- 'status|attempts|at'), or { 'absent' } (not in this shard's Redis).
+-- waits now), the time the script ran (Redis's clock, ms) },
+-- { 'in_flight' }, { 'finished', end } (this shard ended it and the
+-- journal has not heard yet: end is 'status|attempts|at'), or { 'absent' }
+-- (not in this shard's Redis).
 local id = ARGV[1]
 local now = now_ms()
+local function new_score(old)
+  local due = math.floor(old / 256)
+  local priority = 255 - (old % 256)
+  if ARGV[3] ~= '' then due = tonumber(ARGV[3]) end
+  if ARGV[4] ~= '' then priority = tonumber(ARGV[4]) end
+  return due * 256 + (255 - priority), due, priority
+end
 local rec = redis.call('HGET', KEYS[2], id)
 if not rec then
   local ended = redis.call('HGET', KEYS[4], id)
   if ended then
     return { 'finished', ended }
   end
+  redis.call('HSET', KEYS[5], id, ARGV[6] .. '|' .. string.format('%d', now))
   return { 'absent' }
 end
 if redis.call('ZSCORE', KEYS[3], id) then
@@ -31,19 +46,14 @@ local head, score = string.match(rec, '^([^|]*|%d+|%d+|)([^|]*)|')
 if not head then
   return redis.error_reply('BAD_RECORD ' .. id)
 end
-local old = tonumber(score)
-local due = math.floor(old / 256)
-local priority = 255 - (old % 256)
-if ARGV[3] ~= '' then due = tonumber(ARGV[3]) end
-if ARGV[4] ~= '' then priority = tonumber(ARGV[4]) end
-local new = due * 256 + (255 - priority)
-local text = string.format('%.0f', new)
 local ready = ARGV[2] .. string.match(head, '^([^|]*)|')
 local delaying = redis.call('ZSCORE', KEYS[1], id)
 local waiting = (not delaying) and redis.call('ZSCORE', ready, id)
 if not delaying and not waiting then
   return { 'absent' }
 end
+local new, due, priority = new_score(tonumber(delaying or waiting))
+local text = string.format('%.0f', new)
 redis.call('HSET', KEYS[2], id, head .. text .. string.sub(rec, #head + #score + 1))
 local where = 'delaying'
 if waiting and due <= now then

@@ -1,6 +1,6 @@
 -- Schedule messages into one shard, idempotently, and wake its owner.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] finished zset (tombstones),
--- KEYS[4] the shard's epoch
+-- KEYS[4] the shard's epoch, KEYS[5] the shard's moved hash
 -- ARGV[1] the shard's wake channel, ARGV[2] the caller's epoch ('0': any
 -- node may schedule), then triples of (id, score, record)
 -- A message whose record is already in the hash is left as it is (it is
@@ -14,6 +14,11 @@
 -- When an added message is due before everything the shard held, its due
 -- time (ms) is published on the wake channel: the owner, on whichever node,
 -- sleeps until the earliest due time and must wake earlier.
+-- A message rescheduled while Redis did not hold it (reschedule.lua) is
+-- added at the score the move left in the moved hash, not the one given,
+-- which its caller may have read from the journal before the move; a
+-- move's score older than two minutes is stale (every caller reading the
+-- journal since read the moved row) and dropped.
 -- Returns one flag per message: 1 added, 0 already present, 2 finished,
 -- then the time the script ran (Redis's clock, ms).
 local mine = tonumber(ARGV[2])
@@ -53,6 +58,32 @@ for k, id in ipairs(ids) do
     end
     out[k] = 1
   end
+end
+if #records > 0 and redis.call('HLEN', KEYS[5]) > 0 then
+  local added_ids = {}
+  for i = 1, #records, 2 do
+    added_ids[#added_ids + 1] = records[i]
+  end
+  local moved = bulk_read('HMGET', KEYS[5], added_ids)
+  local seen = {}
+  for k, m in ipairs(moved) do
+    if m then
+      local score, at = string.match(m, '^([^|]*)|(%d+)$')
+      if score and now_ms() - tonumber(at) < 120000 then
+        local rec = records[2 * k]
+        local head, old = string.match(rec, '^([^|]*|%d+|%d+|)([^|]*)|')
+        if head then
+          records[2 * k] = head .. score .. string.sub(rec, #head + #old + 1)
+          scores[2 * k - 1] = score
+          if tonumber(score) < earliest then
+            earliest = tonumber(score)
+          end
+        end
+      end
+      seen[#seen + 1] = added_ids[k]
+    end
+  end
+  bulk('HDEL', KEYS[5], seen)
 end
 bulk('HSET', KEYS[2], records)
 bulk('ZADD', KEYS[1], scores)

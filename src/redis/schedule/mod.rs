@@ -199,6 +199,7 @@ impl RedisSchedule {
             k.messages(shard),
             k.finished(shard),
             k.epoch(shard),
+            k.moved(shard),
         ]
     }
 

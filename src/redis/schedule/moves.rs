@@ -32,11 +32,14 @@ pub enum RedisMove {
 impl RedisSchedule {
     /// Gives message `id` a new due time and/or priority (`None` keeps
     /// it) unless it is handed out.
+    /// `journal`: the due time and priority the journal holds now (after
+    /// the move), for a message Redis does not hold yet.
     pub async fn reschedule(
         &self,
         id: MessageId,
         due: Option<i64>,
         priority: Option<u8>,
+        journal: (i64, u8),
     ) -> Result<RedisMove, RedisError> {
         let k = &self.keys;
         let shard = k.shard_of(id);
@@ -47,6 +50,7 @@ impl RedisSchedule {
                 k.messages(shard),
                 k.inflight(shard),
                 k.unjournaled(shard),
+                k.moved(shard),
             ],
             &[
                 id.to_string(),
@@ -54,6 +58,7 @@ impl RedisSchedule {
                 due.map_or(String::new(), |d| d.to_string()),
                 priority.map_or(String::new(), |p| p.to_string()),
                 k.wake_channel(shard),
+                (crate::redis::keys::score(journal.0, journal.1) as i64).to_string(),
             ],
         );
         let reply: Vec<Value> = self

@@ -19,25 +19,39 @@ impl RedisSchedule {
     /// is listed and is completed by the next pause or the next node to
     /// start). Answers when the topic was paused (ms; an earlier pause's
     /// time when it was paused already) and whether this call paused it.
+    /// A resume racing with it may clear the hash between the two steps:
+    /// the pause then goes again, so it ends listed and applied.
     pub async fn pause(&self, topic: &str) -> Result<(i64, bool), RedisError> {
         let mut con = self.con.clone();
         let key = self.keys.paused_topics();
-        let paused: bool = con.hset_nx(&key, topic, now_ms()).await?;
-        self.set_shards_paused(topic, true).await?;
-        let at: Option<i64> = con.hget(&key, topic).await?;
-        Ok((at.unwrap_or_else(now_ms), paused))
+        let mut paused = false;
+        for _ in 0..8 {
+            paused |= con.hset_nx::<_, _, _, bool>(&key, topic, now_ms()).await?;
+            self.set_shards_paused(topic, true).await?;
+            if let Some(at) = con.hget::<_, _, Option<i64>>(&key, topic).await? {
+                return Ok((at, paused));
+            }
+        }
+        Err(RedisError::BadRecord(format!(
+            "the pause of {topic} kept being undone by resumes; pause again"
+        )))
     }
 
     /// Resumes `topic` on every shard, then forgets the pause (so a resume
     /// cut short still lists the topic paused, and is completed by the next
     /// resume). Shards with messages waiting ready wake the long polls of
-    /// every node. Answers whether the topic was paused.
+    /// every node. Answers whether the topic was paused. A pause racing
+    /// with it wins: when the hash holds the topic again after the resume,
+    /// its shards are paused again, so the list and the shards agree.
     pub async fn resume(&self, topic: &str) -> Result<bool, RedisError> {
         let mut con = self.con.clone();
         let key = self.keys.paused_topics();
         let was: bool = con.hexists(&key, topic).await?;
         self.set_shards_paused(topic, false).await?;
         let _: i64 = con.hdel(&key, topic).await?;
+        if con.hexists::<_, _, bool>(&key, topic).await? {
+            self.set_shards_paused(topic, true).await?;
+        }
         Ok(was)
     }
 
@@ -69,18 +83,38 @@ impl RedisSchedule {
     }
 
     /// Makes every shard's paused set follow the hash: run as a node
-    /// starts, after a pause or resume cut short or a reshard.
+    /// starts, after a pause or resume cut short or a reshard. Pauses and
+    /// resumes may run meanwhile: each pass re-reads the hash after it
+    /// changed the shards and puts back what it undid, until a pass sees
+    /// the hash unchanged.
     pub async fn sync_paused(&self) -> Result<(), RedisError> {
-        let paused = self.paused_topics().await?;
         let mut con = self.con.clone();
-        for shard in 0..self.keys.shards() {
-            let held: Vec<String> = con.smembers(self.keys.paused(shard)).await?;
-            for topic in held.iter().filter(|t| !paused.contains_key(*t)) {
+        for _ in 0..8 {
+            let paused = self.paused_topics().await?;
+            for topic in paused.keys() {
+                self.set_shards_paused(topic, true).await?;
+            }
+            let mut stale = std::collections::BTreeSet::new();
+            for shard in 0..self.keys.shards() {
+                let held: Vec<String> = con.smembers(self.keys.paused(shard)).await?;
+                stale.extend(held.into_iter().filter(|t| !paused.contains_key(t)));
+            }
+            for topic in &stale {
                 self.set_shards_paused(topic, false).await?;
             }
-        }
-        for topic in paused.keys() {
-            self.set_shards_paused(topic, true).await?;
+            let now = self.paused_topics().await?;
+            for topic in now
+                .keys()
+                .filter(|t| stale.contains(*t) || !paused.contains_key(*t))
+            {
+                self.set_shards_paused(topic, true).await?;
+            }
+            for topic in paused.keys().filter(|t| !now.contains_key(*t)) {
+                self.set_shards_paused(topic, false).await?;
+            }
+            if now.keys().eq(paused.keys()) {
+                return Ok(());
+            }
         }
         Ok(())
     }
