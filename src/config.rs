@@ -24,6 +24,7 @@
 //! | `--reconcile-interval` | `DELAYQ_RECONCILE_INTERVAL` | `60s` (`0`: off) |
 //! | `--reconcile-grace` | `DELAYQ_RECONCILE_GRACE` | `30s` |
 //! | `--forward` | `DELAYQ_FORWARD` | none; `TOPIC=URL`, repeatable (rules separated by spaces in the variable), see [`crate::forward`] |
+//! | `--topic-limit` | `DELAYQ_TOPIC_LIMIT` | none; `TOPIC=N/s`, repeatable (separated by spaces in the variable), see [`crate::limit`] |
 //! | `--forward-secret` | `DELAYQ_FORWARD_SECRET` | none; signs webhook requests (HMAC-SHA256) |
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //! | `--ui-read-only` | `DELAYQ_UI_READ_ONLY` | off; the dashboard (`/ui`) shows everything and offers no action |
@@ -303,6 +304,16 @@ pub struct ServeArgs {
         value_name = "TOPIC=URL"
     )]
     pub forward: Vec<crate::forward::Rule>,
+    /// At most N messages of a topic handed out (and forwarded) per second,
+    /// across the cluster: TOPIC=N/s; repeat for more topics. Give every
+    /// node the same limits.
+    #[arg(
+        long = "topic-limit",
+        env = "DELAYQ_TOPIC_LIMIT",
+        value_delimiter = ' ',
+        value_name = "TOPIC=N/s"
+    )]
+    pub topic_limit: Vec<crate::limit::TopicLimit>,
     /// The secret webhook requests are signed with (X-Delayq-Signature).
     #[arg(long, env = "DELAYQ_FORWARD_SECRET", hide_env_values = true)]
     pub forward_secret: Option<String>,

@@ -81,6 +81,7 @@ pub mod input;
 pub mod journal;
 #[cfg(test)]
 mod layers;
+pub mod limit;
 pub mod message;
 pub mod metrics;
 pub mod node;

@@ -10,8 +10,8 @@ use crate::api::error::{ApiError, ErrorBody};
 use crate::message::now_ms;
 
 /// `GET /topics`: every topic with messages in the journal (counts by
-/// status, a few seconds old at most) or paused, in name order, with its
-/// pause and the oldest message waiting ready.
+/// status, a few seconds old at most), paused or rate-limited, in name
+/// order, with its pause, its limit and the oldest message waiting ready.
 #[utoipa::path(
     get,
     path = "/topics",
@@ -34,6 +34,8 @@ pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
     let paused = state.queue.redis.paused_topics().await?;
     let mut names: Vec<&str> = counts.keys().map(String::as_str).collect();
     names.extend(paused.keys().map(String::as_str));
+    let limits = state.queue.redis.limits();
+    names.extend(limits.keys().map(String::as_str));
     names.sort_unstable();
     names.dedup();
     let oldest = state.queue.redis.oldest_ready(&names).await?;
@@ -55,6 +57,7 @@ pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
                 },
                 paused: paused_at.is_some(),
                 paused_at,
+                limit_per_second: limits.get(topic).copied(),
                 oldest_ready_due_time: due,
                 overdue_ms: due.map(|d| (now - d).max(0)),
             }

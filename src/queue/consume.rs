@@ -40,10 +40,21 @@ pub async fn poll(
         if let Some(why) = crate::stall::stalled() {
             return Err(QueueError::Stalled(why));
         }
-        let claimed = claim(state, topic, count).await?;
+        let (claimed, limited) = claim(state, topic, count).await?;
         let claimed = skip_missed(state, claimed).await?;
         if !claimed.is_empty() {
             return Ok(deliver(state, claimed));
+        }
+        // The topic's rate limit holds it back: wait for the next token
+        // (wake-ups would only find the bucket empty again).
+        if limited > 0 {
+            let until = tokio::time::Instant::now() + Duration::from_millis(limited);
+            if until >= deadline {
+                tokio::time::sleep_until(deadline).await;
+                return Ok(Vec::new());
+            }
+            tokio::time::sleep_until(until).await;
+            continue;
         }
         let recheck = (tokio::time::Instant::now() + RECHECK).min(deadline);
         tokio::select! {
@@ -54,18 +65,24 @@ pub async fn poll(
     }
 }
 
-async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
+/// Claims up to `count` ready messages of `topic`; with none, how long
+/// (ms) the topic's rate limit holds it back (0: not limited, none ready).
+async fn claim(
+    state: &Queue,
+    topic: &str,
+    count: usize,
+) -> Result<(Vec<Claimed>, u64), QueueError> {
     // One Redis: a single script call peeks and claims across the shards.
     // Queue entries whose record is gone are dropped on the way: when that
     // left nothing claimed, look again (each look drops up to `count`).
     if !state.redis.is_cluster() {
         for _ in 0..64 {
-            let (claimed, dropped) = state.redis.take(topic, count).await?;
+            let (claimed, dropped, limited) = state.redis.take(topic, count).await?;
             if !claimed.is_empty() || dropped == 0 {
-                return Ok(claimed);
+                return Ok((claimed, limited));
             }
         }
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     // The first `count` ready messages across shards decide how many to take
     // from each shard's queue head. Other consumers may empty a queue in
@@ -73,18 +90,18 @@ async fn claim(state: &Queue, topic: &str, count: usize) -> Result<Vec<Claimed>,
     for _ in 0..8 {
         let picks = state.redis.peek_ready(topic, count).await?;
         if picks.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
         for (_, shard, _) in &picks {
             *per_shard.entry(*shard).or_default() += 1;
         }
-        let claimed = state.redis.claim(topic, &per_shard).await?;
-        if !claimed.is_empty() {
-            return Ok(claimed);
+        let (claimed, limited) = state.redis.claim(topic, &per_shard).await?;
+        if !claimed.is_empty() || limited > 0 {
+            return Ok((claimed, limited));
         }
     }
-    Ok(Vec::new())
+    Ok((Vec::new(), 0))
 }
 
 /// Occurrences of recurring messages with `misfire: "skip"` that were

@@ -13,6 +13,7 @@
 //! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
+//! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
@@ -109,6 +110,12 @@ impl Keys {
     /// reschedule.lua and schedule.lua).
     pub fn moved(&self, shard: u32) -> String {
         format!("{}:moved", self.tag(shard))
+    }
+
+    /// The rate limit bucket of `topic` in shard `s` (on one Redis, shard
+    /// 0's is the topic's only one); see [`crate::limit`].
+    pub fn limit(&self, shard: u32, topic: &str) -> String {
+        format!("{}:limit:{topic}", self.tag(shard))
     }
 
     /// Topics paused, as shard `s`'s hand-out scripts read them.

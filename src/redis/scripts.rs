@@ -61,11 +61,13 @@ impl Scripts {
             claim: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
+                include_str!("lua/limit.lua"),
                 include_str!("lua/claim.lua"),
             ]),
             take: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
+                include_str!("lua/limit.lua"),
                 include_str!("lua/take.lua"),
             ]),
             ack: lua(&[

@@ -24,6 +24,7 @@ mod horizon;
 mod input;
 mod journal;
 mod journal_faults;
+mod limit;
 mod metrics;
 mod openapi;
 mod ops;

@@ -28,14 +28,17 @@ pub struct TopicView {
     pub paused: bool,
     /// When it was paused (epoch ms), while it is.
     pub paused_at: Option<i64>,
+    /// Most messages handed out a second (`--topic-limit`), if limited.
+    #[serde(default)]
+    pub limit_per_second: Option<u32>,
     /// The due time (epoch ms) of its oldest message waiting ready, if any.
     pub oldest_ready_due_time: Option<i64>,
     /// How long that message has waited past its due time (ms).
     pub overdue_ms: Option<i64>,
 }
 
-/// `GET /topics`: every topic with messages in the journal or paused, in
-/// name order.
+/// `GET /topics`: every topic with messages in the journal, paused or
+/// limited, in name order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]

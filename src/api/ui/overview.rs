@@ -83,9 +83,14 @@ fn count(n: i64) -> String {
 
 /// The topics table (refreshed in place every few seconds): every topic
 /// with messages, and every paused one.
-fn topics_table(counts: &Counts, paused: &BTreeMap<String, i64>, cut: bool) -> String {
+fn topics_table(
+    counts: &Counts,
+    paused: &BTreeMap<String, i64>,
+    limits: &BTreeMap<String, u32>,
+    cut: bool,
+) -> String {
     let mut all = counts.clone();
-    for topic in paused.keys() {
+    for topic in paused.keys().chain(limits.keys()) {
         all.entry(topic.clone()).or_default();
     }
     let mut rows = String::new();
@@ -111,10 +116,15 @@ fn topics_table(counts: &Counts, paused: &BTreeMap<String, i64>, cut: bool) -> S
             rate(delivered),
             u = url_encode(topic),
             t = esc(topic),
-            p = if paused.contains_key(topic) {
-                r#" <span class="badge paused">Paused</span>"#
-            } else {
-                ""
+            p = {
+                let mut marks = String::new();
+                if paused.contains_key(topic) {
+                    marks.push_str(r#" <span class="badge paused">Paused</span>"#);
+                }
+                if let Some(n) = limits.get(topic) {
+                    let _ = write!(marks, r#" <span class="badge limit">{n}/s</span>"#);
+                }
+                marks
             },
         );
     }
@@ -184,7 +194,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
         backlog = state.queue.journal.backlog_pending(),
-        table = topics_table(&counts, &paused, cut),
+        table = topics_table(&counts, &paused, state.queue.redis.limits(), cut),
         every = history::EVERY.as_secs(),
     );
     Ok(super::page(&viewer, "Overview", "/ui", &body))

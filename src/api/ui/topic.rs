@@ -131,9 +131,15 @@ pub async fn page(
             )
         ),
     };
+    let limit = match state.queue.redis.limits().get(&topic) {
+        Some(n) => format!(
+            r#"<p class="hint" id="limit">Rate limit: at most <b>{n}</b> handed out a second, across the cluster (<code>--topic-limit</code>).</p>"#
+        ),
+        None => String::new(),
+    };
     let body = format!(
         r#"<h1>Topic <span class="mono">{t}</span></h1>
-{pause}
+{pause}{limit}
 <form class="search" method="get" action="{base}"><input type="search" name="q" placeholder="Message id or bizKey" aria-label="Message id or bizKey" value=""><button type="submit">Find</button></form>
 <nav class="tabs">{tabs}</nav>
 <table class="grid"><thead><tr><th>Id</th><th>bizKey</th><th>Due</th><th class="num">Priority</th><th class="num">Attempts</th><th>Status</th><th>Body</th></tr></thead><tbody>{list}</tbody></table>

@@ -1,25 +1,36 @@
 -- Hand the first ready messages of one topic in one shard to a consumer.
 -- KEYS[1] ready zset of the topic, KEYS[2] message hash, KEYS[3] in-flight zset,
--- KEYS[4] the shard's paused topics (set)
--- ARGV[1] how many to take from the head of the queue, ARGV[2] the topic.
+-- KEYS[4] the shard's paused topics (set), KEYS[5] the topic's rate limit
+-- bucket in this shard (limit.lua, prepended)
+-- ARGV[1] how many to take from the head of the queue, ARGV[2] the topic,
+-- ARGV[3] the shard's share of its rate limit a second (0: none).
 -- A paused topic hands nothing out.
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
 -- now by Redis's clock (clock.lua, prepended; claim_head: bulk.lua).
 -- Returns the claimed ids, each followed by its record (attempts already
--- raised), in queue order, then the time the script ran (Redis's clock, ms).
+-- raised), in queue order, then how long (ms) the rate limit holds the
+-- topic back when it allowed nothing (0 otherwise), then the time the script
+-- ran (Redis's clock, ms).
 local now = now_ms()
 local out = {}
 if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
-  return { tostring(now) }
+  return { '0', tostring(now) }
 end
-local items = claim_head(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
+local rate = tonumber(ARGV[3])
+local n, wait, tokens, at = bucket_take(KEYS[5], rate, tonumber(ARGV[1]), now)
+if n == 0 then
+  return { tostring(wait), tostring(now) }
+end
+local items = claim_head(KEYS[1], KEYS[2], KEYS[3], n, now)
 for _, item in ipairs(items) do
   if item then
     out[#out + 1] = item[1]
     out[#out + 1] = item[2]
   end
 end
+bucket_spend(KEYS[5], rate, tokens, at, #out / 2)
+out[#out + 1] = '0'
 out[#out + 1] = tostring(now)
 return out

@@ -1,8 +1,10 @@
 -- A poll's claim in one call (one Redis without cluster slots): the first
 -- ready messages of one topic across every shard, handed to a consumer.
 -- KEYS: per shard, in shard order: ready zset of the topic, message hash,
--- in-flight zset, paused topics (set) (4 keys a shard).
--- ARGV[1] how many to take in all, ARGV[2] the topic.
+-- in-flight zset, paused topics (set) (4 keys a shard); then the topic's
+-- rate limit bucket (limit.lua, prepended).
+-- ARGV[1] how many to take in all, ARGV[2] the topic, ARGV[3] its rate
+-- limit a second (0: none).
 -- A shard whose paused set holds the topic hands nothing out.
 -- The heads of the shards' ready queues are merged by score, then by id
 -- (as a peek across shards followed by claims would take them, in one
@@ -11,10 +13,18 @@
 -- Returns, for each claimed message in score order: its shard (0-based),
 -- id and record (attempts already raised); then how many queue entries
 -- had no record (dropped: the caller looks again when that left it with
--- nothing), then the time the script ran.
+-- nothing), how long (ms) the rate limit holds the topic back when it
+-- allowed nothing (0 otherwise), then the time the script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
-local shards = #KEYS / 4
+local shards = (#KEYS - 1) / 4
+-- A topic with a rate limit takes what its bucket (the last key) allows.
+local rate, bucket = tonumber(ARGV[3]), KEYS[#KEYS]
+local b_wait, b_tokens, b_at
+want, b_wait, b_tokens, b_at = bucket_take(bucket, rate, want, now)
+if want == 0 then
+  return { '0', tostring(b_wait), tostring(now) }
+end
 -- Each queue's head is read a few entries at a time (writing out a score
 -- costs more than the rest of an entry), and further while the merge
 -- takes from it.
@@ -79,6 +89,8 @@ for _, s in ipairs(order) do
     out[#out + 1] = item[2]
   end
 end
+bucket_spend(bucket, rate, b_tokens, b_at, #out / 3)
 out[#out + 1] = tostring(dropped)
+out[#out + 1] = '0'
 out[#out + 1] = tostring(now)
 return out

@@ -160,13 +160,16 @@ impl RedisSchedule {
 
     /// Claims, in each shard, the first `n` ready messages of a topic for a
     /// consumer (attempts + 1, ack deadline now + ttl). Returns them in score
-    /// order across shards.
+    /// order across shards, and, when a rate limit let none be claimed, how
+    /// long (ms) until it lets one.
     pub async fn claim(
         &self,
         topic: &str,
         per_shard: &BTreeMap<u32, usize>,
-    ) -> Result<Vec<Claimed>, RedisError> {
+    ) -> Result<(Vec<Claimed>, u64), RedisError> {
         let now_ms = now_ms();
+        // Each shard's bucket fills at its share of the topic's rate.
+        let rate = f64::from(self.limit(topic)) / f64::from(self.keys.shards());
         let mut pipe = redis::pipe();
         for (&shard, &n) in per_shard {
             let k = &self.keys;
@@ -177,8 +180,9 @@ impl RedisSchedule {
                     k.messages(shard),
                     k.inflight(shard),
                     k.paused(shard),
+                    k.limit(shard, topic),
                 ],
-                &[n.to_string(), topic.to_string()],
+                &[n.to_string(), topic.to_string(), rate.to_string()],
             ));
         }
         let mut replies: Vec<Vec<String>> = self
@@ -186,39 +190,58 @@ impl RedisSchedule {
             .run_pipe("claim", &mut self.con.clone(), &pipe)
             .await?;
         let mut out = Vec::new();
+        let mut wait = u64::MAX;
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
+            if let Some(w) = records.pop().and_then(|w| w.parse::<u64>().ok()) {
+                if w > 0 {
+                    wait = wait.min(w);
+                }
+            }
             let mut items = records.drain(..);
             while let (Some(id), Some(rec)) = (items.next(), items.next()) {
                 out.push(claimed(shard, at, &id, rec)?);
             }
         }
         sort_claimed(&mut out);
-        Ok(out)
+        let wait = if out.is_empty() && wait < u64::MAX {
+            wait
+        } else {
+            0
+        };
+        Ok((out, wait))
     }
 
     /// A poll's claim in one round trip (one Redis, not a cluster, whose
     /// slots keep shards apart): the first `count` ready messages of a topic
     /// across all shards by score, claimed as [`Self::claim`] claims them,
     /// in the same order. Also how many queue entries had no record
-    /// (dropped: when that left nothing claimed, look again).
+    /// (dropped: when that left nothing claimed, look again), and when the
+    /// topic's rate limit let nothing be claimed, how long (ms) until it
+    /// lets one.
     pub async fn take(
         &self,
         topic: &str,
         count: usize,
-    ) -> Result<(Vec<Claimed>, usize), RedisError> {
+    ) -> Result<(Vec<Claimed>, usize, u64), RedisError> {
         let k = &self.keys;
-        let mut keys = Vec::with_capacity(4 * k.shards() as usize);
+        let mut keys = Vec::with_capacity(4 * k.shards() as usize + 1);
         for shard in 0..k.shards() {
             keys.push(k.ready(shard, topic));
             keys.push(k.messages(shard));
             keys.push(k.inflight(shard));
             keys.push(k.paused(shard));
         }
+        // One Redis: the topic's one bucket (shard 0's key).
+        keys.push(k.limit(0, topic));
         let cmd = evalsha(
             &self.scripts.take,
             &keys,
-            &[count.to_string(), topic.to_string()],
+            &[
+                count.to_string(),
+                topic.to_string(),
+                self.limit(topic).to_string(),
+            ],
         );
         let mut reply: Vec<String> = self
             .scripts
@@ -228,6 +251,7 @@ impl RedisSchedule {
             .pop()
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(now_ms);
+        let wait = reply.pop().and_then(|n| n.parse().ok()).unwrap_or(0);
         let dropped = reply.pop().and_then(|n| n.parse().ok()).unwrap_or(0);
         let mut out = Vec::with_capacity(reply.len() / 3);
         let mut items = reply.into_iter();
@@ -238,7 +262,7 @@ impl RedisSchedule {
             out.push(claimed(shard, at, &id, rec)?);
         }
         sort_claimed(&mut out);
-        Ok((out, dropped))
+        Ok((out, dropped, wait))
     }
 
     /// Acks many messages, each with the receipt of the delivery acked

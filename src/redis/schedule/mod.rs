@@ -32,6 +32,8 @@ pub struct RedisSchedule {
     /// Messages due further ahead than this (ms) are left in the journal
     /// (0: none is); see [`crate::horizon`].
     horizon_ms: i64,
+    /// Rate limits a second by topic ([`crate::limit`]).
+    limits: Arc<BTreeMap<String, u32>>,
 }
 
 /// How long an acked or cancelled message's tombstone keeps a restore (or
@@ -53,7 +55,25 @@ impl RedisSchedule {
             scripts,
             node: node.into(),
             horizon_ms: 0,
+            limits: Arc::default(),
         })
+    }
+
+    /// The same schedule, handing topics out within these rate limits (a
+    /// second, by topic).
+    pub fn with_limits(mut self, limits: BTreeMap<String, u32>) -> RedisSchedule {
+        self.limits = Arc::new(limits);
+        self
+    }
+
+    /// The rate limits a second, by topic.
+    pub fn limits(&self) -> &BTreeMap<String, u32> {
+        &self.limits
+    }
+
+    /// `topic`'s rate limit a second (0: none).
+    pub fn limit(&self, topic: &str) -> u32 {
+        self.limits.get(topic).copied().unwrap_or(0)
     }
 
     /// The same schedule, leaving messages due further ahead than

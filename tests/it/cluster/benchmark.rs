@@ -139,3 +139,108 @@ async fn cluster_benchmark() {
         moving.len()
     );
 }
+
+/// The rate limit's precision (run by hand, figures in BENCHMARKS.md):
+/// `cargo nextest run --release --test it --run-ignored only --no-capture -E 'test(/rate_limit_benchmark$/)'`
+/// Two nodes with `--topic-limit` N/s (`DELAYQ_BENCH_RATE`, default 200)
+/// sharing one Redis, 8 consumers (4 polling each node, count 10, acking
+/// in their polls), a backlog of more than the run needs due at once, for
+/// `DELAYQ_BENCH_SECONDS` (default 60). Prints the rate over the run after
+/// the first second's burst, and the slowest and fastest single second.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
+async fn rate_limit_benchmark() {
+    let env_u64 = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let rate = env_u64("DELAYQ_BENCH_RATE", 200);
+    let secs = env_u64("DELAYQ_BENCH_SECONDS", 60);
+    let topic = format!("rl{}", random_hex(6));
+    let c = Cluster::builder()
+        .arg("--topic-limit")
+        .arg(&format!("{topic}={rate}/s"))
+        .start()
+        .await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    let backlog = (rate * (secs + 5)) as usize;
+    for chunk in 0..backlog.div_ceil(1000) {
+        let n = (backlog - chunk * 1000).min(1000);
+        c.push_batch(
+            chunk % 2,
+            (0..n)
+                .map(|i| json!({"topic": topic, "body": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = now_ms();
+    let stop_at = started + secs as i64 * 1000;
+    let times: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let mut consumers = Vec::new();
+    for k in 0..8 {
+        let (http, base, topic, times) = (
+            c.http.clone(),
+            c.url(k % 2, ""),
+            topic.clone(),
+            times.clone(),
+        );
+        consumers.push(tokio::spawn(async move {
+            let mut ack: Vec<String> = Vec::new();
+            while now_ms() < stop_at {
+                let r = http
+                    .post(format!("{base}/get/{topic}?timeout=2"))
+                    .json(&json!({"ack": ack, "count": 10}))
+                    .send()
+                    .await;
+                let Ok(r) = r else { continue };
+                let Ok(body) = r.json::<Value>().await else {
+                    continue;
+                };
+                let at = now_ms();
+                let got = body["messages"].as_array().cloned().unwrap_or_default();
+                ack = got
+                    .iter()
+                    .map(|m| m["id"].as_str().unwrap().to_string())
+                    .collect();
+                if at < stop_at {
+                    times
+                        .lock()
+                        .unwrap()
+                        .extend(std::iter::repeat_n(at, got.len()));
+                }
+            }
+        }));
+    }
+    for t in consumers {
+        let _ = t.await;
+    }
+    let times = times.lock().unwrap().clone();
+    let mut per_second = vec![0u64; secs as usize];
+    for t in &times {
+        let s = ((t - started) / 1000) as usize;
+        if s < per_second.len() {
+            per_second[s] += 1;
+        }
+    }
+    let after_burst: u64 = per_second[1..].iter().sum();
+    let measured = after_burst as f64 / (secs - 1) as f64;
+    let report = json!({
+        "limit_per_s": rate,
+        "seconds": secs,
+        "consumers": 8,
+        "nodes": 2,
+        "handed_out": times.len(),
+        "first_second": per_second[0],
+        "rate_after_first_second": (measured * 10.0).round() / 10.0,
+        "error_pct": ((measured / rate as f64 - 1.0) * 1000.0).round() / 10.0,
+        "slowest_second": per_second[1..].iter().min(),
+        "fastest_second": per_second[1..].iter().max(),
+    });
+    println!("{report}");
+    assert!((measured / rate as f64 - 1.0).abs() < 0.05, "{report}");
+}

@@ -1,0 +1,128 @@
+//! Rate limits per topic (`--topic-limit TOPIC=N/s`): a topic is handed out
+//! no faster than its limit (after a first second's worth), its polls wait
+//! for the next token rather than answering early and empty, and other
+//! topics are not held back.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{now_ms, Backend, Env};
+use serde_json::{json, Value};
+
+backend_tests!(a_limited_topic_is_handed_out_at_its_rate);
+
+async fn a_limited_topic_is_handed_out_at_its_rate(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--topic-limit")
+        .arg("lim=20/s")
+        .start()
+        .await;
+    let limited = env
+        .push_batch(
+            (0..70)
+                .map(|i| json!({"topic": "lim", "body": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    env.push_batch(
+        (0..50)
+            .map(|i| json!({"topic": "free", "body": format!("{i}")}))
+            .collect(),
+    )
+    .await;
+    // The other topic goes at once.
+    let began = Instant::now();
+    assert_eq!(
+        env.collect("free", 50, Duration::from_secs(5)).await.len(),
+        50
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+
+    // Four consumers acking what they get; each poll's time and count.
+    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let polls: Arc<Mutex<Vec<(u128, usize)>>> = Arc::default();
+    let mut loops = Vec::new();
+    for _ in 0..4 {
+        let (http, base) = (env.http.clone(), env.url(""));
+        let (seen, polls) = (seen.clone(), polls.clone());
+        loops.push(tokio::spawn(async move {
+            loop {
+                let asked = Instant::now();
+                let body: Value = http
+                    .get(format!("{base}/get/lim?timeout=10&count=10"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let at = now_ms();
+                let got = body["messages"].as_array().unwrap().clone();
+                polls
+                    .lock()
+                    .unwrap()
+                    .push((asked.elapsed().as_millis(), got.len()));
+                let ids: Vec<&str> = got.iter().map(|m| m["id"].as_str().unwrap()).collect();
+                if !ids.is_empty() {
+                    http.post(format!("{base}/ack"))
+                        .json(&json!({"ids": ids}))
+                        .send()
+                        .await
+                        .unwrap();
+                }
+                seen.lock()
+                    .unwrap()
+                    .extend(std::iter::repeat_n(at, ids.len()));
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().unwrap().len() < limited.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for l in &loops {
+        l.abort();
+    }
+    let mut times = seen.lock().unwrap().clone();
+    assert_eq!(times.len(), limited.len(), "not all handed out in 20 s");
+    times.sort_unstable();
+    let first = times[0];
+    // At most a second's worth at once, then 20 a second (and a few for the
+    // clocks' granularity).
+    for (k, t) in times.iter().enumerate() {
+        let allowed = 20.0 + 20.0 * (t - first) as f64 / 1000.0 + 3.0;
+        assert!(
+            (k + 1) as f64 <= allowed,
+            "{} handed out within {} ms of the first",
+            k + 1,
+            t - first
+        );
+    }
+    let span = times.last().unwrap() - first;
+    assert!(
+        span >= 2_200,
+        "70 at 20/s after a burst of 20 took only {span} ms"
+    );
+    assert!(span <= 5_000, "70 at 20/s took {span} ms");
+    // Held back, a poll waited for the next token: none answered early and
+    // empty.
+    for (ms, n) in polls.lock().unwrap().iter() {
+        assert!(
+            *n > 0 || *ms >= 9_900,
+            "a poll answered empty after {ms} ms"
+        );
+    }
+    let topics = env.get_path("/topics").await;
+    let lim = topics.assert_ok()["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == "lim")
+        .cloned()
+        .unwrap();
+    assert_eq!(lim["limitPerSecond"], 20, "{lim}");
+}
