@@ -15,7 +15,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         "domain: types and rules that know no HTTP, Redis or SQL",
         &[
             "lib", "layers", "error", "input", "message", "ids", "clock", "retry", "repeat",
-            "redact", "tls", "progress", "faults", "stall", "metrics",
+            "redact", "tls", "progress", "faults", "stall", "metrics", "limit",
         ],
     ),
     (

@@ -11,7 +11,8 @@
 //! - storage: [`redis`], [`journal`], [`notify`];
 //! - the domain, which knows nothing of HTTP, Redis or SQL: [`message`],
 //!   [`input`], [`ids`], [`retry`], [`repeat`], [`clock`], [`error`],
-//!   [`metrics`], [`tls`], [`redact`], [`stall`], [`progress`], [`faults`].
+//!   [`metrics`], [`tls`], [`redact`], [`stall`], [`progress`], [`faults`],
+//!   [`limit`].
 //!
 //! The JSON shapes the server and the Rust client share (error codes, the
 //! outcomes of acks, nacks and cancels) are the `delayq-proto` crate.
@@ -45,7 +46,8 @@
 //!   with an ack deadline); `POST /ack/{id}` ends their life (Consumed). An
 //!   unacked message returns to the ready queue when its deadline passes.
 //!   [`retry`] decides what a failed delivery leads to; [`repeat`] when a
-//!   recurring message's next occurrence is due once the current one is acked.
+//!   recurring message's next occurrence is due once the current one is acked;
+//!   [`limit`] how fast a topic may be handed out.
 //! - Every status change is written to the journal's flow table in batches.
 //! - [`restore`]: rebuilds Redis from the journal.
 //! - [`reconcile`]: compares the journal with Redis message by message and

@@ -8,8 +8,10 @@
 //!
 //! On one Redis the topic has one bucket. On a Redis Cluster each shard has
 //! its own, at N ÷ shards a second (a script touches one slot), so the
-//! limit holds as long as the topic's messages spread over the shards, as
-//! their ids make them do.
+//! limit is never exceeded, and is reached while the topic's messages
+//! spread over the shards, as their ids make them do (a shard with none
+//! leaves its share unused). There a limit must be at least one a second
+//! per shard.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -63,6 +65,18 @@ pub fn by_topic(limits: &[TopicLimit]) -> Result<BTreeMap<String, u32>, String> 
     Ok(out)
 }
 
+/// On a Redis Cluster each shard's bucket fills at N ÷ shards a second and
+/// holds at least one token: a limit below one a second per shard would
+/// let a token a shard out at once, more than N. Refused.
+pub fn check_on_cluster(limits: &BTreeMap<String, u32>, shards: u32) -> Result<(), String> {
+    match limits.iter().find(|(_, n)| **n < shards) {
+        Some((topic, n)) => Err(format!(
+            "--topic-limit {topic}={n}/s: on a Redis Cluster a limit must be at least the shard count ({shards}/s), each shard counting its share"
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +104,8 @@ mod tests {
         }
         let twice = ["a=1/s", "a=2/s"].map(|s| s.parse().unwrap());
         assert!(by_topic(&twice).is_err());
+        let low = by_topic(&["a=7/s".parse().unwrap()]).unwrap();
+        assert!(check_on_cluster(&low, 8).is_err());
+        assert!(check_on_cluster(&low, 7).is_ok());
     }
 }

@@ -53,7 +53,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::stall::start();
     let db_url = open_journal(&args.journal.database_url).await?;
     let limits = crate::limit::by_topic(&args.topic_limit).map_err(|e| anyhow::anyhow!(e))?;
-    let redis = open_redis(&args.redis, &node_id).await?.with_limits(limits);
+    let redis = open_redis(&args.redis, &node_id).await?;
+    if redis.is_cluster() {
+        crate::limit::check_on_cluster(&limits, args.redis.shards)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let redis = redis.with_limits(limits);
     let node = NodeInfo {
         node_id: node_id.clone(),
         host: format!("{}/{}", host_name(), args.bind.ip()),

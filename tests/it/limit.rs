@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{now_ms, Backend, Env};
+use crate::common::{Backend, Env};
 use serde_json::{json, Value};
 
 backend_tests!(a_limited_topic_is_handed_out_at_its_rate);
@@ -84,8 +84,17 @@ async fn handed_out_at_20_a_second(env: &Env, within: Duration) {
                     .json()
                     .await
                     .unwrap();
-                let at = now_ms();
                 let got = body["messages"].as_array().unwrap().clone();
+                // When Redis handed each out: its ack deadline (in its
+                // receipt, `ATTEMPTS-DEADLINE`) less its ttl (the default).
+                let handed: Vec<i64> = got
+                    .iter()
+                    .map(|m| {
+                        let receipt = m["receipt"].as_str().unwrap();
+                        let deadline: i64 = receipt.split('-').nth(1).unwrap().parse().unwrap();
+                        deadline - 30_000
+                    })
+                    .collect();
                 polls
                     .lock()
                     .unwrap()
@@ -98,9 +107,7 @@ async fn handed_out_at_20_a_second(env: &Env, within: Duration) {
                         .await
                         .unwrap();
                 }
-                seen.lock()
-                    .unwrap()
-                    .extend(std::iter::repeat_n(at, ids.len()));
+                seen.lock().unwrap().extend(handed);
             }
         }));
     }

@@ -82,7 +82,7 @@ fn count(n: i64) -> String {
 }
 
 /// The topics table (refreshed in place every few seconds): every topic
-/// with messages, and every paused one.
+/// with messages, and every paused or rate-limited one.
 fn topics_table(
     counts: &Counts,
     paused: &BTreeMap<String, i64>,
