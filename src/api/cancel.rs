@@ -4,17 +4,17 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use delayq_proto as proto;
-use serde_json::Value;
 
 use super::body::JsonBody;
 use super::schema::{
     CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, DeleteNotFound,
 };
+use super::select::{self, Selector};
 use super::{parse_id, AppState, Query};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;
-use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
+use crate::message::MessageId;
 use crate::queue::cancel::{self, CancelOutcome};
 
 /// Most ids in one `POST /cancel`.
@@ -59,20 +59,6 @@ pub async fn delete(
             id,
             result: outcome.into(),
         })),
-    }
-}
-
-fn string_field<'a>(
-    body: &'a serde_json::Map<String, Value>,
-    field: &str,
-) -> Result<Option<&'a str>, ApiError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(ApiError::invalid(
-            ErrorCode::InvalidField,
-            format!("{field} must be a string, got {other}"),
-        )),
     }
 }
 
@@ -122,8 +108,7 @@ pub async fn cancel(
             "the request body must be a JSON object",
         ));
     };
-    let fields = ["ids", "topic", "bizKey", "bizKeyPrefix"];
-    if let Some(unknown) = body.keys().find(|k| !fields.contains(&k.as_str())) {
+    if let Some(unknown) = body.keys().find(|k| !select::FIELDS.contains(&k.as_str())) {
         return Err(ApiError::invalid(
             ErrorCode::UnknownField,
             format!(
@@ -131,35 +116,12 @@ pub async fn cancel(
             ),
         ));
     }
-    let topic = string_field(body, "topic")?;
-    let key = string_field(body, "bizKey")?;
-    let prefix = string_field(body, "bizKeyPrefix")?;
-    let usage = "give {\"ids\": [...]}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
-    if body.contains_key("ids") {
-        if topic.is_some() || key.is_some() || prefix.is_some() {
-            return Err(ApiError::invalid(ErrorCode::InvalidCancel, usage));
+    match select::selector(body, MAX_CANCEL_IDS, ErrorCode::InvalidCancel)? {
+        Selector::Ids(ids) => {
+            let outcomes = cancel::cancel_many(&state.queue, &ids).await?;
+            Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
-        let ids = super::batch_ids("ids", body.get("ids"), 1..=MAX_CANCEL_IDS)?;
-        let outcomes = cancel::cancel_many(&state.queue, &ids).await?;
-        return Ok(HttpResponse::Ok().json(report(&ids, &outcomes)));
-    }
-    let Some(topic) = topic else {
-        return Err(ApiError::invalid(ErrorCode::InvalidCancel, usage));
-    };
-    super::check_topic(topic)?;
-    let check_key = |k: &str, field: &str| {
-        if k.is_empty() || k.chars().count() > MAX_BIZ_KEY_LEN {
-            Err(ApiError::invalid(
-                ErrorCode::InvalidBizKey,
-                format!("{field} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    match (key, prefix) {
-        (Some(key), None) => {
-            check_key(key, "bizKey")?;
+        Selector::BizKey { topic, key } => {
             let (ids, outcomes): (Vec<MessageId>, Vec<CancelOutcome>) =
                 cancel::cancel_biz_key(&state.queue, topic, key)
                     .await?
@@ -167,8 +129,7 @@ pub async fn cancel(
                     .unzip();
             Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
-        (None, Some(prefix)) => {
-            check_key(prefix, "bizKeyPrefix")?;
+        Selector::Prefix { topic, prefix } => {
             let (matched, counts) =
                 cancel::cancel_biz_key_prefix(&state.queue, topic, prefix).await?;
             Ok(HttpResponse::Ok().json(CancelReply::Counts(CancelCounts {
@@ -176,6 +137,5 @@ pub async fn cancel(
                 results: counts,
             })))
         }
-        _ => Err(ApiError::invalid(ErrorCode::InvalidCancel, usage)),
     }
 }

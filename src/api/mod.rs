@@ -26,6 +26,7 @@ mod produce;
 mod reschedule;
 pub mod schema;
 mod search;
+mod select;
 mod topics;
 pub mod ui;
 

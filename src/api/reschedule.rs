@@ -3,43 +3,30 @@
 //! [`crate::queue::reschedule`].
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::Value;
 
 use super::body::JsonBody;
 use super::schema::{
     CancelCounts, RescheduleEach, RescheduleOne, RescheduleReply, RescheduleRequest,
 };
+use super::select::{self, Selector};
 use super::AppState;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
-use crate::message::{now_ms, parse_new_schedule, MessageId, MAX_BIZ_KEY_LEN};
+use crate::message::{now_ms, parse_new_schedule, MessageId};
 use crate::queue::reschedule::{self, MoveOutcome, NewSchedule};
 
 pub const MAX_RESCHEDULE_IDS: usize = 1_000;
 
-const FIELDS: &[&str] = &[
-    "ids",
-    "topic",
-    "bizKey",
-    "bizKeyPrefix",
+/// The selector's fields (see [`select`]) and where to.
+const FIELDS: [&str; 7] = [
+    select::FIELDS[0],
+    select::FIELDS[1],
+    select::FIELDS[2],
+    select::FIELDS[3],
     "delay",
     "deliverAt",
     "priority",
 ];
-
-fn string_field<'a>(
-    body: &'a serde_json::Map<String, Value>,
-    field: &str,
-) -> Result<Option<&'a str>, ApiError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(ApiError::invalid(
-            ErrorCode::InvalidField,
-            format!("{field} must be a string, got {other}"),
-        )),
-    }
-}
 
 fn report(ids: &[MessageId], outcomes: &[MoveOutcome]) -> RescheduleReply {
     let results: Vec<RescheduleOne> = ids
@@ -105,35 +92,12 @@ pub async fn reschedule(
     }
     let (due, priority) = parse_new_schedule(body, now_ms())?;
     let to = NewSchedule { due, priority };
-    let topic = string_field(body, "topic")?;
-    let key = string_field(body, "bizKey")?;
-    let prefix = string_field(body, "bizKeyPrefix")?;
-    let usage = "give {\"ids\": [...]}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
-    if body.contains_key("ids") {
-        if topic.is_some() || key.is_some() || prefix.is_some() {
-            return Err(ApiError::invalid(ErrorCode::InvalidBody, usage));
+    match select::selector(body, MAX_RESCHEDULE_IDS, ErrorCode::InvalidBody)? {
+        Selector::Ids(ids) => {
+            let outcomes = reschedule::reschedule_many(&state.queue, &ids, to).await?;
+            Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
-        let ids = super::batch_ids("ids", body.get("ids"), 1..=MAX_RESCHEDULE_IDS)?;
-        let outcomes = reschedule::reschedule_many(&state.queue, &ids, to).await?;
-        return Ok(HttpResponse::Ok().json(report(&ids, &outcomes)));
-    }
-    let Some(topic) = topic else {
-        return Err(ApiError::invalid(ErrorCode::InvalidBody, usage));
-    };
-    super::check_topic(topic)?;
-    let check_key = |k: &str, field: &str| {
-        if k.is_empty() || k.chars().count() > MAX_BIZ_KEY_LEN {
-            Err(ApiError::invalid(
-                ErrorCode::InvalidBizKey,
-                format!("{field} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    match (key, prefix) {
-        (Some(key), None) => {
-            check_key(key, "bizKey")?;
+        Selector::BizKey { topic, key } => {
             let (ids, outcomes): (Vec<MessageId>, Vec<MoveOutcome>) =
                 reschedule::reschedule_biz_key(&state.queue, topic, key, to)
                     .await?
@@ -141,8 +105,7 @@ pub async fn reschedule(
                     .unzip();
             Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
-        (None, Some(prefix)) => {
-            check_key(prefix, "bizKeyPrefix")?;
+        Selector::Prefix { topic, prefix } => {
             let (matched, counts) =
                 reschedule::reschedule_biz_key_prefix(&state.queue, topic, prefix, to).await?;
             Ok(
@@ -152,6 +115,5 @@ pub async fn reschedule(
                 })),
             )
         }
-        _ => Err(ApiError::invalid(ErrorCode::InvalidBody, usage)),
     }
 }

@@ -9,8 +9,6 @@ use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::RedisCancel;
 
-/// Journal rows read per page when cancelling by bizKey prefix.
-const PREFIX_PAGE: i64 = 500;
 /// Cancels in flight at once within one request.
 const CONCURRENCY: usize = 32;
 
@@ -170,29 +168,13 @@ pub async fn cancel_biz_key_prefix(
     state: &Queue,
     topic: &str,
     prefix: &str,
-) -> Result<(usize, std::collections::BTreeMap<&'static str, u64>), QueueError> {
-    let mut counts = std::collections::BTreeMap::new();
-    let mut matched = 0;
-    let mut after = 0;
-    loop {
-        let (rows, next) = state
-            .journal
-            .live_by_biz_key(LiveByBizKey::Prefix {
-                topic: topic.to_string(),
-                prefix: prefix.to_string(),
-                status: None,
-                after,
-                limit: PREFIX_PAGE,
-            })
-            .await?;
-        let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
-        matched += ids.len();
-        for o in cancel_many(state, &ids).await? {
-            *counts.entry(o.as_str()).or_insert(0) += 1;
-        }
-        match next {
-            Some(n) => after = n,
-            None => return Ok((matched, counts)),
-        }
-    }
+) -> Result<super::PrefixCounts, QueueError> {
+    super::each_prefix_page(
+        state,
+        topic,
+        prefix,
+        |ids| async move { cancel_many(state, &ids).await },
+        |o: &CancelOutcome| o.as_str(),
+    )
+    .await
 }

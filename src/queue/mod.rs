@@ -44,6 +44,51 @@ pub struct Queue {
 /// Most acks or cancels applied in one batch.
 const COALESCE: usize = 500;
 
+/// Journal rows read per page when acting on a bizKey prefix.
+const PREFIX_PAGE: i64 = 500;
+
+/// What acting on a bizKey prefix came to: how many live messages matched,
+/// and how many came to each outcome (by its name on the wire).
+pub type PrefixCounts = (usize, std::collections::BTreeMap<&'static str, u64>);
+
+/// Acts on every live message of `topic` whose bizKey starts with `prefix`
+/// (compared exactly), a page of ids at a time (cancel, reschedule).
+async fn each_prefix_page<O, Fut>(
+    state: &Queue,
+    topic: &str,
+    prefix: &str,
+    mut act: impl FnMut(Vec<MessageId>) -> Fut,
+    name: impl Fn(&O) -> &'static str,
+) -> Result<PrefixCounts, QueueError>
+where
+    Fut: std::future::Future<Output = Result<Vec<O>, QueueError>>,
+{
+    let mut counts = std::collections::BTreeMap::new();
+    let mut matched = 0;
+    let mut after = 0;
+    loop {
+        let (rows, next) = state
+            .journal
+            .live_by_biz_key(crate::actors::journal::LiveByBizKey::Prefix {
+                topic: topic.to_string(),
+                prefix: prefix.to_string(),
+                status: None,
+                after,
+                limit: PREFIX_PAGE,
+            })
+            .await?;
+        let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
+        matched += ids.len();
+        for o in act(ids).await? {
+            *counts.entry(name(&o)).or_insert(0) += 1;
+        }
+        match next {
+            Some(n) => after = n,
+            None => return Ok((matched, counts)),
+        }
+    }
+}
+
 impl Queue {
     /// The queue of a serving node: single acks and cancels are batched
     /// with their neighbours (must run inside the actix system).

@@ -20,8 +20,6 @@ use crate::redis::schedule::RedisMove;
 
 /// Moves per journal transaction.
 const CHUNK: usize = 1_000;
-/// Journal rows read per page when moving by bizKey prefix.
-const PREFIX_PAGE: i64 = 500;
 /// Redis calls in flight at once within one request.
 const CONCURRENCY: usize = 32;
 
@@ -189,29 +187,13 @@ pub async fn reschedule_biz_key_prefix(
     topic: &str,
     prefix: &str,
     to: NewSchedule,
-) -> Result<(usize, std::collections::BTreeMap<&'static str, u64>), QueueError> {
-    let mut counts = std::collections::BTreeMap::new();
-    let mut matched = 0;
-    let mut after = 0;
-    loop {
-        let (rows, next) = state
-            .journal
-            .live_by_biz_key(LiveByBizKey::Prefix {
-                topic: topic.to_string(),
-                prefix: prefix.to_string(),
-                status: None,
-                after,
-                limit: PREFIX_PAGE,
-            })
-            .await?;
-        let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
-        matched += ids.len();
-        for o in reschedule_many(state, &ids, to).await? {
-            *counts.entry(o.as_str()).or_insert(0) += 1;
-        }
-        match next {
-            Some(n) => after = n,
-            None => return Ok((matched, counts)),
-        }
-    }
+) -> Result<super::PrefixCounts, QueueError> {
+    super::each_prefix_page(
+        state,
+        topic,
+        prefix,
+        |ids| async move { reschedule_many(state, &ids, to).await },
+        |o: &MoveOutcome| o.as_str(),
+    )
+    .await
 }

@@ -1,0 +1,86 @@
+//! Which messages a bulk request names, for the routes that act on many
+//! (`POST /cancel`, `POST /reschedule`): `{"ids": [...]}`, `{"topic",
+//! "bizKey"}` (the live message holding the key) or `{"topic",
+//! "bizKeyPrefix"}` (every live message whose key starts with it).
+
+use serde_json::{Map, Value};
+
+use super::{batch_ids, check_topic};
+use crate::api::error::ApiError;
+use crate::error::ErrorCode;
+use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
+
+/// The fields a selector is made of.
+pub const FIELDS: [&str; 4] = ["ids", "topic", "bizKey", "bizKeyPrefix"];
+
+const USAGE: &str =
+    "give {\"ids\": [...]}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
+
+pub enum Selector<'a> {
+    Ids(Vec<MessageId>),
+    BizKey { topic: &'a str, key: &'a str },
+    Prefix { topic: &'a str, prefix: &'a str },
+}
+
+fn string_field<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ApiError::invalid(
+            ErrorCode::InvalidField,
+            format!("{field} must be a string, got {other}"),
+        )),
+    }
+}
+
+fn check_key(k: &str, field: &str) -> Result<(), ApiError> {
+    if k.is_empty() || k.chars().count() > MAX_BIZ_KEY_LEN {
+        Err(ApiError::invalid(
+            ErrorCode::InvalidBizKey,
+            format!("{field} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads the selector of `body` (whose other fields the caller checked):
+/// up to `max_ids` ids, or a valid topic with a bizKey or a prefix. A body
+/// that names none of them, or more than one, is refused with `usage`.
+pub fn selector<'a>(
+    body: &'a Map<String, Value>,
+    max_ids: usize,
+    usage: ErrorCode,
+) -> Result<Selector<'a>, ApiError> {
+    let topic = string_field(body, "topic")?;
+    let key = string_field(body, "bizKey")?;
+    let prefix = string_field(body, "bizKeyPrefix")?;
+    if body.contains_key("ids") {
+        if topic.is_some() || key.is_some() || prefix.is_some() {
+            return Err(ApiError::invalid(usage, USAGE));
+        }
+        return Ok(Selector::Ids(batch_ids(
+            "ids",
+            body.get("ids"),
+            1..=max_ids,
+        )?));
+    }
+    let Some(topic) = topic else {
+        return Err(ApiError::invalid(usage, USAGE));
+    };
+    check_topic(topic)?;
+    match (key, prefix) {
+        (Some(key), None) => {
+            check_key(key, "bizKey")?;
+            Ok(Selector::BizKey { topic, key })
+        }
+        (None, Some(prefix)) => {
+            check_key(prefix, "bizKeyPrefix")?;
+            Ok(Selector::Prefix { topic, prefix })
+        }
+        _ => Err(ApiError::invalid(usage, USAGE)),
+    }
+}
