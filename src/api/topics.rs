@@ -3,7 +3,7 @@
 //! [`crate::redis::schedule::RedisSchedule::pause`]).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
+use delayq_proto::{PauseState, TopicList, TopicView};
 
 use super::{check_topic, AppState};
 use crate::api::error::{ApiError, ErrorBody};
@@ -44,17 +44,10 @@ pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
         .iter()
         .zip(oldest)
         .map(|(&topic, due)| {
-            let c = counts.get(topic).cloned().unwrap_or_default();
             let paused_at = paused.get(topic).copied();
             TopicView {
                 topic: topic.to_string(),
-                counts: TopicCounts {
-                    waiting: c.waiting,
-                    delaying: c.delaying,
-                    ready: c.ready,
-                    in_flight: c.in_flight,
-                    dead: c.dead,
-                },
+                counts: counts.get(topic).cloned().unwrap_or_default(),
                 paused: paused_at.is_some(),
                 paused_at,
                 limit_per_second: limits.get(topic).copied(),
@@ -91,10 +84,7 @@ pub async fn pause(
     state.require_admin(&req)?;
     let topic = topic.into_inner();
     check_topic(&topic)?;
-    let (at, changed) = state.queue.redis.pause(&topic).await?;
-    if changed {
-        tracing::info!(topic, "topic paused");
-    }
+    let (at, changed) = state.queue.pause(&topic).await?;
     Ok(HttpResponse::Ok().json(PauseState {
         topic,
         paused: true,
@@ -126,11 +116,7 @@ pub async fn resume(
     state.require_admin(&req)?;
     let topic = topic.into_inner();
     check_topic(&topic)?;
-    let changed = state.queue.redis.resume(&topic).await?;
-    state.queue.waiters.notify(&topic);
-    if changed {
-        tracing::info!(topic, "topic resumed");
-    }
+    let changed = state.queue.resume(&topic).await?;
     Ok(HttpResponse::Ok().json(PauseState {
         topic,
         paused: false,

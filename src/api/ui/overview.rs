@@ -24,15 +24,8 @@ const MAX_ROWS: i64 = 5_000;
 /// How long a count is shown before it is read again.
 const COUNTS_FRESH: Duration = Duration::from_secs(2);
 
-/// A topic's messages per status.
-#[derive(Debug, Default, Clone)]
-pub struct TopicCounts {
-    pub waiting: i64,
-    pub delaying: i64,
-    pub ready: i64,
-    pub in_flight: i64,
-    pub dead: i64,
-}
+/// A topic's messages per status, as `GET /topics` shows them.
+pub use delayq_proto::TopicCounts;
 
 type Counts = BTreeMap<String, TopicCounts>;
 
