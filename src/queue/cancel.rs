@@ -4,7 +4,6 @@
 use futures::stream::{self, StreamExt};
 
 use super::{Queue, QueueError};
-use crate::actors::journal::LiveByBizKey;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::RedisCancel;
@@ -149,14 +148,7 @@ pub async fn cancel_biz_key(
     topic: &str,
     key: &str,
 ) -> Result<Vec<(MessageId, CancelOutcome)>, QueueError> {
-    let (rows, _) = state
-        .journal
-        .live_by_biz_key(LiveByBizKey::Exact {
-            topic: topic.to_string(),
-            key: key.to_string(),
-        })
-        .await?;
-    let ids: Vec<MessageId> = rows.iter().map(|r| MessageId(r.id)).collect();
+    let ids = super::live_holder(state, topic, key).await?;
     let outcomes = cancel_many(state, &ids).await?;
     Ok(ids.into_iter().zip(outcomes).collect())
 }

@@ -51,6 +51,18 @@ const PREFIX_PAGE: i64 = 500;
 /// and how many came to each outcome (by its name on the wire).
 pub type PrefixCounts = (usize, std::collections::BTreeMap<&'static str, u64>);
 
+/// The live message holding `(topic, bizKey)`: its id, or none.
+async fn live_holder(state: &Queue, topic: &str, key: &str) -> Result<Vec<MessageId>, QueueError> {
+    let (rows, _) = state
+        .journal
+        .live_by_biz_key(crate::actors::journal::LiveByBizKey::Exact {
+            topic: topic.to_string(),
+            key: key.to_string(),
+        })
+        .await?;
+    Ok(rows.iter().map(|r| MessageId(r.id)).collect())
+}
+
 /// Acts on every live message of `topic` whose bizKey starts with `prefix`
 /// (compared exactly), a page of ids at a time (cancel, reschedule).
 async fn each_prefix_page<O, Fut>(
@@ -118,6 +130,27 @@ impl Queue {
             async move { cancel::cancel_many(&q, &ids).await }
         }));
         q
+    }
+
+    /// Pauses `topic` on every node (see [`RedisSchedule::pause`]): when
+    /// it was paused, and whether this call paused it.
+    pub async fn pause(&self, topic: &str) -> Result<(i64, bool), QueueError> {
+        let (at, changed) = self.redis.pause(topic).await?;
+        if changed {
+            tracing::info!(topic, "topic paused");
+        }
+        Ok((at, changed))
+    }
+
+    /// Resumes `topic` on every node; this node's waiting polls look at
+    /// once (other nodes' hear it from Redis). Whether it was paused.
+    pub async fn resume(&self, topic: &str) -> Result<bool, QueueError> {
+        let changed = self.redis.resume(topic).await?;
+        self.waiters.notify(topic);
+        if changed {
+            tracing::info!(topic, "topic resumed");
+        }
+        Ok(changed)
     }
 
     /// Acks one delivery, batched with the acks queued beside it; answered

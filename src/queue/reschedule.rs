@@ -12,7 +12,6 @@ use std::sync::Arc;
 use futures::stream::{self, StreamExt};
 
 use super::{Queue, QueueError};
-use crate::actors::journal::LiveByBizKey;
 use crate::journal::store::JournalMove;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
@@ -158,26 +157,17 @@ async fn move_one(
     Ok(outcome)
 }
 
-/// The live message of `topic` holding `key`, moved (none: `None`).
+/// The live message holding `(topic, bizKey)`, moved: its id and outcome,
+/// or nothing when no live message holds the key.
 pub async fn reschedule_biz_key(
     state: &Queue,
     topic: &str,
     key: &str,
     to: NewSchedule,
-) -> Result<Option<(MessageId, MoveOutcome)>, QueueError> {
-    let (rows, _) = state
-        .journal
-        .live_by_biz_key(LiveByBizKey::Exact {
-            topic: topic.to_string(),
-            key: key.to_string(),
-        })
-        .await?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
-    };
-    let id = MessageId(row.id);
-    let outcome = reschedule_many(state, &[id], to).await?;
-    Ok(outcome.first().map(|o| (id, *o)))
+) -> Result<Vec<(MessageId, MoveOutcome)>, QueueError> {
+    let ids = super::live_holder(state, topic, key).await?;
+    let outcomes = reschedule_many(state, &ids, to).await?;
+    Ok(ids.into_iter().zip(outcomes).collect())
 }
 
 /// Every live message of `topic` whose bizKey starts with `prefix`,

@@ -186,8 +186,7 @@ pub async fn pause(
 ) -> Result<HttpResponse, UiError> {
     check_action(&state, &req, &form)?;
     check_topic(&topic)?;
-    state.queue.redis.pause(&topic).await?;
-    tracing::info!(topic = %topic, "topic paused from the dashboard");
+    state.queue.pause(&topic).await?;
     Ok(back_with(
         &format!("/ui/topics/{}", url_encode(&topic)),
         "done",
@@ -204,9 +203,7 @@ pub async fn resume(
 ) -> Result<HttpResponse, UiError> {
     check_action(&state, &req, &form)?;
     check_topic(&topic)?;
-    state.queue.redis.resume(&topic).await?;
-    state.queue.waiters.notify(&topic);
-    tracing::info!(topic = %topic, "topic resumed from the dashboard");
+    state.queue.resume(&topic).await?;
     Ok(back_with(
         &format!("/ui/topics/{}", url_encode(&topic)),
         "done",
