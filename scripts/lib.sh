@@ -46,8 +46,9 @@ ensure_apt_packages() {
 
 ensure_redis_binary() { ensure_apt_packages redis-server redis-tools; }
 
-# diesel's mysql feature links libmysqlclient (found through pkg-config).
-ensure_build_deps() { ensure_apt_packages default-libmysqlclient-dev pkg-config; }
+# diesel's mysql feature links libmysqlclient (found through pkg-config),
+# its postgres feature libpq.
+ensure_build_deps() { ensure_apt_packages default-libmysqlclient-dev libpq-dev pkg-config; }
 
 # ensure_rust_tools: cargo fmt, cargo clippy and cargo nextest.
 ensure_rust_tools() {
@@ -100,6 +101,54 @@ SQL
     mariadb --no-defaults -h127.0.0.1 -P3306 -udelayq -pdelayq -e \
         'CREATE DATABASE IF NOT EXISTS delayq_test_probe; DROP DATABASE delayq_test_probe;' \
         || die "user delayq cannot create/drop delayq_test_probe over TCP 127.0.0.1:3306"
+}
+
+# --------------------------------------------------------------- Postgres ----
+
+_postgres_ping() { pg_isready -q -h 127.0.0.1 -p 5432 >/dev/null 2>&1; }
+
+# ensure_postgres: installed, its first cluster on port 5432 running (started
+# only if not answering; never stopped), with a login role delayq/delayq
+# that may create databases (the tests make and drop delayq_test_* ones) and
+# a database `delayq` it owns.
+ensure_postgres() {
+    ensure_apt_packages postgresql postgresql-client
+    if ! _postgres_ping; then
+        local cluster
+        cluster=$(pg_lsclusters --no-header 2>/dev/null | awk '$3 == 5432 { print $1 " " $2; exit }')
+        if [ -z "$cluster" ]; then
+            local version
+            version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+            [ -n "$version" ] || die "no PostgreSQL server under /usr/lib/postgresql"
+            log "creating PostgreSQL cluster $version/main on port 5432"
+            pg_createcluster --port 5432 "$version" main >&2
+            cluster="$version main"
+        fi
+        log "starting PostgreSQL ($cluster)"
+        # shellcheck disable=SC2086
+        pg_ctlcluster $cluster start >&2 || true
+        for _ in $(seq 1 40); do
+            _postgres_ping && break
+            sleep 0.5
+        done
+        _postgres_ping || die "PostgreSQL did not answer pg_isready on 127.0.0.1:5432 within 20 s (see /var/log/postgresql/)"
+    fi
+    su postgres -c "psql -q -v ON_ERROR_STOP=1" <<'SQL' >&2 || die "could not set up role/database in PostgreSQL as postgres over the socket"
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'delayq') THEN
+    CREATE ROLE delayq LOGIN PASSWORD 'delayq' CREATEDB;
+  ELSE
+    ALTER ROLE delayq LOGIN PASSWORD 'delayq' CREATEDB;
+  END IF;
+END $$;
+SQL
+    if ! su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname = 'delayq'\"" | grep -q 1; then
+        su postgres -c "createdb -O delayq delayq" >&2
+    fi
+    # Prove it: the tests create and drop delayq_test_* databases over TCP.
+    PGPASSWORD=delayq psql -q -h 127.0.0.1 -p 5432 -U delayq -d delayq -v ON_ERROR_STOP=1 \
+        -c 'CREATE DATABASE delayq_test_probe' -c 'DROP DATABASE delayq_test_probe' >&2 \
+        || die "role delayq cannot create/drop delayq_test_probe over TCP 127.0.0.1:5432"
 }
 
 # ------------------------------------------------------------------ Redis ----

@@ -174,7 +174,8 @@ pub struct RedisArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct JournalArgs {
-    /// Journal database: sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB.
+    /// Journal database: sqlite://PATH, mysql://USER:PASS@HOST:PORT/DB
+    /// or postgres://USER:PASS@HOST:PORT/DB.
     #[arg(
         long,
         env = "DELAYQ_DATABASE_URL",

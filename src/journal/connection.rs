@@ -1,5 +1,5 @@
-//! Connections to the journal database: MySQL/MariaDB or SQLite, chosen by
-//! the URL, pooled with r2d2. Every query is written once with diesel's
+//! Connections to the journal database: MySQL/MariaDB, PostgreSQL or
+//! SQLite, chosen by the URL, pooled with r2d2. Every query is written once with diesel's
 //! generic DSL and run on either backend through [`with_conn!`].
 
 use std::path::Path;
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::mysql::MysqlConnection;
+use diesel::pg::PgConnection;
 use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, ConnectionError};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
@@ -15,11 +16,13 @@ use crate::error::JournalError;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// A journal URL, checked: `sqlite://PATH` or `mysql://USER:PASS@HOST:PORT/DB`.
+/// A journal URL, checked: `sqlite://PATH`, `mysql://USER:PASS@HOST:PORT/DB`
+/// or `postgres://USER:PASS@HOST:PORT/DB`.
 #[derive(Clone, PartialEq)]
 pub enum JournalUrl {
     Sqlite(String),
     Mysql(String),
+    Postgres(String),
 }
 
 /// Shown without its password.
@@ -29,6 +32,10 @@ impl std::fmt::Debug for JournalUrl {
             JournalUrl::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
             JournalUrl::Mysql(u) => f
                 .debug_tuple("Mysql")
+                .field(&crate::redact::url(u))
+                .finish(),
+            JournalUrl::Postgres(u) => f
+                .debug_tuple("Postgres")
                 .field(&crate::redact::url(u))
                 .finish(),
         }
@@ -50,9 +57,14 @@ impl JournalUrl {
             crate::tls::mysql_url(url)
                 .map_err(|e| JournalError::Config(format!("{}: {e:#}", crate::redact::url(url))))?;
             Ok(JournalUrl::Mysql(url.replacen("mariadb://", "mysql://", 1)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            // libpq reads the rest (sslmode=verify-full, sslrootcert=…)
+            // itself.
+            Ok(JournalUrl::Postgres(url.to_string()))
         } else {
             Err(JournalError::Config(format!(
-                "unsupported journal URL '{}': use sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB",
+                "unsupported journal URL '{}': use sqlite://PATH, mysql://USER:PASS@HOST:PORT/DB \
+                 or postgres://USER:PASS@HOST:PORT/DB",
                 crate::redact::url(url)
             )))
         }
@@ -62,13 +74,14 @@ impl JournalUrl {
     pub fn parallel_writers(&self) -> usize {
         match self {
             JournalUrl::Sqlite(_) => 1,
-            JournalUrl::Mysql(_) => 2,
+            JournalUrl::Mysql(_) | JournalUrl::Postgres(_) => 2,
         }
     }
 }
 
 pub enum JournalConn {
     Mysql(MysqlConnection),
+    Postgres(PgConnection),
     Sqlite(SqliteConnection),
 }
 
@@ -78,6 +91,7 @@ macro_rules! with_conn {
     ($conn:expr, $c:ident => $body:expr) => {
         match $conn {
             $crate::journal::connection::JournalConn::Mysql($c) => $body,
+            $crate::journal::connection::JournalConn::Postgres($c) => $body,
             $crate::journal::connection::JournalConn::Sqlite($c) => $body,
         }
     };
@@ -100,6 +114,7 @@ impl JournalConn {
                 }
                 Ok(JournalConn::Mysql(c))
             }
+            JournalUrl::Postgres(u) => Ok(JournalConn::Postgres(PgConnection::establish(u)?)),
             JournalUrl::Sqlite(path) => {
                 if let Some(dir) = Path::new(path)
                     .parent()
@@ -130,10 +145,14 @@ impl JournalConn {
     }
 
     pub fn run_migrations(&mut self) -> Result<usize, JournalError> {
+        if let JournalConn::Postgres(c) = self {
+            mediumtext_on_postgres(c)?;
+        }
         let applied = with_conn!(self, c => c.run_pending_migrations(MIGRATIONS).map(|v| v.len()))
             .map_err(|e| JournalError::Migration(e.to_string()))?;
         match self {
             JournalConn::Mysql(c) => exact_keys_on_mysql(c)?,
+            JournalConn::Postgres(c) => exact_keys_on_postgres(c)?,
             // Only faster, never required: a rebuild that fails (the disk
             // full, another process rebuilding) leaves the tables as they
             // were, and the next start tries again.
@@ -282,6 +301,50 @@ fn exact_keys_on_mysql(c: &mut MysqlConnection) -> Result<(), JournalError> {
     Ok(())
 }
 
+/// The migrations are one SQL text for every backend, and name a body's
+/// type `MEDIUMTEXT` (MySQL's `TEXT` holds 64 KB; SQLite takes any type
+/// name). PostgreSQL has no such type: this step, before the migrations,
+/// names its `text` so once per database (a domain, dropped by nothing).
+fn mediumtext_on_postgres(c: &mut PgConnection) -> Result<(), JournalError> {
+    c.batch_execute(
+        "DO $$ BEGIN \
+           IF NOT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
+                          WHERE t.typname = 'mediumtext' AND n.nspname = current_schema()) THEN \
+             CREATE DOMAIN mediumtext AS text; \
+           END IF; \
+         END $$",
+    )?;
+    Ok(())
+}
+
+/// Topics and bizKeys compare and sort byte for byte, as on SQLite.
+/// PostgreSQL's `=` is exact under any deterministic collation, but its
+/// order (a bizKey prefix's pages, the topic list) and the use of the
+/// `(topic, live_biz_key)` index for a prefix follow the database's
+/// collation (`en_US.UTF-8` sorts `a-1` before `A-2` and ignores
+/// punctuation first): the key columns get the `C` collation. Runs after
+/// the migrations, and does nothing once the columns have it.
+fn exact_keys_on_postgres(c: &mut PgConnection) -> Result<(), JournalError> {
+    use diesel::RunQueryDsl;
+    let current: Vec<Collation> = diesel::sql_query(
+        "SELECT COALESCE(collation_name, '') AS name FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = 'message' \
+         AND column_name IN ('topic', 'biz_key', 'live_biz_key')",
+    )
+    .load(c)?;
+    if !current.is_empty() && current.iter().all(|col| col.name == "C") {
+        return Ok(());
+    }
+    tracing::info!("journal: topic and bizKey columns compare and sort byte for byte from now on");
+    c.batch_execute(
+        "ALTER TABLE message \
+         ALTER COLUMN topic TYPE VARCHAR(128) COLLATE \"C\", \
+         ALTER COLUMN biz_key TYPE VARCHAR(256) COLLATE \"C\", \
+         ALTER COLUMN live_biz_key TYPE VARCHAR(256) COLLATE \"C\"",
+    )?;
+    Ok(())
+}
+
 pub struct Manager {
     url: JournalUrl,
 }
@@ -335,7 +398,20 @@ mod tests {
             JournalUrl::parse("mysql://u:p@h:1/d").unwrap(),
             JournalUrl::Mysql(_)
         ));
-        assert!(JournalUrl::parse("postgres://x").is_err());
+        assert!(matches!(
+            JournalUrl::parse("postgres://u:p@h:1/d").unwrap(),
+            JournalUrl::Postgres(_)
+        ));
+        assert!(matches!(
+            JournalUrl::parse("postgresql://u:p@h:1/d?sslmode=verify-full").unwrap(),
+            JournalUrl::Postgres(_)
+        ));
+        assert!(!format!(
+            "{:?}",
+            JournalUrl::parse("postgres://u:secret@h:1/d").unwrap()
+        )
+        .contains("secret"));
+        assert!(JournalUrl::parse("pg://x").is_err());
         assert!(JournalUrl::parse("sqlite://").is_err());
         assert!(JournalUrl::parse("mysql://u:p@h:1/d?ssl_mode=verify_identity").is_err());
         let url = JournalUrl::parse("mysql://u:secret@h:1/d").unwrap();

@@ -49,6 +49,15 @@ fn add_refusing_triggers(env: &Env, b: Backend) {
                  SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison row'; END IF; END",
             );
         }
+        Backend::Postgres => sql(
+            env,
+            "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF TG_OP = 'INSERT' AND NEW.topic = 'refused' THEN RAISE EXCEPTION 'refused by a trigger'; END IF; \
+               IF TG_OP = 'UPDATE' AND NEW.topic = 'poison' THEN RAISE EXCEPTION 'poison row'; END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER refuse_rows BEFORE INSERT OR UPDATE ON message \
+               FOR EACH ROW EXECUTE FUNCTION refuse_rows();",
+        ),
     }
 }
 
@@ -66,12 +75,22 @@ pub(crate) fn refuse_flow_writes(env: &Env, b: Backend) {
             "CREATE TRIGGER no_writes BEFORE INSERT ON message_flow FOR EACH ROW \
              SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no writes'",
         ),
+        Backend::Postgres => sql(
+            env,
+            "CREATE FUNCTION no_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               RAISE EXCEPTION 'no writes'; END $$; \
+             CREATE TRIGGER no_writes BEFORE INSERT ON message_flow \
+               FOR EACH ROW EXECUTE FUNCTION no_writes();",
+        ),
     }
 }
 
 /// Undoes [`refuse_flow_writes`].
-pub(crate) fn allow_flow_writes(env: &Env) {
-    sql(env, "DROP TRIGGER no_writes");
+pub(crate) fn allow_flow_writes(env: &Env, b: Backend) {
+    match b {
+        Backend::Postgres => sql(env, "DROP TRIGGER no_writes ON message_flow"),
+        _ => sql(env, "DROP TRIGGER no_writes"),
+    }
 }
 
 async fn admin_journal(env: &Env) -> Value {
@@ -329,7 +348,7 @@ async fn a_database_refusing_every_write_is_an_outage(b: Backend) {
     let j = admin_journal(&env).await;
     assert_eq!(j["refused"], 0, "{j}");
     assert!(j["pending"].as_u64().unwrap() > 0, "{j}");
-    allow_flow_writes(&env);
+    allow_flow_writes(&env, b);
     let r = env.post_json("/ack", &json!({ "ids": ids })).await;
     assert_eq!(r.assert_ok()["acked"], ids.len());
     for id in &ids {

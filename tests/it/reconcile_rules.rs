@@ -99,7 +99,7 @@ async fn a_repair_waits_while_a_journal_is_behind(b: Backend) {
 
     // The journal catches up; the next run schedules the lost message
     // again, and nothing ended comes back.
-    allow_flow_writes(&env);
+    allow_flow_writes(&env, b);
     env.wait_status(&acked, status::CONSUMED).await;
     env.wait_status(&cancelled, status::DELETED).await;
     let what = "the lost message to be scheduled again";

@@ -122,9 +122,8 @@ async fn finished_messages_leave_the_journal_after_their_retention(b: Backend) {
         .push(json!({"topic": "live", "body": "l", "delay": 120_000}))
         .await;
     let mut finished = HashMap::new();
-    for id in &many {
-        let row = env.wait_status(id, status::CONSUMED).await;
-        finished.insert(id.clone(), (row.updated_time, 2_000));
+    for (id, row) in env.wait_statuses(&many, status::CONSUMED).await {
+        finished.insert(id, (row.updated_time, 2_000));
     }
     let row = env.wait_status(&cancelled, status::DELETED).await;
     finished.insert(cancelled.clone(), (row.updated_time, 2_000));

@@ -95,7 +95,7 @@ const MESSAGE_LAYOUT: Layout = Layout {
 static FLOW_SQL: LazyLock<String> = LazyLock::new(|| FLOW_LAYOUT.insert_sql());
 static MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| MESSAGE_LAYOUT.insert_sql());
 
-/// One group's UPDATE on SQLite: the messages `ids` that end the batch
+/// One group's UPDATE on SQLite and PostgreSQL: the messages `ids` that end the batch
 /// alike. Every SET and the WHERE read the row as it was before the
 /// statement. The row takes the status when it is live and the change is
 /// not older than its last one (a terminal change ends any live row); it
@@ -227,6 +227,38 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
                 .text(f.shard);
         }
         p.insert(self, &FLOW_SQL, &[first.node_id, first.host])?;
+        Ok(())
+    }
+
+    fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
+        for ((status, attempts, at, due), ids) in &groups(updates) {
+            for chunk in ids.chunks(INSERT_CHUNK) {
+                self.batch_execute(&sqlite_group_update(*status, *attempts, *at, *due, chunk))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PostgreSQL takes rows through diesel, a few hundred a statement (at
+/// most 18 binds a row, well under its 65,535), and a group's change in
+/// one UPDATE that reads the row as it was, as SQLite's does.
+impl ChangeWriter for diesel::pg::PgConnection {
+    fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message::table)
+                .values(chunk)
+                .execute(self)?;
+        }
+        Ok(())
+    }
+
+    fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()> {
+        for chunk in flows.chunks(INSERT_CHUNK) {
+            diesel::insert_into(message_flow::table)
+                .values(chunk)
+                .execute(self)?;
+        }
         Ok(())
     }
 

@@ -271,12 +271,26 @@ fn is_unique_violation(e: &diesel::result::Error) -> bool {
 /// The live message holding `(topic, bizKey)`, as last committed. On MySQL
 /// a plain read inside a transaction sees the snapshot taken at its first
 /// read, from before the other writer committed; a locking read sees the
-/// commit. SQLite has one writer at a time, so a plain read sees it.
+/// commit (PostgreSQL's reads see each statement's, and a locking read
+/// waits for a writer still holding the row). SQLite has one writer at a
+/// time, so a plain read sees it.
 trait LiveHolder {
     fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>>;
 }
 
 impl LiveHolder for diesel::mysql::MysqlConnection {
+    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
+        message::table
+            .filter(message::topic.eq(topic))
+            .filter(message::live_biz_key.eq(key))
+            .select(MessageRow::as_select())
+            .for_update()
+            .first(self)
+            .optional()
+    }
+}
+
+impl LiveHolder for diesel::pg::PgConnection {
     fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
         message::table
             .filter(message::topic.eq(topic))

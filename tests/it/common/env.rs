@@ -2,6 +2,7 @@
 //! the command-line tools run against them, and the waits for what the
 //! server does in its own time. The HTTP helpers are in `http.rs`.
 
+use std::collections::HashMap;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -248,6 +249,27 @@ impl Env {
                 Ok(m)
             } else {
                 Err(format!("{got:?}"))
+            }
+        })
+        .await
+    }
+
+    /// Waits (up to 10 s) until the journal rows of all `ids` have status
+    /// `code`, looking at them all at once (a look a message takes longer
+    /// than a short retention once there are thousands); their rows by id.
+    pub async fn wait_statuses(&self, ids: &[String], code: i16) -> HashMap<String, MessageRow> {
+        let what = format!("the journal status of {} messages to be {code}", ids.len());
+        wait_until(&what, Duration::from_secs(10), || async {
+            let rows = self.journal.rows(ids);
+            let done: HashMap<String, MessageRow> = rows
+                .into_iter()
+                .filter(|r| r.status == code)
+                .map(|r| (r.id.to_string(), r))
+                .collect();
+            if done.len() == ids.len() {
+                Ok(done)
+            } else {
+                Err(format!("{} of {} there", done.len(), ids.len()))
             }
         })
         .await

@@ -18,6 +18,7 @@ use super::random_hex;
 pub enum Backend {
     Sqlite,
     Mariadb,
+    Postgres,
 }
 
 fn mysql_base_url() -> String {
@@ -27,13 +28,27 @@ fn mysql_base_url() -> String {
         .to_string()
 }
 
+fn postgres_base_url() -> String {
+    std::env::var("DELAYQ_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://delayq:delayq@127.0.0.1:5432".to_string())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// A database of the test's own, dropped with it.
+enum Owned {
+    Mysql(String),
+    Postgres(String),
+}
+
 /// The test's own journal database: a SQLite file in the test's directory,
-/// or a fresh MariaDB database `delayq_test_<hex>` dropped at the end.
+/// or a fresh MariaDB or PostgreSQL database `delayq_test_<hex>` dropped at
+/// the end.
 pub struct Journal {
     /// The URL the server is given.
     pub url: String,
     parsed: JournalUrl,
-    mysql_db: Option<String>,
+    owned: Option<Owned>,
 }
 
 impl Journal {
@@ -44,7 +59,7 @@ impl Journal {
                 Journal {
                     parsed: JournalUrl::parse(&url).unwrap(),
                     url,
-                    mysql_db: None,
+                    owned: None,
                 }
             }
             Backend::Mariadb => {
@@ -54,7 +69,17 @@ impl Journal {
                 Journal {
                     parsed: JournalUrl::parse(&url).unwrap(),
                     url,
-                    mysql_db: Some(name),
+                    owned: Some(Owned::Mysql(name)),
+                }
+            }
+            Backend::Postgres => {
+                let name = format!("delayq_test_{}", random_hex(16));
+                admin_postgres(&format!("CREATE DATABASE {name}"));
+                let url = format!("{}/{name}", postgres_base_url());
+                Journal {
+                    parsed: JournalUrl::parse(&url).unwrap(),
+                    url,
+                    owned: Some(Owned::Postgres(name)),
                 }
             }
         }
@@ -66,7 +91,7 @@ impl Journal {
         Journal {
             url: url.to_string(),
             parsed: JournalUrl::parse(url).unwrap(),
-            mysql_db: None,
+            owned: None,
         }
     }
 
@@ -78,6 +103,22 @@ impl Journal {
     /// The message row, read directly from the journal.
     pub fn row(&self, id: &str) -> Option<MessageRow> {
         store::find(&mut self.conn(), parse_id(id)).expect("read the message row")
+    }
+
+    /// The rows of those of `ids` in the journal, read at once.
+    pub fn rows(&self, ids: &[String]) -> Vec<MessageRow> {
+        let ids: Vec<i64> = ids.iter().map(|id| parse_id(id).0).collect();
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => ids
+            .chunks(500)
+            .flat_map(|chunk| {
+                message::table
+                    .filter(message::id.eq_any(chunk))
+                    .select(MessageRow::as_select())
+                    .load(c)
+                    .expect("read message rows")
+            })
+            .collect())
     }
 
     /// The message's flow rows, oldest first.
@@ -129,8 +170,14 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        if let Some(name) = &self.mysql_db {
-            admin_mysql(&format!("DROP DATABASE IF EXISTS {name}"));
+        match &self.owned {
+            Some(Owned::Mysql(name)) => admin_mysql(&format!("DROP DATABASE IF EXISTS {name}")),
+            // A server's pool may still hold a session a moment after it
+            // stopped: those are closed with the database.
+            Some(Owned::Postgres(name)) => {
+                admin_postgres(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            }
+            None => {}
         }
     }
 }
@@ -140,6 +187,14 @@ fn admin_mysql(sql: &str) {
     let url = JournalUrl::Mysql(format!("{}/delayq", mysql_base_url()));
     let mut conn = JournalConn::establish(&url)
         .unwrap_or_else(|e| panic!("connect to MariaDB ({}): {e}", mysql_base_url()));
+    with_conn!(&mut conn, c => c.batch_execute(sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// Runs one statement as the test role on the `delayq` database.
+fn admin_postgres(sql: &str) {
+    let url = JournalUrl::Postgres(format!("{}/delayq", postgres_base_url()));
+    let mut conn = JournalConn::establish(&url)
+        .unwrap_or_else(|e| panic!("connect to PostgreSQL ({}): {e}", postgres_base_url()));
     with_conn!(&mut conn, c => c.batch_execute(sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 

@@ -53,7 +53,7 @@ pub const SHARDS: u32 = 4;
 const START_ATTEMPTS: usize = 5;
 
 /// Runs each named `async fn NAME(b: Backend)` once per journal backend:
-/// `NAME::sqlite` and `NAME::mariadb`. Attributes written before a name
+/// `NAME::sqlite`, `NAME::mariadb` and `NAME::postgres`. Attributes written before a name
 /// (e.g. `#[ignore = "..."]`) apply to both.
 #[allow(unused_macros)]
 macro_rules! backend_tests {
@@ -68,6 +68,11 @@ macro_rules! backend_tests {
             $(#[$attr])*
             async fn mariadb() {
                 super::$name($crate::common::Backend::Mariadb).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])*
+            async fn postgres() {
+                super::$name($crate::common::Backend::Postgres).await
             }
         }
     )*};
