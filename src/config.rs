@@ -306,13 +306,14 @@ pub struct ServeArgs {
     )]
     pub forward: Vec<crate::forward::Rule>,
     /// At most N messages of a topic handed out (and forwarded) per second,
-    /// across the cluster: TOPIC=N/s; repeat for more topics. Give every
-    /// node the same limits.
+    /// across the cluster: TOPIC=N/s; with ,concurrency=M (or TOPIC=
+    /// concurrency=M alone) also at most M handed out and not yet acked.
+    /// Repeat for more topics. Give every node the same limits.
     #[arg(
         long = "topic-limit",
         env = "DELAYQ_TOPIC_LIMIT",
         value_delimiter = ' ',
-        value_name = "TOPIC=N/s"
+        value_name = "TOPIC=N/s[,concurrency=M]"
     )]
     pub topic_limit: Vec<crate::limit::TopicLimit>,
     /// The secret webhook requests are signed with (X-Delayq-Signature).

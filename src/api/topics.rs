@@ -50,7 +50,8 @@ pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
                 counts: counts.get(topic).cloned().unwrap_or_default(),
                 paused: paused_at.is_some(),
                 paused_at,
-                limit_per_second: limits.get(topic).copied(),
+                limit_per_second: limits.get(topic).map(|l| l.per_second).filter(|&n| n > 0),
+                limit_concurrency: limits.get(topic).map(|l| l.concurrency).filter(|&n| n > 0),
                 oldest_ready_due_time: due,
                 overdue_ms: due.map(|d| (now - d).max(0)),
             }

@@ -14,6 +14,7 @@
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
+//! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out, scored by their deadline then; only those the in-flight zset still holds count, the rest leave at the next claim (gone once empty) |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
@@ -116,6 +117,12 @@ impl Keys {
     /// 0's is the topic's only one); see [`crate::limit`].
     pub fn limit(&self, shard: u32, topic: &str) -> String {
         format!("{}:limit:{topic}", self.tag(shard))
+    }
+
+    /// The hand-outs of a topic with a concurrency cap in shard `s`; see
+    /// [`crate::limit`].
+    pub fn busy(&self, shard: u32, topic: &str) -> String {
+        format!("{}:busy:{topic}", self.tag(shard))
     }
 
     /// Topics paused, as shard `s`'s hand-out scripts read them.

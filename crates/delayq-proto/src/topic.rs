@@ -31,6 +31,10 @@ pub struct TopicView {
     /// Most messages handed out a second (`--topic-limit`), if limited.
     #[serde(default)]
     pub limit_per_second: Option<u32>,
+    /// Most messages of it handed out and not yet acked at once
+    /// (`--topic-limit TOPIC=…,concurrency=M`), if capped.
+    #[serde(default)]
+    pub limit_concurrency: Option<u32>,
     /// The due time (epoch ms) of its oldest message waiting ready, if any.
     pub oldest_ready_due_time: Option<i64>,
     /// How long that message has waited past its due time (ms).

@@ -79,7 +79,7 @@ fn count(n: i64) -> String {
 fn topics_table(
     counts: &Counts,
     paused: &BTreeMap<String, i64>,
-    limits: &BTreeMap<String, u32>,
+    limits: &BTreeMap<String, crate::limit::Limit>,
     cut: bool,
 ) -> String {
     let mut all = counts.clone();
@@ -114,8 +114,21 @@ fn topics_table(
                 if paused.contains_key(topic) {
                     marks.push_str(r#" <span class="badge paused">Paused</span>"#);
                 }
-                if let Some(n) = limits.get(topic) {
-                    let _ = write!(marks, r#" <span class="badge limit">{n}/s</span>"#);
+                if let Some(l) = limits.get(topic) {
+                    if l.per_second > 0 {
+                        let _ = write!(
+                            marks,
+                            r#" <span class="badge limit">{}/s</span>"#,
+                            l.per_second
+                        );
+                    }
+                    if l.concurrency > 0 {
+                        let _ = write!(
+                            marks,
+                            r#" <span class="badge limit" title="at most this many handed out and not yet acked">≤{} in flight</span>"#,
+                            l.concurrency
+                        );
+                    }
                 }
                 marks
             },

@@ -132,9 +132,25 @@ pub async fn page(
         ),
     };
     let limit = match state.queue.redis.limits().get(&topic) {
-        Some(n) => format!(
-            r#"<p class="hint" id="limit">Rate limit: at most <b>{n}</b> handed out a second, across the cluster (<code>--topic-limit</code>).</p>"#
-        ),
+        Some(l) => {
+            let mut caps = Vec::new();
+            if l.per_second > 0 {
+                caps.push(format!(
+                    "at most <b>{}</b> handed out a second",
+                    l.per_second
+                ));
+            }
+            if l.concurrency > 0 {
+                caps.push(format!(
+                    "at most <b>{}</b> handed out and not yet acked at once",
+                    l.concurrency
+                ));
+            }
+            format!(
+                r#"<p class="hint" id="limit">Limits: {}, across the cluster (<code>--topic-limit</code>).</p>"#,
+                caps.join("; ")
+            )
+        }
         None => String::new(),
     };
     let body = format!(

@@ -1,10 +1,11 @@
 -- A poll's claim in one call (one Redis without cluster slots): the first
 -- ready messages of one topic across every shard, handed to a consumer.
 -- KEYS: per shard, in shard order: ready zset of the topic, message hash,
--- in-flight zset, paused topics (set) (4 keys a shard); then the topic's
--- rate limit bucket (limit.lua, prepended).
+-- in-flight zset, paused topics (set), the topic's hand-outs (5 keys a
+-- shard); then the topic's rate limit bucket (limit.lua, prepended).
 -- ARGV[1] how many to take in all, ARGV[2] the topic, ARGV[3] its rate
--- limit a second (0: none).
+-- limit a second (0: none), ARGV[4] its concurrency cap (0: none), ARGV[5]
+-- how long (ms) a poll the cap holds back waits before it looks again.
 -- A shard whose paused set holds the topic hands nothing out.
 -- The heads of the shards' ready queues are merged by score, then by id
 -- (as a peek across shards followed by claims would take them, in one
@@ -13,11 +14,30 @@
 -- Returns, for each claimed message in score order: its shard (0-based),
 -- id and record (attempts already raised); then how many queue entries
 -- had no record (dropped: the caller looks again when that left it with
--- nothing), how long (ms) the rate limit holds the topic back when it
--- allowed nothing (0 otherwise), then the time the script ran.
+-- nothing), how long (ms) the rate limit or the concurrency cap holds the
+-- topic back when it allowed nothing (0 otherwise), then the time the
+-- script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
-local shards = (#KEYS - 1) / 4
+local shards = (#KEYS - 1) / 5
+-- A topic with a concurrency cap takes what room its hand-outs leave (when
+-- some wait to be taken).
+local cap = tonumber(ARGV[4] or '0')
+if cap > 0 then
+  local busy = 0
+  for s = 1, shards do
+    busy = busy + busy_count(KEYS[5 * s], KEYS[5 * s - 2], cap, now)
+  end
+  if busy >= cap then
+    for s = 1, shards do
+      if redis.call('SISMEMBER', KEYS[5 * s - 1], ARGV[2]) == 0 and redis.call('ZCARD', KEYS[5 * s - 4]) > 0 then
+        return { '0', ARGV[5], tostring(now) }
+      end
+    end
+    return { '0', '0', tostring(now) }
+  end
+  want = math.min(want, cap - busy)
+end
 -- A topic with a rate limit takes what its bucket (the last key) allows.
 local rate, bucket = tonumber(ARGV[3]), KEYS[#KEYS]
 local b_wait, b_tokens, b_at
@@ -31,7 +51,7 @@ end
 local step = math.max(4, math.ceil(want / shards) + 2)
 local heads, at, read, more = {}, {}, {}, {}
 local function fetch(s)
-  local got = redis.call('ZRANGE', KEYS[4 * s - 3], read[s], read[s] + step - 1, 'WITHSCORES')
+  local got = redis.call('ZRANGE', KEYS[5 * s - 4], read[s], read[s] + step - 1, 'WITHSCORES')
   local h = heads[s]
   for i = 1, #got do
     h[#h + 1] = got[i]
@@ -41,7 +61,7 @@ local function fetch(s)
 end
 for s = 1, shards do
   heads[s], at[s], read[s] = {}, 1, 0
-  if redis.call('SISMEMBER', KEYS[4 * s], ARGV[2]) == 1 then
+  if redis.call('SISMEMBER', KEYS[5 * s - 1], ARGV[2]) == 1 then
     more[s] = false
   else
     fetch(s)
@@ -74,7 +94,8 @@ local claimed, dropped = {}, 0
 for s = 1, shards do
   local n = (at[s] - 1) / 2
   if n > 0 then
-    local items, gone = claim_head(KEYS[4 * s - 3], KEYS[4 * s - 2], KEYS[4 * s - 1], n, now)
+    local items, gone = claim_head(KEYS[5 * s - 4], KEYS[5 * s - 3], KEYS[5 * s - 2], n, now)
+    busy_add(KEYS[5 * s], cap, items, now)
     claimed[s] = { items = items, next = 1 }
     dropped = dropped + gone
   end

@@ -168,11 +168,15 @@ impl RedisSchedule {
         per_shard: &BTreeMap<u32, usize>,
     ) -> Result<(Vec<Claimed>, u64), RedisError> {
         let now_ms = now_ms();
-        // Each shard's bucket fills at its share of the topic's rate.
-        let rate = f64::from(self.limit(topic)) / f64::from(self.keys.shards());
+        // Each shard's bucket fills at its share of the topic's rate, and
+        // each shard caps its hand-outs at its share of the cap.
+        let limit = self.limit(topic);
+        let shards = self.keys.shards();
+        let rate = f64::from(limit.per_second) / f64::from(shards);
         let mut pipe = redis::pipe();
         for (&shard, &n) in per_shard {
             let k = &self.keys;
+            let cap = crate::limit::concurrency_share(limit.concurrency, shard, shards);
             pipe.add_command(evalsha(
                 &self.scripts.claim,
                 &[
@@ -181,8 +185,15 @@ impl RedisSchedule {
                     k.inflight(shard),
                     k.paused(shard),
                     k.limit(shard, topic),
+                    k.busy(shard, topic),
                 ],
-                &[n.to_string(), topic.to_string(), rate.to_string()],
+                &[
+                    n.to_string(),
+                    topic.to_string(),
+                    rate.to_string(),
+                    cap.to_string(),
+                    crate::limit::BUSY_RECHECK_MS.to_string(),
+                ],
             ));
         }
         let mut replies: Vec<Vec<String>> = self
@@ -225,12 +236,13 @@ impl RedisSchedule {
         count: usize,
     ) -> Result<(Vec<Claimed>, usize, u64), RedisError> {
         let k = &self.keys;
-        let mut keys = Vec::with_capacity(4 * k.shards() as usize + 1);
+        let mut keys = Vec::with_capacity(5 * k.shards() as usize + 1);
         for shard in 0..k.shards() {
             keys.push(k.ready(shard, topic));
             keys.push(k.messages(shard));
             keys.push(k.inflight(shard));
             keys.push(k.paused(shard));
+            keys.push(k.busy(shard, topic));
         }
         // One Redis: the topic's one bucket (shard 0's key).
         keys.push(k.limit(0, topic));
@@ -240,7 +252,9 @@ impl RedisSchedule {
             &[
                 count.to_string(),
                 topic.to_string(),
-                self.limit(topic).to_string(),
+                self.limit(topic).per_second.to_string(),
+                self.limit(topic).concurrency.to_string(),
+                crate::limit::BUSY_RECHECK_MS.to_string(),
             ],
         );
         let mut reply: Vec<String> = self

@@ -12,6 +12,7 @@ pub use moves::RedisMove;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::limit::Limit;
 use crate::redis::Conn;
 use redis::{FromRedisValue, Script};
 
@@ -32,8 +33,8 @@ pub struct RedisSchedule {
     /// Messages due further ahead than this (ms) are left in the journal
     /// (0: none is); see [`crate::horizon`].
     horizon_ms: i64,
-    /// Rate limits a second by topic ([`crate::limit`]).
-    limits: Arc<BTreeMap<String, u32>>,
+    /// Rate limits and concurrency caps by topic ([`crate::limit`]).
+    limits: Arc<BTreeMap<String, Limit>>,
 }
 
 /// How long an acked or cancelled message's tombstone keeps a restore (or
@@ -59,21 +60,21 @@ impl RedisSchedule {
         })
     }
 
-    /// The same schedule, handing topics out within these rate limits (a
-    /// second, by topic).
-    pub fn with_limits(mut self, limits: BTreeMap<String, u32>) -> RedisSchedule {
+    /// The same schedule, handing topics out within these limits (by
+    /// topic).
+    pub fn with_limits(mut self, limits: BTreeMap<String, Limit>) -> RedisSchedule {
         self.limits = Arc::new(limits);
         self
     }
 
-    /// The rate limits a second, by topic.
-    pub fn limits(&self) -> &BTreeMap<String, u32> {
+    /// The limits, by topic.
+    pub fn limits(&self) -> &BTreeMap<String, Limit> {
         &self.limits
     }
 
-    /// `topic`'s rate limit a second (0: none).
-    pub fn limit(&self, topic: &str) -> u32 {
-        self.limits.get(topic).copied().unwrap_or(0)
+    /// `topic`'s limits (zeros: none).
+    pub fn limit(&self, topic: &str) -> Limit {
+        self.limits.get(topic).copied().unwrap_or_default()
     }
 
     /// The same schedule, leaving messages due further ahead than
