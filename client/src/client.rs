@@ -615,6 +615,7 @@ pub struct Reschedule {
     delay: Option<Duration>,
     at: Option<SystemTime>,
     priority: Option<u8>,
+    series: bool,
 }
 
 impl Reschedule {
@@ -648,6 +649,15 @@ impl Reschedule {
         self
     }
 
+    /// A recurring message's whole series moves: the occurrences after
+    /// the pending one follow from its new time. Only with a new time
+    /// ([`Reschedule::delay`] or [`Reschedule::at`]); the server refuses
+    /// it with a priority alone.
+    pub fn series(mut self) -> Self {
+        self.series = true;
+        self
+    }
+
     fn body(&self) -> serde_json::Value {
         let mut body = json!({});
         if let Some(d) = self.delay {
@@ -658,6 +668,9 @@ impl Reschedule {
         }
         if let Some(p) = self.priority {
             body["priority"] = json!(p);
+        }
+        if self.series {
+            body["series"] = json!(true);
         }
         body
     }

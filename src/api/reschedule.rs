@@ -18,7 +18,7 @@ use crate::queue::reschedule::{self, MoveOutcome, NewSchedule};
 pub const MAX_RESCHEDULE_IDS: usize = 1_000;
 
 /// The selector's fields (see [`select`]) and where to.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 8] = [
     select::FIELDS[0],
     select::FIELDS[1],
     select::FIELDS[2],
@@ -26,6 +26,7 @@ const FIELDS: [&str; 7] = [
     "delay",
     "deliverAt",
     "priority",
+    "series",
 ];
 
 fn report(ids: &[MessageId], outcomes: &[MoveOutcome]) -> RescheduleReply {
@@ -86,12 +87,32 @@ pub async fn reschedule(
         return Err(ApiError::invalid(
             ErrorCode::UnknownField,
             format!(
-                "unknown field {unknown:?}; expected ids, or topic with bizKey or bizKeyPrefix, and delay or deliverAt and/or priority"
+                "unknown field {unknown:?}; expected ids, or topic with bizKey or bizKeyPrefix, and delay or deliverAt and/or priority, and series"
             ),
         ));
     }
     let (due, priority) = parse_new_schedule(body, now_ms())?;
-    let to = NewSchedule { due, priority };
+    let series = match body.get("series") {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                ErrorCode::InvalidBody,
+                format!("series must be true or false, got {other}"),
+            ))
+        }
+    };
+    if series && due.is_none() {
+        return Err(ApiError::invalid(
+            ErrorCode::InvalidBody,
+            "series moves a recurring series to a new time: give delay or deliverAt",
+        ));
+    }
+    let to = NewSchedule {
+        due,
+        priority,
+        series,
+    };
     match select::selector(body, MAX_RESCHEDULE_IDS, ErrorCode::InvalidBody)? {
         Selector::Ids(ids) => {
             let outcomes = reschedule::reschedule_many(&state.queue, &ids, to).await?;

@@ -403,6 +403,11 @@ pub struct RescheduleRequest {
     deliver_at: Option<i64>,
     #[schema(minimum = 0, maximum = 255)]
     priority: Option<i64>,
+    /// A recurring message's whole series moves: the occurrences after the
+    /// pending one follow from its new time (`every` from it, `cron` from
+    /// its first time after it). Needs `delay` or `deliverAt`; a message
+    /// that is not recurring moves as without it.
+    series: Option<bool>,
 }
 
 /// One message's reschedule.

@@ -12,9 +12,11 @@ use std::sync::Arc;
 use futures::stream::{self, StreamExt};
 
 use super::{Queue, QueueError};
+use crate::error::RedisError;
 use crate::journal::store::JournalMove;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
+use crate::redis::record;
 use crate::redis::schedule::RedisMove;
 
 /// Moves per journal transaction.
@@ -65,7 +67,15 @@ impl MoveOutcome {
 pub struct NewSchedule {
     pub due: Option<i64>,
     pub priority: Option<u8>,
+    /// A recurring message's series moves as a whole: the pending
+    /// occurrence's own due time (what the next one follows from) moves
+    /// with it. Only with `due`.
+    pub series: bool,
 }
+
+/// Reads of a record before a series move gives up on one that keeps
+/// changing under it.
+const SERIES_TRIES: usize = 8;
 
 /// Moves each of `ids`; an outcome per id, in order. Each move leaves a
 /// status change for the journal as soon as Redis made it (its flow row,
@@ -82,7 +92,12 @@ pub async fn reschedule_many(
     for chunk in ids.chunks(CHUNK) {
         let journal = state
             .journal
-            .move_messages(chunk.to_vec(), to.due, to.priority.map(i32::from))
+            .move_messages(
+                chunk.to_vec(),
+                to.due,
+                to.priority.map(i32::from),
+                to.series,
+            )
             .await?;
         let moved: Vec<Result<MoveOutcome, QueueError>> = stream::iter(chunk.iter().zip(journal))
             .map(|(&id, held)| move_one(state, id, held, to))
@@ -117,11 +132,28 @@ async fn move_one(
     let keys = state.redis.keys();
     let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
     let journal = (due, priority.clamp(0, 255) as u8);
-    let (outcome, change) = match state
-        .redis
-        .reschedule(id, to.due, to.priority, journal)
-        .await?
-    {
+    let mut tries = 0;
+    let moved = loop {
+        let series = match (to.series, to.due) {
+            (true, Some(due)) => series_records(state, id, due).await?,
+            _ => None,
+        };
+        let series = series.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
+        match state
+            .redis
+            .reschedule(id, to.due, to.priority, journal, series)
+            .await?
+        {
+            RedisMove::Changed if tries + 1 < SERIES_TRIES => tries += 1,
+            RedisMove::Changed => {
+                return Err(QueueError::Redis(RedisError::BadRecord(format!(
+                    "the record of {id} changed {SERIES_TRIES} times while its series was moved"
+                ))))
+            }
+            other => break other,
+        }
+    };
+    let (outcome, change) = match moved {
         RedisMove::Moved {
             due,
             priority,
@@ -140,6 +172,7 @@ async fn move_one(
             (moved, Some(change))
         }
         RedisMove::InFlight => (MoveOutcome::InFlight, None),
+        RedisMove::Changed => unreachable!("read again above"),
         RedisMove::Finished(end) => (MoveOutcome::ended(end.status), None),
         // Waiting in the journal beyond the horizon, on its way to Redis
         // (the move's score waits for it there), or lost from Redis (the
@@ -155,6 +188,28 @@ async fn move_one(
     };
     state.journal.record(change.into_iter().collect());
     Ok(outcome)
+}
+
+/// For a recurring message Redis holds: its record as read, and the same
+/// with the pending occurrence's own due time at `due`, so the series goes
+/// on from there (the score is the script's to set). None for a message
+/// Redis does not hold or that is not recurring.
+async fn series_records(
+    state: &Queue,
+    id: MessageId,
+    due: i64,
+) -> Result<Option<(String, String)>, QueueError> {
+    let Some(read) = state.redis.record_of(id).await? else {
+        return Ok(None);
+    };
+    let (attempts, mut message) = record::decode(id, &read).map_err(RedisError::BadRecord)?;
+    let Some(occurrence) = message.occurrence.as_mut() else {
+        return Ok(None);
+    };
+    occurrence.due_time = due;
+    message.due_time = due;
+    let moved = record::encode(&message, attempts);
+    Ok(Some((read, moved)))
 }
 
 /// The live message holding `(topic, bizKey)`, moved: its id and outcome,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{now_ms, status, Backend, Env};
+use crate::common::{now_ms, status, wait_until, Backend, Env};
 use serde_json::{json, Value};
 
 backend_tests!(
@@ -13,7 +13,8 @@ backend_tests!(
     a_retry_wait_is_kept_when_only_the_priority_changes,
     messages_in_flight_or_ended_are_left_alone,
     bad_reschedules_change_nothing,
-    a_message_waiting_beyond_the_horizon_moves_too
+    a_message_waiting_beyond_the_horizon_moves_too,
+    a_recurring_series_moves_as_a_whole
 );
 
 async fn reschedule(env: &Env, body: Value) -> Value {
@@ -197,6 +198,14 @@ async fn bad_reschedules_change_nothing(b: Backend) {
             "invalid_biz_key",
         ),
         (json!({"ids": [], "delay": 1}), "invalid_ids"),
+        (
+            json!({"ids": [id], "priority": 1, "series": true}),
+            "invalid_body",
+        ),
+        (
+            json!({"ids": [id], "delay": 1, "series": "yes"}),
+            "invalid_body",
+        ),
         (json!([1, 2]), "invalid_body"),
     ] {
         let r = env.post_json("/reschedule", &body).await;
@@ -276,4 +285,90 @@ async fn a_retry_wait_is_kept_when_only_the_priority_changes(b: Backend) {
         "handed out {} ms before its retry",
         due - again[0].at
     );
+}
+
+/// `series: true` moves a recurring message's whole series: the pending
+/// occurrence comes at the new time as its own due time, and the next one
+/// follows from it (`every`), whether Redis holds the message or it waits
+/// in the journal beyond the horizon. Without it, only the pending
+/// occurrence moves and the series keeps its times.
+async fn a_recurring_series_moves_as_a_whole(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--redis-horizon")
+        .arg("10s")
+        .start()
+        .await;
+    let every = 1_500;
+    let near = env
+        .push(json!({"topic": "rec", "body": "near", "delay": 8_000,
+                     "repeat": {"every": every, "times": 2}}))
+        .await;
+    let far = env
+        .push(json!({"topic": "rec", "body": "far", "delay": 3_600_000,
+                     "repeat": {"every": every, "times": 2}}))
+        .await;
+    let kept = env
+        .push(json!({"topic": "rec", "body": "kept", "delay": 8_000,
+                     "repeat": {"every": 60_000, "times": 2}}))
+        .await;
+    assert_eq!(env.journal.row(&far).unwrap().status, status::WAIT_PUT);
+    let at = now_ms() + 600;
+    let reply = reschedule(
+        &env,
+        json!({"ids": [near, far], "deliverAt": at, "series": true}),
+    )
+    .await;
+    assert_eq!(reply["rescheduled"], 2, "{reply}");
+    // Only the pending occurrence of `kept` moves.
+    let reply = reschedule(&env, json!({"ids": [kept], "deliverAt": at})).await;
+    assert_eq!(reply["rescheduled"], 1, "{reply}");
+    for id in [&near, &far] {
+        let row = env.journal.row(id).unwrap();
+        assert_eq!((row.due_time, row.occurrence_time), (at, Some(at)), "{id}");
+    }
+    let row = env.journal.row(&kept).unwrap();
+    assert_eq!(row.due_time, at);
+    assert_ne!(row.occurrence_time, Some(at), "kept's series moved");
+    let kept_series = row.occurrence_time.unwrap();
+
+    // Each occurrence, as handed out: (id, number, its own due time).
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    while seen.len() < 5 && std::time::Instant::now() < deadline {
+        for got in env.poll("rec", 2, 10).await {
+            let due = got.msg["occurrence"]["dueTime"].as_i64().unwrap();
+            let number = got.msg["occurrence"]["number"].as_i64().unwrap();
+            let due_time = got.msg["dueTime"].as_i64().unwrap();
+            assert!(
+                got.at >= due_time,
+                "{} handed out early: {}",
+                got.id(),
+                got.msg
+            );
+            seen.push((got.id().to_string(), number, due));
+            env.ack(got.id()).await.assert_ok();
+        }
+    }
+    seen.sort();
+    let mut want = vec![
+        (near.clone(), 1, at),
+        (near.clone(), 2, at + every),
+        (far.clone(), 1, at),
+        (far.clone(), 2, at + every),
+        (kept.clone(), 1, kept_series),
+    ];
+    want.sort();
+    assert_eq!(seen, want);
+    // kept's second occurrence follows its old series, a minute on.
+    wait_until(
+        "kept's next occurrence in the journal",
+        Duration::from_secs(10),
+        || async {
+            match env.journal.row(&kept).unwrap().occurrence_time {
+                Some(t) if t == kept_series + 60_000 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 }

@@ -28,12 +28,15 @@ pub enum JournalMove {
 }
 
 /// Moves each of `ids` that is live to `due` and/or `priority` (`None`
-/// keeps it), in one transaction.
+/// keeps it), in one transaction. With `series`, a recurring message's
+/// occurrence moves its own due time by the series too
+/// (`occurrence_time`), so the occurrences after it follow from `due`.
 pub fn move_messages(
     conn: &mut JournalConn,
     ids: &[MessageId],
     due: Option<i64>,
     priority: Option<i32>,
+    series: bool,
 ) -> Result<Vec<JournalMove>, JournalError> {
     with_conn!(conn, c => c.transaction(|c| {
         let mut out = Vec::with_capacity(ids.len());
@@ -63,6 +66,11 @@ pub fn move_messages(
                 (None, Some(p)) => diesel::update(live).set(message::priority.eq(p)).execute(c)?,
                 (None, None) => 0,
             };
+            if let (Some(d), true) = (due, series) {
+                diesel::update(live.filter(message::occurrence_time.is_not_null()))
+                    .set(message::occurrence_time.eq(d))
+                    .execute(c)?;
+            }
             if let Some(d) = due {
                 diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
                     .set(message_waiting::due_time.eq(d))

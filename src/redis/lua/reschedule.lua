@@ -4,7 +4,10 @@
 -- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] the new due time (ms; ''
 -- keeps it), ARGV[4] the new priority ('' keeps it), ARGV[5] the shard's
 -- wake channel, ARGV[6] the message's whole new score as the journal has it
--- (due time and priority, for one Redis does not hold)
+-- (due time and priority, for one Redis does not hold), ARGV[7] and
+-- ARGV[8] ('' for neither): a recurring series moved as a whole, the
+-- record as the caller read it and the record to put in its place (the
+-- occurrence's own due time moved: later occurrences follow from it)
 -- The message keeps its id, record and attempts; its score (due time, then
 -- priority) changes in its record and in the zset that holds it (whose
 -- score is the truth: a failed delivery's retry time is there alone). One
@@ -18,6 +21,7 @@
 -- schedule.lua takes instead of the one it was given (see there).
 -- Returns { 'moved', due, priority, 'delaying' or 'ready' (where it
 -- waits now), the time the script ran (Redis's clock, ms) },
+-- { 'changed' } (the record is not the one the caller read: read it again),
 -- { 'in_flight' }, { 'finished', end } (this shard ended it and the
 -- journal has not heard yet: end is 'status|attempts|at'), or { 'absent' }
 -- (not in this shard's Redis).
@@ -41,6 +45,12 @@ if not rec then
 end
 if redis.call('ZSCORE', KEYS[3], id) then
   return { 'in_flight' }
+end
+if (ARGV[7] or '') ~= '' then
+  if rec ~= ARGV[7] then
+    return { 'changed' }
+  end
+  rec = ARGV[8]
 end
 local head, score = string.match(rec, '^([^|]*|%d+|%d+|)([^|]*)|')
 if not head then

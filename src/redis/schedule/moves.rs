@@ -27,22 +27,40 @@ pub enum RedisMove {
     Finished(End),
     /// Not in Redis (waiting in the journal beyond the horizon, or lost).
     Absent,
+    /// A series moved as a whole: the record changed since the caller read
+    /// it (handed out and acked meanwhile, say); nothing moved.
+    Changed,
 }
 
 impl RedisSchedule {
+    /// Message `id`'s record as its shard holds it now, if it does.
+    pub async fn record_of(&self, id: MessageId) -> Result<Option<String>, RedisError> {
+        let k = &self.keys;
+        let rec: Option<String> = redis::cmd("HGET")
+            .arg(k.messages(k.shard_of(id)))
+            .arg(id.to_string())
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(rec)
+    }
+
     /// Gives message `id` a new due time and/or priority (`None` keeps
     /// it) unless it is handed out.
     /// `journal`: the due time and priority the journal holds now (after
-    /// the move), for a message Redis does not hold yet.
+    /// the move), for a message Redis does not hold yet. `series`: the
+    /// record as read, and the one to put in its place, for a recurring
+    /// series moved as a whole.
     pub async fn reschedule(
         &self,
         id: MessageId,
         due: Option<i64>,
         priority: Option<u8>,
         journal: (i64, u8),
+        series: Option<(&str, &str)>,
     ) -> Result<RedisMove, RedisError> {
         let k = &self.keys;
         let shard = k.shard_of(id);
+        let (read, replace) = series.unwrap_or(("", ""));
         let cmd = evalsha(
             &self.scripts.reschedule,
             &[
@@ -59,6 +77,8 @@ impl RedisSchedule {
                 priority.map_or(String::new(), |p| p.to_string()),
                 k.wake_channel(shard),
                 (crate::redis::keys::score(journal.0, journal.1) as i64).to_string(),
+                read.to_string(),
+                replace.to_string(),
             ],
         );
         let reply: Vec<Value> = self
@@ -75,6 +95,7 @@ impl RedisSchedule {
                 at: part(4)?.and_then(|t| t.parse().ok()).ok_or_else(bad)?,
             },
             Some("in_flight") => RedisMove::InFlight,
+            Some("changed") => RedisMove::Changed,
             Some("finished") => match part(1)?.as_deref().and_then(End::parse) {
                 Some(end) => RedisMove::Finished(end),
                 None => RedisMove::Absent,
