@@ -110,6 +110,15 @@ fn sqlite_group_update(
     due: Option<i64>,
     ids: &[i64],
 ) -> String {
+    let mut sql = group_update(status, attempts, at, due);
+    sql.push_str("id IN (");
+    push_ids(&mut sql, ids);
+    sql
+}
+
+/// [`sqlite_group_update`] up to the ids, which follow as `id IN (…)` (SQLite)
+/// or `id = ANY($1)` (PostgreSQL, the ids bound as one array).
+fn group_update(status: Status, attempts: Option<i32>, at: i64, due: Option<i64>) -> String {
     let takes = if status.is_terminal() {
         format!("status < {}", Status::FIRST_TERMINAL_CODE)
     } else {
@@ -130,7 +139,7 @@ fn sqlite_group_update(
         None => value,
         Some(_) => format!("CASE WHEN {takes} THEN {value} ELSE {column} END"),
     };
-    let mut sql = String::with_capacity(400 + ids.len() * 21);
+    let mut sql = String::with_capacity(400);
     let _ = write!(
         sql,
         "UPDATE message SET status = {}, updated_time = {}",
@@ -154,13 +163,12 @@ fn sqlite_group_update(
     }
     match &count {
         None => {
-            let _ = write!(sql, " WHERE {takes} AND id IN (");
+            let _ = write!(sql, " WHERE {takes} AND ");
         }
         Some((_, when)) => {
-            let _ = write!(sql, " WHERE ({takes} OR {when}) AND id IN (");
+            let _ = write!(sql, " WHERE ({takes} OR {when}) AND ");
         }
     }
-    push_ids(&mut sql, ids);
     sql
 }
 
@@ -240,32 +248,138 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
     }
 }
 
-/// PostgreSQL takes rows through diesel, a few hundred a statement (at
-/// most 18 binds a row, well under its 65,535), and a group's change in
-/// one UPDATE that reads the row as it was, as SQLite's does.
+/// A batch's rows on PostgreSQL: one array a column, bound once, read by
+/// `unnest` in one statement whatever the batch's size (the same text
+/// every time, so the server plans it once per connection), rather than a
+/// statement of a bind a field that the server parses anew for each batch.
+static PG_MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| {
+    pg_unnest_insert(
+        "message",
+        &[
+            ("id", "bigint"),
+            ("topic", "text"),
+            ("biz_key", "text"),
+            ("live_biz_key", "text"),
+            ("body", "text"),
+            ("priority", "integer"),
+            ("ttl", "bigint"),
+            ("delay_ms", "bigint"),
+            ("due_time", "bigint"),
+            ("create_time", "bigint"),
+            ("status", "smallint"),
+            ("attempts", "integer"),
+            ("updated_time", "bigint"),
+            ("max_attempts", "integer"),
+            ("retry", "text"),
+            ("repeat_spec", "text"),
+            ("occurrence", "integer"),
+            ("occurrence_time", "bigint"),
+        ],
+        &[],
+    )
+});
+static PG_FLOW_SQL: LazyLock<String> = LazyLock::new(|| {
+    pg_unnest_insert(
+        "message_flow",
+        &[
+            ("id", "bigint"),
+            ("message_id", "bigint"),
+            ("status", "smallint"),
+            ("attempts", "integer"),
+            ("flow_time", "bigint"),
+            ("shard", "text"),
+        ],
+        &["node_id", "host"],
+    )
+});
+
+/// `INSERT INTO table (columns, same) SELECT * , $n+1, … FROM unnest($1::type[], …)`:
+/// the arrays bound in `columns`' order, then one value each for `same`.
+fn pg_unnest_insert(table: &str, columns: &[(&str, &str)], same: &[&str]) -> String {
+    let names: Vec<&str> = columns
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(same.iter().copied())
+        .collect();
+    let arrays: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, t))| format!("${}::{t}[]", i + 1))
+        .collect();
+    let scalars: String = (0..same.len())
+        .map(|i| format!(", ${}::text", columns.len() + i + 1))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) SELECT u.*{scalars} FROM unnest({}) AS u",
+        names.join(", "),
+        arrays.join(", ")
+    )
+}
+
+/// PostgreSQL takes a batch's rows as arrays (above), and a group's change
+/// in one UPDATE that reads the row as it was, as SQLite's does.
 impl ChangeWriter for diesel::pg::PgConnection {
     fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            diesel::insert_into(message::table)
-                .values(chunk)
-                .execute(self)?;
+        use diesel::sql_types::{Array, BigInt, Integer, Nullable, SmallInt, Text};
+        if rows.is_empty() {
+            return Ok(());
         }
+        fn col<'a, T>(rows: &'a [NewMessage<'a>], f: impl Fn(&'a NewMessage<'a>) -> T) -> Vec<T> {
+            rows.iter().map(f).collect()
+        }
+        diesel::sql_query(PG_MESSAGE_SQL.as_str())
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.id))
+            .bind::<Array<Text>, _>(col(rows, |m| m.topic))
+            .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.biz_key))
+            .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.live_biz_key))
+            .bind::<Array<Text>, _>(col(rows, |m| m.body))
+            .bind::<Array<Integer>, _>(col(rows, |m| m.priority))
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.ttl))
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.delay_ms))
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.due_time))
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.create_time))
+            .bind::<Array<SmallInt>, _>(col(rows, |m| m.status))
+            .bind::<Array<Integer>, _>(col(rows, |m| m.attempts))
+            .bind::<Array<BigInt>, _>(col(rows, |m| m.updated_time))
+            .bind::<Array<Integer>, _>(col(rows, |m| m.max_attempts))
+            .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.retry.as_deref()))
+            .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.repeat_spec.as_deref()))
+            .bind::<Array<Nullable<Integer>>, _>(col(rows, |m| m.occurrence))
+            .bind::<Array<Nullable<BigInt>>, _>(col(rows, |m| m.occurrence_time))
+            .execute(self)?;
         Ok(())
     }
 
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()> {
-        for chunk in flows.chunks(INSERT_CHUNK) {
-            diesel::insert_into(message_flow::table)
-                .values(chunk)
+        use diesel::sql_types::{Array, BigInt, Integer, SmallInt, Text};
+        let Some(first) = flows.first() else {
+            return Ok(());
+        };
+        for chunk in flows.chunks(8 * INSERT_CHUNK) {
+            let col = |f: &dyn Fn(&NewFlow) -> i64| chunk.iter().map(f).collect::<Vec<i64>>();
+            diesel::sql_query(PG_FLOW_SQL.as_str())
+                .bind::<Array<BigInt>, _>(col(&|f| f.id))
+                .bind::<Array<BigInt>, _>(col(&|f| f.message_id))
+                .bind::<Array<SmallInt>, _>(chunk.iter().map(|f| f.status).collect::<Vec<i16>>())
+                .bind::<Array<Integer>, _>(chunk.iter().map(|f| f.attempts).collect::<Vec<i32>>())
+                .bind::<Array<BigInt>, _>(col(&|f| f.flow_time))
+                .bind::<Array<Text>, _>(chunk.iter().map(|f| f.shard).collect::<Vec<&str>>())
+                .bind::<Text, _>(first.node_id)
+                .bind::<Text, _>(first.host)
                 .execute(self)?;
         }
         Ok(())
     }
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
+        use diesel::sql_types::{Array, BigInt};
         for ((status, attempts, at, due), ids) in &groups(updates) {
-            for chunk in ids.chunks(INSERT_CHUNK) {
-                self.batch_execute(&sqlite_group_update(*status, *attempts, *at, *due, chunk))?;
+            let mut sql = group_update(*status, *attempts, *at, *due);
+            sql.push_str("id = ANY($1)");
+            for chunk in ids.chunks(8 * INSERT_CHUNK) {
+                diesel::sql_query(&sql)
+                    .bind::<Array<BigInt>, _>(chunk)
+                    .execute(self)?;
             }
         }
         Ok(())
