@@ -8,20 +8,24 @@
 //!
 //! `TOPIC=N/s,concurrency=M` (or `TOPIC=concurrency=M` alone) also caps
 //! the messages of the topic handed out and not yet acked at M. Redis
-//! keeps each shard's hand-outs of the topic in a set beside the in-flight
-//! zset (`{P:s}:busy:TOPIC`, id → deadline) that the claim scripts add to;
-//! they count only the members the in-flight zset still holds with a
-//! deadline to come, and drop the rest (acked, nacked, cancelled, expired)
-//! as they count. So nothing that ends a delivery has to know of the
-//! limit, and a delivery whose ttl passed frees its place. A poll the cap
-//! holds back looks again every [`BUSY_RECHECK_MS`].
+//! keeps each shard's hand-outs of the topic in a zset beside the
+//! in-flight zset (`{P:s}:busy:TOPIC`, id → ack deadline): the claim
+//! scripts add what they hand out, an ack, a nack or a recurring ack takes
+//! its delivery out, and a delivery whose deadline passed leaves by its
+//! score, so a claim counts the held ones in two calls. A poll the cap
+//! holds back looks again every [`BUSY_RECHECK_MS`]. What ends a delivery
+//! otherwise (a repair that removes a finished message) leaves its place
+//! taken until its deadline: the cap is never exceeded, at worst not used
+//! to the full for a ttl.
 //!
 //! On one Redis the topic has one bucket. On a Redis Cluster each shard has
 //! its own, at N ÷ shards a second (a script touches one slot), so the
 //! limit is never exceeded, and is reached while the topic's messages
 //! spread over the shards, as their ids make them do (a shard with none
 //! leaves its share unused), and each shard's hand-outs are capped at its
-//! share of M (M ÷ shards, the remainder to the first shards). There a
+//! share of M (M ÷ shards, the remainder to the first shards). A poll
+//! leaves a shard whose share is spent out of its next look, and waits
+//! only when every shard with messages is held back. There a
 //! limit must be at least one a second, and one in flight, per shard.
 
 use std::collections::BTreeMap;
@@ -29,9 +33,8 @@ use std::str::FromStr;
 
 /// The most a limit may be: beyond it a limit means nothing here.
 pub const MAX_PER_SECOND: u32 = 1_000_000;
-/// The most a concurrency cap may be: each claim reads the topic's
-/// hand-outs, so a cap counts what a script may read in one go.
-pub const MAX_CONCURRENCY: u32 = 10_000;
+/// The most a concurrency cap may be.
+pub const MAX_CONCURRENCY: u32 = 100_000;
 /// How often a poll held back by a topic's concurrency cap looks again.
 pub const BUSY_RECHECK_MS: u64 = 20;
 
@@ -177,7 +180,7 @@ mod tests {
             "sms=2000000/s",
             "sms=200/s,",
             "sms=200/s,concurrency=0",
-            "sms=200/s,concurrency=10001",
+            "sms=200/s,concurrency=100001",
             "sms=200/s,concurrency=x",
             "sms=concurrency=2,200/s",
             "sms=200/s,concurrency=2,concurrency=3",

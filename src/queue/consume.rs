@@ -1,7 +1,7 @@
 //! Consumers: long polls hand ready messages out; acks end a delivery (or
 //! move a recurring message on to its next occurrence); nacks fail it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{Queue, QueueError};
@@ -86,22 +86,35 @@ async fn claim(
     }
     // The first `count` ready messages across shards decide how many to take
     // from each shard's queue head. Other consumers may empty a queue in
-    // between: look again while the queues are not empty.
+    // between: look again while the queues are not empty. A shard whose
+    // share of the topic's rate or cap is spent is left out of the next
+    // look, so the others' messages go out meanwhile; the poll waits only
+    // when every shard with messages is held back.
+    let mut skip = BTreeSet::new();
+    let mut wait = 0;
     for _ in 0..8 {
-        let picks = state.redis.peek_ready(topic, count).await?;
+        let picks = state.redis.peek_ready(topic, count, &skip).await?;
         if picks.is_empty() {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), wait));
         }
         let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
         for (_, shard, _) in &picks {
             *per_shard.entry(*shard).or_default() += 1;
         }
-        let (claimed, limited) = state.redis.claim(topic, &per_shard).await?;
-        if !claimed.is_empty() || limited > 0 {
-            return Ok((claimed, limited));
+        let (claimed, limited, held) = state.redis.claim(topic, &per_shard).await?;
+        if !claimed.is_empty() {
+            return Ok((claimed, 0));
+        }
+        if limited > 0 {
+            wait = if wait == 0 {
+                limited
+            } else {
+                wait.min(limited)
+            };
+            skip.extend(held);
         }
     }
-    Ok((Vec::new(), 0))
+    Ok((Vec::new(), wait))
 }
 
 /// Occurrences of recurring messages with `misfire: "skip"` that were

@@ -14,7 +14,7 @@
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
-//! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out, scored by their deadline then; only those the in-flight zset still holds count, the rest leave at the next claim (gone once empty) |
+//! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |

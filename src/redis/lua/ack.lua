@@ -62,8 +62,15 @@ end
 -- their end for the journal. Written once every id is read, so a record
 -- that cannot be read stops the call having changed nothing.
 local left_flight, left_queues, records_gone, tombstones, ends = {}, {}, {}, {}, {}
+-- Ids acked in flight, by topic: they leave the topic's hand-outs (a
+-- topic with a concurrency cap; limit.lua).
+local left_busy = {}
 local function write_ends()
   bulk('ZREM', KEYS[1], left_flight)
+  for topic, ids_left in pairs(left_busy) do
+    bulk('ZREM', busy_key(ARGV[1], topic), ids_left)
+  end
+  left_busy = {}
   for queue, ids_left in pairs(left_queues) do
     bulk('ZREM', queue, ids_left)
   end
@@ -139,6 +146,12 @@ for k, id in ipairs(ids) do
     else
       if state == 'acked' then
         left_flight[#left_flight + 1] = id
+        local busy = left_busy[topic]
+        if not busy then
+          busy = {}
+          left_busy[topic] = busy
+        end
+        busy[#busy + 1] = id
       else
         local queue = left_queues[where]
         if not queue then

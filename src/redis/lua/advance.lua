@@ -27,6 +27,7 @@ for i = 3, #ARGV, 4 do
   if rec == seen then
     if redis.call('ZREM', KEYS[1], id) == 1 then
       handed = true
+      redis.call('ZREM', busy_key(ARGV[1], string.match(rec, '^([^|]*)|')), id)
     else
       local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
       handed = redis.call('ZREM', ARGV[1] .. topic, id) == 1

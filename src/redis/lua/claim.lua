@@ -24,7 +24,7 @@ end
 local want = tonumber(ARGV[1])
 local cap = tonumber(ARGV[4] or '0')
 if cap > 0 then
-  local room = cap - busy_count(KEYS[6], KEYS[3], cap, now)
+  local room = cap - busy_count(KEYS[6], cap, now)
   if room <= 0 then
     if redis.call('ZCARD', KEYS[1]) == 0 then
       return { '0', tostring(now) }

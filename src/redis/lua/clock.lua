@@ -15,6 +15,12 @@ local function unjournaled_end(status, attempts, at)
   return status .. '|' .. attempts .. '|' .. string.format('%.0f', at)
 end
 
+-- A topic's hand-outs in a shard (see limit.lua), named from the shard's
+-- ready key prefix ('{P:s}:ready:'): an ended delivery leaves it.
+local function busy_key(ready_prefix, topic)
+  return string.sub(ready_prefix, 1, -7) .. 'busy:' .. topic
+end
+
 local function unjournaled(key, id, status, attempts, at)
   redis.call('HSET', key, id, unjournaled_end(status, attempts, at))
 end

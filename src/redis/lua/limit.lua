@@ -38,46 +38,40 @@ local function bucket_spend(key, rate, tokens, at, spent)
 end
 
 -- A topic's hand-outs in one shard (see src/limit.rs): a zset of id ->
--- deadline beside the shard's in-flight zset, which alone says what is
--- still handed out. busy_count: how many of its members the in-flight
--- zset holds with a deadline still to come (a lease extended there counts
--- by its new one); the others (acked, nacked, cancelled, expired, handed
--- out again and counted anew) leave the set. With a cap of 0 (none), 0.
-local function busy_count(key, inflight, cap, now)
+-- ack deadline beside the shard's in-flight zset. The claim scripts add
+-- what they hand out (busy_add); an ack, a nack and a recurring ack take
+-- theirs out (busy_key, clock.lua); a delivery whose deadline passed
+-- leaves by its score. busy_count: how many are held now, with a cap of 0
+-- (none) 0.
+local function busy_count(key, cap, now)
   if cap <= 0 then
     return 0
   end
-  local ids = redis.call('ZRANGE', key, 0, -1)
-  if #ids == 0 then
-    return 0
-  end
-  local deadlines = bulk_read('ZMSCORE', inflight, ids)
-  local gone, live = {}, 0
-  for i, id in ipairs(ids) do
-    local d = tonumber(deadlines[i])
-    if d and d > now then
-      live = live + 1
-    else
-      gone[#gone + 1] = id
-    end
-  end
-  bulk('ZREM', key, gone)
-  return live
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  return redis.call('ZCARD', key)
 end
 
 -- Adds what a claim handed out ({id, record} items, false for a record
--- gone) to the set, each with its deadline (now + ttl, as claim_head set).
+-- gone) to the set, each with its deadline (now + ttl, as claim_head set);
+-- the set lives until the last of them.
 local function busy_add(key, cap, items, now)
   if cap <= 0 then
     return
   end
-  local pairs_of = {}
+  local pairs_of, last = {}, 0
   for _, item in ipairs(items) do
     if item then
-      local ttl = string.match(item[2], '^[^|]*|(%d+)|')
-      pairs_of[#pairs_of + 1] = now + tonumber(ttl)
+      local deadline = now + tonumber(string.match(item[2], '^[^|]*|(%d+)|'))
+      pairs_of[#pairs_of + 1] = deadline
       pairs_of[#pairs_of + 1] = item[1]
+      last = math.max(last, deadline)
     end
   end
+  if #pairs_of == 0 then
+    return
+  end
   bulk('ZADD', key, pairs_of)
+  if redis.call('PTTL', key) < last - now + 1000 then
+    redis.call('PEXPIRE', key, last - now + 1000)
+  end
 end

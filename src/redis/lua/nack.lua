@@ -54,6 +54,7 @@ for i = 5, #ARGV, 3 do
   elseif redis.call('ZREM', KEYS[1], id) == 1 then
     local outcome, topic, attempts, due =
       fail_delivery(KEYS[3], KEYS[2], KEYS[4], KEYS[5], ARGV[1], id, rec, now, wait)
+    redis.call('ZREM', busy_key(ARGV[1], topic), id)
     if outcome == 'ready' then
       topics[topic] = true
     elseif outcome == 'delaying' and (not earliest or due < earliest) then

@@ -26,7 +26,7 @@ local cap = tonumber(ARGV[4] or '0')
 if cap > 0 then
   local busy = 0
   for s = 1, shards do
-    busy = busy + busy_count(KEYS[5 * s], KEYS[5 * s - 2], cap, now)
+    busy = busy + busy_count(KEYS[5 * s], cap, now)
   end
   if busy >= cap then
     for s = 1, shards do

@@ -1,7 +1,7 @@
 //! Delivery: a shard's scan step, and the claims, acks, nacks and cancels
 //! of consumers and producers, each one script call per shard.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
@@ -132,15 +132,19 @@ impl RedisSchedule {
         Ok(out)
     }
 
-    /// The first `count` ready messages of a topic across all shards, by
-    /// score: (score, shard, id).
+    /// The first `count` ready messages of a topic across the shards not
+    /// in `skip`, by score: (score, shard, id).
     pub async fn peek_ready(
         &self,
         topic: &str,
         count: usize,
+        skip: &BTreeSet<u32>,
     ) -> Result<Vec<(f64, u32, String)>, RedisError> {
+        let shards: Vec<u32> = (0..self.keys.shards())
+            .filter(|s| !skip.contains(s))
+            .collect();
         let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
+        for &shard in &shards {
             pipe.cmd("ZRANGE")
                 .arg(self.keys.ready(shard, topic))
                 .arg(0)
@@ -150,8 +154,8 @@ impl RedisSchedule {
         let heads: Vec<Vec<(String, f64)>> = pipe.query_async(&mut self.con.clone()).await?;
         let mut all: Vec<(f64, u32, String)> = heads
             .into_iter()
-            .enumerate()
-            .flat_map(|(shard, items)| items.into_iter().map(move |(id, s)| (s, shard as u32, id)))
+            .zip(shards)
+            .flat_map(|(items, shard)| items.into_iter().map(move |(id, s)| (s, shard, id)))
             .collect();
         all.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
         all.truncate(count);
@@ -160,13 +164,14 @@ impl RedisSchedule {
 
     /// Claims, in each shard, the first `n` ready messages of a topic for a
     /// consumer (attempts + 1, ack deadline now + ttl). Returns them in score
-    /// order across shards, and, when a rate limit let none be claimed, how
-    /// long (ms) until it lets one.
+    /// order across shards; when the topic's limits let none be claimed, how
+    /// long (ms) until they may let one; and the shards whose limits held
+    /// them back (their share of the rate or of the cap spent).
     pub async fn claim(
         &self,
         topic: &str,
         per_shard: &BTreeMap<u32, usize>,
-    ) -> Result<(Vec<Claimed>, u64), RedisError> {
+    ) -> Result<(Vec<Claimed>, u64, Vec<u32>), RedisError> {
         let now_ms = now_ms();
         // Each shard's bucket fills at its share of the topic's rate, and
         // each shard caps its hand-outs at its share of the cap.
@@ -202,11 +207,13 @@ impl RedisSchedule {
             .await?;
         let mut out = Vec::new();
         let mut wait = u64::MAX;
+        let mut held = Vec::new();
         for (&shard, records) in per_shard.keys().zip(&mut replies) {
             let at = records.pop().and_then(|t| t.parse().ok()).unwrap_or(now_ms);
             if let Some(w) = records.pop().and_then(|w| w.parse::<u64>().ok()) {
                 if w > 0 {
                     wait = wait.min(w);
+                    held.push(shard);
                 }
             }
             let mut items = records.drain(..);
@@ -220,7 +227,7 @@ impl RedisSchedule {
         } else {
             0
         };
-        Ok((out, wait))
+        Ok((out, wait, held))
     }
 
     /// A poll's claim in one round trip (one Redis, not a cluster, whose
