@@ -18,6 +18,7 @@ use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::record;
 use crate::redis::schedule::RedisMove;
+use crate::repeat::Occurrence;
 
 /// Moves per journal transaction.
 const CHUNK: usize = 1_000;
@@ -92,12 +93,7 @@ pub async fn reschedule_many(
     for chunk in ids.chunks(CHUNK) {
         let journal = state
             .journal
-            .move_messages(
-                chunk.to_vec(),
-                to.due,
-                to.priority.map(i32::from),
-                to.series,
-            )
+            .move_messages(chunk.to_vec(), to.due, to.priority.map(i32::from))
             .await?;
         let moved: Vec<Result<MoveOutcome, QueueError>> = stream::iter(chunk.iter().zip(journal))
             .map(|(&id, held)| move_one(state, id, held, to))
@@ -122,6 +118,7 @@ async fn move_one(
         status,
         due,
         priority,
+        occurrence,
     } = held
     else {
         return Ok(match held {
@@ -133,12 +130,15 @@ async fn move_one(
     let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
     let journal = (due, priority.clamp(0, 255) as u8);
     let mut tries = 0;
+    // The occurrence whose series moved in Redis: its number.
+    let mut series_moved;
     let moved = loop {
         let series = match (to.series, to.due) {
             (true, Some(due)) => series_records(state, id, due).await?,
             _ => None,
         };
-        let series = series.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
+        series_moved = series.as_ref().map(|s| s.0);
+        let series = series.as_ref().map(|(_, a, b)| (a.as_str(), b.as_str()));
         match state
             .redis
             .reschedule(id, to.due, to.priority, journal, series)
@@ -165,6 +165,10 @@ async fn move_one(
                 change.status = Status::Ready;
             }
             change.due = Some(due);
+            change.series = series_moved.map(|number| Occurrence {
+                number,
+                due_time: due,
+            });
             let moved = MoveOutcome::Rescheduled {
                 due,
                 priority: priority.into(),
@@ -177,10 +181,17 @@ async fn move_one(
         // Waiting in the journal beyond the horizon, on its way to Redis
         // (the move's score waits for it there), or lost from Redis (the
         // reconciler restores it at the journal's new time).
+        // A series waiting in the journal alone moves there.
         RedisMove::Absent => {
             let change = (status == Status::WaitPut).then(|| {
                 let mut change = StatusChange::waiting(id, now_ms(), shard);
                 change.due = Some(due);
+                if to.series {
+                    change.series = occurrence.map(|number| Occurrence {
+                        number,
+                        due_time: due,
+                    });
+                }
                 change
             });
             (MoveOutcome::Rescheduled { due, priority }, change)
@@ -190,26 +201,31 @@ async fn move_one(
     Ok(outcome)
 }
 
-/// For a recurring message Redis holds: its record as read, and the same
-/// with the pending occurrence's own due time at `due`, so the series goes
-/// on from there (the score is the script's to set). None for a message
-/// Redis does not hold or that is not recurring.
+/// For a recurring message Redis holds: its occurrence's number, its
+/// record as read, and the same with the occurrence's own due time at
+/// `due`, so the series goes on from there (the score is the script's to
+/// set). None for a message Redis does not hold, that is not recurring, or
+/// whose series was cancelled (`,x`: handed out, its last delivery).
 async fn series_records(
     state: &Queue,
     id: MessageId,
     due: i64,
-) -> Result<Option<(String, String)>, QueueError> {
+) -> Result<Option<(i32, String, String)>, QueueError> {
     let Some(read) = state.redis.record_of(id).await? else {
         return Ok(None);
     };
+    if read.split('|').nth(4).is_some_and(|f| f.ends_with(",x")) {
+        return Ok(None);
+    }
     let (attempts, mut message) = record::decode(id, &read).map_err(RedisError::BadRecord)?;
     let Some(occurrence) = message.occurrence.as_mut() else {
         return Ok(None);
     };
     occurrence.due_time = due;
+    let number = occurrence.number;
     message.due_time = due;
     let moved = record::encode(&message, attempts);
-    Ok(Some((read, moved)))
+    Ok(Some((number, read, moved)))
 }
 
 /// The live message holding `(topic, bizKey)`, moved: its id and outcome,

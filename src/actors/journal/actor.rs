@@ -199,7 +199,7 @@ impl Handler<MoveMessages> for JournalActor {
     fn handle(&mut self, msg: MoveMessages, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
-        store::move_messages(&mut conn, &msg.ids, msg.due, msg.priority, msg.series)
+        store::move_messages(&mut conn, &msg.ids, msg.due, msg.priority)
     }
 }
 

@@ -431,23 +431,14 @@ impl Journal {
         self.actor.send(RequeueDead { id, now }).await?
     }
 
-    /// Moves live messages to a new due time and/or priority, durably;
-    /// with `series`, a recurring message's series with it.
+    /// Moves live messages to a new due time and/or priority, durably.
     pub async fn move_messages(
         &self,
         ids: Vec<MessageId>,
         due: Option<i64>,
         priority: Option<i32>,
-        series: bool,
     ) -> Result<Vec<crate::journal::store::JournalMove>, JournalError> {
-        self.actor
-            .send(MoveMessages {
-                ids,
-                due,
-                priority,
-                series,
-            })
-            .await?
+        self.actor.send(MoveMessages { ids, due, priority }).await?
     }
 
     pub async fn delete_dead(

@@ -106,8 +106,6 @@ pub struct MoveMessages {
     pub ids: Vec<MessageId>,
     pub due: Option<i64>,
     pub priority: Option<i32>,
-    /// A recurring message's series moves with it.
-    pub series: bool,
 }
 
 /// Bring a dead message back (see [`crate::journal::store::requeue_dead`]).

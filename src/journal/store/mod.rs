@@ -89,6 +89,11 @@ pub struct StatusChange {
     /// (status Delaying, `due` its due time, attempts 0). The row takes it
     /// unless it is at this occurrence or a later one already.
     pub occurrence: Option<Occurrence>,
+    /// Set when a reschedule moved a recurring message's whole series
+    /// (Redis having moved it): the occurrence it moved, and that
+    /// occurrence's new due time by the series. The row takes it unless it
+    /// is at a later occurrence already.
+    pub series: Option<Occurrence>,
 }
 
 impl StatusChange {
@@ -209,6 +214,7 @@ impl StatusChange {
             due: None,
             shard,
             occurrence: None,
+            series: None,
         }
     }
 
@@ -222,6 +228,7 @@ impl StatusChange {
             "due": self.due,
             "shard": &*self.shard,
             "occurrence": self.occurrence,
+            "series": self.series,
         })
         .to_string()
     }
@@ -236,6 +243,7 @@ impl StatusChange {
             due: v["due"].as_i64(),
             shard: v["shard"].as_str()?.into(),
             occurrence: serde_json::from_value(v["occurrence"].clone()).ok(),
+            series: serde_json::from_value(v["series"].clone()).ok(),
         })
     }
 }

@@ -21,6 +21,8 @@ pub enum JournalMove {
         status: Status,
         due: i64,
         priority: i32,
+        /// A recurring message's occurrence, as the row holds it.
+        occurrence: Option<i32>,
     },
     /// Ended (Consumed, Deleted, Dead): left alone.
     Ended(Status),
@@ -28,25 +30,30 @@ pub enum JournalMove {
 }
 
 /// Moves each of `ids` that is live to `due` and/or `priority` (`None`
-/// keeps it), in one transaction. With `series`, a recurring message's
-/// occurrence moves its own due time by the series too
-/// (`occurrence_time`), so the occurrences after it follow from `due`.
+/// keeps it), in one transaction. A series moved as a whole takes its new
+/// time by the series with the status change that Redis's answer makes
+/// (`StatusChange::series`), not here: one handed out meanwhile keeps its
+/// series.
 pub fn move_messages(
     conn: &mut JournalConn,
     ids: &[MessageId],
     due: Option<i64>,
     priority: Option<i32>,
-    series: bool,
 ) -> Result<Vec<JournalMove>, JournalError> {
     with_conn!(conn, c => c.transaction(|c| {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let row: Option<(i16, i64, i32)> = message::table
+            let row: Option<(i16, i64, i32, Option<i32>)> = message::table
                 .filter(message::id.eq(id.0))
-                .select((message::status, message::due_time, message::priority))
+                .select((
+                    message::status,
+                    message::due_time,
+                    message::priority,
+                    message::occurrence,
+                ))
                 .first(c)
                 .optional()?;
-            let Some((code, old_due, old_priority)) = row else {
+            let Some((code, old_due, old_priority, occurrence)) = row else {
                 out.push(JournalMove::NotFound);
                 continue;
             };
@@ -66,11 +73,6 @@ pub fn move_messages(
                 (None, Some(p)) => diesel::update(live).set(message::priority.eq(p)).execute(c)?,
                 (None, None) => 0,
             };
-            if let (Some(d), true) = (due, series) {
-                diesel::update(live.filter(message::occurrence_time.is_not_null()))
-                    .set(message::occurrence_time.eq(d))
-                    .execute(c)?;
-            }
             if let Some(d) = due {
                 diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
                     .set(message_waiting::due_time.eq(d))
@@ -80,6 +82,7 @@ pub fn move_messages(
                 status,
                 due: due.unwrap_or(old_due),
                 priority: priority.unwrap_or(old_priority),
+                occurrence,
             });
         }
         Ok::<_, diesel::result::Error>(out)

@@ -231,6 +231,16 @@ pub fn apply_changes(
             attempts: attempts.get(&id).copied(),
         })
         .collect();
+    // Series moved by a reschedule: the latest per message.
+    let mut series: HashMap<MessageId, (Occurrence, i64)> = HashMap::new();
+    for ch in changes {
+        if let Some(occ) = ch.series {
+            let e = series.entry(ch.id).or_insert((occ, ch.at));
+            if ch.at >= e.1 {
+                *e = (occ, ch.at);
+            }
+        }
+    }
     let move_rows: Vec<(Occurrence, i64, i64)> = moves
         .values()
         .filter_map(|ch| ch.occurrence.map(|o| (o, ch.id.0, ch.at)))
@@ -259,6 +269,25 @@ pub fn apply_changes(
                 message::due_time.eq(occ.due_time),
             ))
             .execute(c)?;
+        }
+        // A series moved: after the occurrence moves above, so the move of
+        // the occurrence it moved (an ack's, in this batch or an earlier
+        // one) cannot put the old time back; one in a later batch finds
+        // the row at that occurrence already and leaves it.
+        for (id, (occ, _)) in &series {
+            let live = message::table
+                .filter(message::id.eq(id.0))
+                .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
+            diesel::update(live.filter(message::occurrence.lt(occ.number)))
+                .set((
+                    message::occurrence.eq(occ.number),
+                    message::attempts.eq(0),
+                    message::due_time.eq(occ.due_time),
+                ))
+                .execute(c)?;
+            diesel::update(live.filter(message::occurrence.eq(occ.number)))
+                .set(message::occurrence_time.eq(occ.due_time))
+                .execute(c)?;
         }
         c.update_rows(&updates)?;
         Ok::<_, diesel::result::Error>(())
@@ -301,6 +330,7 @@ mod tests {
             due: None,
             shard: "".into(),
             occurrence: None,
+            series: None,
         }
     }
 
