@@ -293,11 +293,14 @@ async fn read_only_offers_no_action() {
 
 /// Pause a topic from its page (the question accepted) and resume it: while
 /// paused the overview and the topic page say so and nothing is handed out.
+/// Both pages show the topic's limits.
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_and_resume_by_clicking() {
     let env = Env::builder(Backend::Sqlite)
         .arg("--admin-token")
         .arg(TOKEN)
+        .arg("--topic-limit")
+        .arg("sms=200/s,concurrency=5")
         .start()
         .await;
     let browser = Browser::start().await;
@@ -308,6 +311,12 @@ async fn pause_and_resume_by_clicking() {
         .await;
     browser.click(&browser.find("#login").await).await;
     browser.wait_for("Topic sms").await;
+    let limits = browser.text("#limit").await;
+    assert!(
+        limits.contains("at most 200 handed out a second")
+            && limits.contains("at most 5 handed out and not yet acked"),
+        "{limits}"
+    );
 
     browser
         .click(&browser.find("#pause-state button.danger").await)
@@ -319,6 +328,8 @@ async fn pause_and_resume_by_clicking() {
     env.assert_nothing("sms", 1).await;
     browser.goto(&env.url("/ui")).await;
     browser.wait_for("Paused").await;
+    browser.wait_for("200/s").await;
+    browser.wait_for("≤5 in flight").await;
 
     browser.goto(&env.url("/ui/topics/sms")).await;
     browser

@@ -244,3 +244,120 @@ async fn rate_limit_benchmark() {
     println!("{report}");
     assert!((measured / rate as f64 - 1.0).abs() < 0.05, "{report}");
 }
+
+/// The concurrency cap's use (run by hand, figures in BENCHMARKS.md):
+/// `cargo nextest run --release --test it --run-ignored only --no-capture -E 'test(/concurrency_cap_benchmark$/)'`
+/// Two nodes with `--topic-limit TOPIC=concurrency=M` (`DELAYQ_BENCH_CAP`,
+/// default 20) sharing one Redis, 16 consumers (8 polling each node,
+/// count 5), each holding what it got for 50 ms before acking it in its
+/// next poll, a backlog due at once, for `DELAYQ_BENCH_SECONDS` (default
+/// 30). What the consumers hold (from a poll's answer until the poll that
+/// acks it is sent) is part of what the server counts, so its most must
+/// not pass M; it prints that, the mean held (sampled every 10 ms), and
+/// the hand-outs a second beside the M ÷ 50 ms a cap used to the full
+/// allows.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
+async fn concurrency_cap_benchmark() {
+    let env_u64 = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let cap = env_u64("DELAYQ_BENCH_CAP", 20);
+    let secs = env_u64("DELAYQ_BENCH_SECONDS", 30);
+    let hold = Duration::from_millis(50);
+    let topic = format!("cc{}", random_hex(6));
+    let c = Cluster::builder()
+        .arg("--topic-limit")
+        .arg(&format!("{topic}=concurrency={cap}"))
+        .start()
+        .await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    let backlog = (cap * 20 * (secs + 5)) as usize;
+    for chunk in 0..backlog.div_ceil(1000) {
+        let n = (backlog - chunk * 1000).min(1000);
+        c.push_batch(
+            chunk % 2,
+            (0..n)
+                .map(|i| json!({"topic": topic, "body": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = now_ms();
+    let stop_at = started + secs as i64 * 1000;
+    // (held now, most held, handed out, empty polls)
+    let held: Arc<Mutex<(u64, u64, u64, u64)>> = Arc::default();
+    let mut consumers = Vec::new();
+    for k in 0..16 {
+        let (http, base, topic, held) = (
+            c.http.clone(),
+            c.url(k % 2, ""),
+            topic.clone(),
+            held.clone(),
+        );
+        consumers.push(tokio::spawn(async move {
+            let mut ack: Vec<String> = Vec::new();
+            while now_ms() < stop_at {
+                held.lock().unwrap().0 -= ack.len() as u64;
+                let r = http
+                    .post(format!("{base}/get/{topic}?timeout=2"))
+                    .json(&json!({"ack": ack, "count": 5}))
+                    .send()
+                    .await;
+                ack.clear();
+                let Ok(r) = r else { continue };
+                let Ok(body) = r.json::<Value>().await else {
+                    continue;
+                };
+                let got = body["messages"].as_array().cloned().unwrap_or_default();
+                {
+                    let mut h = held.lock().unwrap();
+                    h.0 += got.len() as u64;
+                    h.1 = h.1.max(h.0);
+                    if now_ms() < stop_at {
+                        h.2 += got.len() as u64;
+                    }
+                    if got.is_empty() {
+                        h.3 += 1;
+                    }
+                }
+                tokio::time::sleep(hold).await;
+                ack = got
+                    .iter()
+                    .map(|m| m["id"].as_str().unwrap().to_string())
+                    .collect();
+            }
+            held.lock().unwrap().0 -= ack.len() as u64;
+        }));
+    }
+    let (mut samples, mut sum) = (0u64, 0u64);
+    while now_ms() < stop_at {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        sum += held.lock().unwrap().0;
+        samples += 1;
+    }
+    for t in consumers {
+        let _ = t.await;
+    }
+    let (_, most, handed, empty) = *held.lock().unwrap();
+    let rate = handed as f64 / secs as f64;
+    let report = json!({
+        "cap": cap,
+        "seconds": secs,
+        "consumers": 16,
+        "nodes": 2,
+        "hold_ms": hold.as_millis() as u64,
+        "most_held": most,
+        "mean_held": ((sum as f64 / samples.max(1) as f64) * 10.0).round() / 10.0,
+        "handed_out_per_s": (rate * 10.0).round() / 10.0,
+        "full_use_per_s": cap as f64 * 1000.0 / hold.as_millis() as f64,
+        "empty_polls": empty,
+    });
+    println!("{report}");
+    assert!(most <= cap, "{report}");
+}
