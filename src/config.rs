@@ -244,19 +244,22 @@ pub struct ServeArgs {
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
-    /// When set, /admin/*, /reStore*, /delete, /cancel, requeues and the
-    /// dashboard need 'Authorization: Bearer TOKEN' (the dashboard a login
-    /// with it); so do the routes that show message bodies, unless
-    /// --read-token is set.
-    #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true)]
+    /// When set, /admin/*, /delete, /cancel, /reschedule,
+    /// /dead/.../requeue, /topics/.../pause, /topics/.../resume, /reStore*
+    /// and the dashboard need 'Authorization: Bearer TOKEN' (the dashboard
+    /// a login with it); so do the routes that show message bodies and GET
+    /// /topics, which take --read-token too. Not empty.
+    #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true, value_parser = parse_token)]
     pub admin_token: Option<String>,
     /// When set, the routes that show message bodies (GET /messages/{id},
-    /// GET /dead/{topic}) need 'Authorization: Bearer TOKEN' with this
-    /// token or the admin token.
-    #[arg(long, env = "DELAYQ_READ_TOKEN", hide_env_values = true)]
+    /// GET /messages?…, GET /dead/{topic}) and GET /topics take
+    /// 'Authorization: Bearer TOKEN' with this token (or the admin token).
+    /// Not empty.
+    #[arg(long, env = "DELAYQ_READ_TOKEN", hide_env_values = true, value_parser = parse_token)]
     pub read_token: Option<String>,
-    /// Largest message body accepted, in bytes.
-    #[arg(long, env = "DELAYQ_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    /// Largest message body accepted, in bytes (at most 15 MiB: a request
+    /// is at most 16 MiB).
+    #[arg(long, env = "DELAYQ_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = parse_max_body)]
     pub max_body_bytes: usize,
     /// HTTP worker threads [default: number of cores].
     #[arg(long, env = "DELAYQ_WORKERS")]
@@ -395,9 +398,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     if d.is_zero() {
-        return Err(bad());
+        return Err(format!(
+            "'{s}' is no time: give a duration above 0 (e.g. 30s)"
+        ));
     }
     Ok(d)
+}
+
+/// A bearer token: not empty (an empty one would lock the routes it
+/// guards, as no request can send it), no spaces.
+pub fn parse_token(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the token is empty: give a secret, or leave the option out".into());
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the token holds a space or a control character".into());
+    }
+    Ok(s.to_string())
+}
+
+/// Largest message body: 1 byte to 15 MiB (a request is at most 16 MiB,
+/// and MySQL's MEDIUMTEXT body column holds 16 MB).
+pub fn parse_max_body(s: &str) -> Result<usize, String> {
+    const MAX: usize = 15 << 20;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a body size: bytes from 1 to {MAX} (15 MiB; a request is at most 16 MiB)"
+        )),
+    }
 }
 
 /// A duration as [`parse_duration`] reads it, or `0` for none.

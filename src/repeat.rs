@@ -119,6 +119,14 @@ impl Repeat {
         // Parsed per use (microseconds, once per occurrence): nothing is
         // kept in memory per message.
         let next = cron.find_next_occurrence(&start, inclusive).ok()?;
+        // Inclusive, croner matches the whole second (or minute) `at` falls
+        // in: a time up to a second before `at`, which is no time at or
+        // after it.
+        let next = if next.timestamp_millis() < at {
+            cron.find_next_occurrence(&start, false).ok()?
+        } else {
+            next
+        };
         Some(next.timestamp_millis())
     }
 
@@ -343,6 +351,15 @@ mod tests {
         assert_eq!(r.first(t), Some(t));
         assert_eq!(r.next(1, t), Some(t + 2000));
         assert_eq!(r.next(2, t + 2000), None);
+        // Never before the time it is asked from: a push 803 ms into a
+        // second of an every-second series is first due at the next one,
+        // and one 30 s into a minute of an every-minute series at the next.
+        let r = repeat(json!({"cron": "* * * * * *"}));
+        assert_eq!(r.first(t + 803), Some(t + 1000));
+        let r = repeat(json!({"cron": "* * * * *"}));
+        let m = ms(2027, 1, 1, 0, 1, 0, "UTC");
+        assert_eq!(r.first(m + 30_000), Some(m + 60_000));
+        assert_eq!(r.first(m), Some(m));
     }
 
     #[test]

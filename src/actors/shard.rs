@@ -249,9 +249,13 @@ impl ZsetShardActor {
         let mut topics: Vec<&str> = Vec::new();
         let m = metrics();
         m.promoted.inc_by(t.moved.len() as u64);
-        for (id, topic) in &t.moved {
+        for (id, topic, attempts) in &t.moved {
             tracing::debug!(id = %id, topic = %topic, "due: ready for its consumers");
-            changes.push(StatusChange::promoted(*id, now, self.delay_key.clone()));
+            let mut change = StatusChange::promoted(*id, now, self.delay_key.clone());
+            // A message waiting out a failed delivery keeps its count in
+            // its history.
+            change.attempts = (*attempts > 0).then_some(*attempts);
+            changes.push(change);
             topics.push(topic);
         }
         for f in &t.failed {

@@ -107,6 +107,11 @@ pub async fn ack(
             status: Status::Delaying,
             next_occurrence: Some(next),
         })),
+        AckOutcome::Deleted => Ok(HttpResponse::Ok().json(AckReply {
+            id,
+            status: Status::Deleted,
+            next_occurrence: None,
+        })),
         AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
             message: format!(
@@ -115,7 +120,7 @@ pub async fn ack(
         }),
         AckOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
-            message: format!("message {id} is {status} and cannot be acked"),
+            message: not_handed_out(id, status, "acked"),
         }),
         AckOutcome::Stale(status) => Err(stale(id, status)),
         AckOutcome::NotFound => Err(ApiError::NotFound {
@@ -138,6 +143,16 @@ fn stale(id: MessageId, now: Status) -> ApiError {
         message: format!(
             "message {id} {whose}: the receipt names an earlier delivery, which ended; nothing changed (status {now})"
         ),
+    }
+}
+
+/// Why a message not handed out cannot be acked or nacked, by its status.
+fn not_handed_out(id: MessageId, status: Status, what: &str) -> String {
+    match status {
+        Status::Delaying | Status::Ready | Status::WaitPut => format!(
+            "message {id} is {status}: not handed out to a consumer (not delivered yet, or waiting for its next delivery), so it cannot be {what}"
+        ),
+        _ => format!("message {id} is {status} and cannot be {what}"),
     }
 }
 
@@ -267,7 +282,7 @@ pub async fn ack_and_get(
         let acked: std::collections::HashMap<MessageId, AckOutcome> =
             ids.iter().copied().zip(outcomes.iter().copied()).collect();
         messages.retain(|m| match acked.get(&m.message.id) {
-            Some(AckOutcome::Consumed) => false,
+            Some(AckOutcome::Consumed | AckOutcome::Deleted) => false,
             Some(AckOutcome::Next(next)) => m
                 .message
                 .occurrence
@@ -394,7 +409,7 @@ pub async fn nack(
         }),
         NackOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
-            message: format!("message {id} is {status} and cannot be nacked"),
+            message: not_handed_out(id, status, "nacked"),
         }),
         NackOutcome::Stale(status) => Err(stale(id, status)),
         NackOutcome::NotFound => Err(ApiError::NotFound {
@@ -447,6 +462,11 @@ pub async fn nack_batch(
 fn ack_result(outcome: AckOutcome, id: MessageId) -> AckResult {
     let (result, status, next_occurrence) = match outcome {
         AckOutcome::Consumed => (proto::AckOutcome::Consumed, None, None),
+        AckOutcome::Deleted => (
+            proto::AckOutcome::Consumed,
+            Some(Some(Status::Deleted)),
+            None,
+        ),
         AckOutcome::Next(next) => (proto::AckOutcome::Consumed, None, Some(next)),
         AckOutcome::NotInFlight(status) => (proto::AckOutcome::NotInFlight, Some(status), None),
         AckOutcome::Stale(now) => (proto::AckOutcome::StaleDelivery, Some(Some(now)), None),

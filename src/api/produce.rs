@@ -81,12 +81,13 @@ pub async fn push_batch(
             ApiError::from(e)
         })?);
     }
-    let ids = state
-        .queue
-        .push(drafts, now)
-        .await?
-        .into_iter()
-        .map(|a| a.id)
+    let accepted = state.queue.push(drafts, now).await?;
+    let duplicates = accepted
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !a.fresh)
+        .map(|(i, _)| i)
         .collect();
-    Ok(HttpResponse::Ok().json(PushBatchReply { ids }))
+    let ids = accepted.into_iter().map(|a| a.id).collect();
+    Ok(HttpResponse::Ok().json(PushBatchReply { ids, duplicates }))
 }

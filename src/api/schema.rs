@@ -265,6 +265,11 @@ pub struct PushReply {
 #[derive(Serialize, ToSchema)]
 pub struct PushBatchReply {
     pub ids: Vec<MessageId>,
+    /// The positions (from 0) of the messages that were not pushed because
+    /// a live message of their topic held their bizKey (one already there,
+    /// or an earlier one of the batch): their `ids` entry is that message's
+    /// id, as a single push answers with `"duplicate": true`.
+    pub duplicates: Vec<usize>,
 }
 
 /// Messages handed out, each now `Consuming`; empty when the timeout passed.

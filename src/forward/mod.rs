@@ -332,6 +332,11 @@ async fn run(queue: Queue, rule: Rule, secret: Option<String>, mut stop: watch::
             _ = stop.changed() => return,
         };
         let views = match polled {
+            // The node is shutting down: nothing more is handed out.
+            Ok(v) if v.is_empty() && consume::closing() => {
+                let _ = stop.changed().await;
+                return;
+            }
             Ok(v) if v.is_empty() => continue,
             Ok(v) => v,
             Err(e) => {

@@ -71,8 +71,19 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
                 redact::url(&args.redis_url),
                 crate::tls::explain(&e.to_string())
             ),
+            // Nor will a URL the client cannot read.
+            Err(crate::error::RedisError::Redis(e))
+                if e.kind() == redis::ErrorKind::InvalidClientConfig =>
+            {
+                bail!("--redis-url {}: {e}", redact::url(&args.redis_url))
+            }
             Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %e, url = %redact::url(&args.redis_url), "Redis not reachable yet; retrying");
+                tracing::warn!(
+                    error = %e,
+                    url = %redact::url(&args.redis_url),
+                    "Redis not reachable yet; retrying for up to {} s from start",
+                    STARTUP_WAIT.as_secs()
+                );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => bail!(

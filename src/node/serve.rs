@@ -191,7 +191,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.forward_secret.clone(),
         forwarding_stopped,
     );
-    listen(&args, state, &node_id, shards, &redis, &cluster)?.await?;
+    let server = listen(&args, state, &node_id, shards, &redis, &cluster)?;
+    let handle = server.handle();
+    // SIGINT/SIGTERM: waiting long polls answer with nothing at once, then
+    // the server stops taking connections and finishes the requests it has
+    // (up to 5 s).
+    actix::spawn(async move {
+        stop_signal().await;
+        tracing::info!("stop signal: answering waiting polls, finishing requests");
+        crate::queue::consume::begin_closing();
+        handle.stop(true).await;
+    });
+    server.await?;
 
     tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
     stop_forwarders(stop_forwarding, forwarders).await;
@@ -372,7 +383,8 @@ fn listen(
             .app_data(state.clone())
             .configure(api::configure)
     })
-    .shutdown_timeout(5);
+    .shutdown_timeout(5)
+    .disable_signals();
     if let Some(n) = args.workers {
         server = server.workers(n);
     }
@@ -398,6 +410,23 @@ fn listen(
         "delayq serving"
     );
     Ok(server.run())
+}
+
+/// The first SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 /// Lets the forwarders finish their round.

@@ -19,6 +19,23 @@ use crate::repeat::Occurrence;
 /// lost notification (another node's, over pub/sub) costs at most this.
 const RECHECK: Duration = Duration::from_secs(1);
 
+/// Set when the node begins to shut down: waiting long polls answer with
+/// nothing at once rather than being cut off with the connection.
+static CLOSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static CLOSING_NOTICE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// The node is shutting down: every waiting long poll (and every later
+/// one) answers with an empty list now.
+pub fn begin_closing() {
+    CLOSING.store(true, std::sync::atomic::Ordering::Release);
+    CLOSING_NOTICE.notify_waiters();
+}
+
+/// Whether the node is shutting down ([`begin_closing`]).
+pub fn closing() -> bool {
+    CLOSING.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// Waits up to `timeout_s` for ready messages of `topic` and hands out up
 /// to `count` of them; an empty list when none came.
 #[tracing::instrument(name = "poll", level = "debug", skip(state))]
@@ -30,7 +47,13 @@ pub async fn poll(
 ) -> Result<Vec<MessageView>, QueueError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
     let notify = state.waiters.topic(topic);
+    let closed = CLOSING_NOTICE.notified();
+    tokio::pin!(closed);
+    closed.as_mut().enable();
     loop {
+        if closing() {
+            return Ok(Vec::new());
+        }
         // Listen before looking, so a message made ready in between wakes us.
         let woken = notify.notified();
         tokio::pin!(woken);
@@ -49,15 +72,18 @@ pub async fn poll(
         // (wake-ups would only find the bucket empty again).
         if limited > 0 {
             let until = tokio::time::Instant::now() + Duration::from_millis(limited);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.min(deadline)) => {}
+                _ = closed.as_mut() => return Ok(Vec::new()),
+            }
             if until >= deadline {
-                tokio::time::sleep_until(deadline).await;
                 return Ok(Vec::new());
             }
-            tokio::time::sleep_until(until).await;
             continue;
         }
         let recheck = (tokio::time::Instant::now() + RECHECK).min(deadline);
         tokio::select! {
+            _ = closed.as_mut() => return Ok(Vec::new()),
             _ = woken => {}
             _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
@@ -231,6 +257,9 @@ pub enum AckOutcome {
     /// A recurring message's occurrence is consumed: the message waits for
     /// its next occurrence (or it was acked before and waits already).
     Next(Occurrence),
+    /// Acked, the last delivery of a recurring message whose series was
+    /// cancelled while it was out: the message ended Deleted.
+    Deleted,
     /// Not handed out: scheduled, ready for its first delivery, or ended
     /// some other way (the status says which).
     NotInFlight(Option<Status>),
@@ -268,7 +297,10 @@ impl Ack {
 
 impl AckOutcome {
     pub fn is_consumed(self) -> bool {
-        matches!(self, AckOutcome::Consumed | AckOutcome::Next(_))
+        matches!(
+            self,
+            AckOutcome::Consumed | AckOutcome::Next(_) | AckOutcome::Deleted
+        )
     }
 }
 
@@ -351,6 +383,18 @@ pub async fn ack_deliveries(
                     changes.push(consumed(id, attempts, now));
                     AckOutcome::Consumed
                 }
+                // Its series was cancelled while this delivery was out:
+                // the message ends Deleted (the journal says so already).
+                RedisAck::Stopped { attempts } => {
+                    metrics().acked.inc();
+                    changes.push(StatusChange::deleted(
+                        id,
+                        attempts,
+                        now,
+                        keys.inflight(keys.shard_of(id)).into(),
+                    ));
+                    AckOutcome::Deleted
+                }
                 RedisAck::Recurring { attempts, record } => {
                     let (_, msg) = record::decode(id, &record).map_err(RedisError::BadRecord)?;
                     match (acks[i].occurrence(), msg.occurrence) {
@@ -365,6 +409,7 @@ pub async fn ack_deliveries(
                 }
                 RedisAck::NotInFlight {
                     recurring: Some(record),
+                    state: waits,
                 } => {
                     let (attempts, msg) =
                         record::decode(id, &record).map_err(RedisError::BadRecord)?;
@@ -382,10 +427,13 @@ pub async fn ack_deliveries(
                             changes.push(moved_on(id, occ, msg.due_time, now));
                             AckOutcome::Next(occ)
                         }
-                        _ => AckOutcome::NotInFlight(None),
+                        _ => AckOutcome::NotInFlight(Some(waits)),
                     }
                 }
-                RedisAck::NotInFlight { recurring: None } => AckOutcome::NotInFlight(None),
+                RedisAck::NotInFlight {
+                    recurring: None,
+                    state,
+                } => AckOutcome::NotInFlight(Some(state)),
                 RedisAck::Stale {
                     state: now,
                     recurring,
@@ -604,7 +652,7 @@ pub async fn nack(
                 ));
                 NackOutcome::Failed { attempts, then }
             }
-            RedisNack::NotInFlight => NackOutcome::NotInFlight(None),
+            RedisNack::NotInFlight { state } => NackOutcome::NotInFlight(Some(state)),
             RedisNack::Stale { state: now } => NackOutcome::Stale(now),
             RedisNack::Absent => match find(state, id).await {
                 Err(e) => {

@@ -122,6 +122,50 @@ async fn late_ack_ends_the_message(b: Backend) {
     assert_eq!(r.assert_ok(), &json!({"id": id, "status": "Consumed"}));
     env.assert_nothing("late", 1).await;
     assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
+
+    // The same when its retry policy scheduled it again (Delaying, not
+    // Ready): it was delivered once, and that delivery's ack ends it.
+    let id = env
+        .push(json!({"topic": "late", "body": "y", "ttl": 200,
+                     "retry": {"backoff": "fixed", "delay": 60_000}}))
+        .await;
+    assert_eq!(env.receive_one("late").await.id(), id);
+    crate::common::wait_until(
+        "the message scheduled again",
+        std::time::Duration::from_secs(10),
+        || async {
+            let m = env.message(&id).await;
+            match m["message"]["status"].as_str() {
+                Some("Delaying") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let r = env.ack(&id).await;
+    assert_eq!(r.assert_ok(), &json!({"id": id, "status": "Consumed"}));
+
+    // One never handed out is not_in_flight, and the answer says where it
+    // waits.
+    let waiting = env
+        .push(json!({"topic": "late", "body": "z", "delay": 60_000}))
+        .await;
+    let r = env.ack(&waiting).await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert_eq!(r.json["error"], "not_in_flight", "{}", r.text);
+    assert!(r.text.contains("is Delaying"), "{}", r.text);
+    let r = env.post_json("/ack", &json!({"ids": [waiting]})).await;
+    assert_eq!(
+        r.assert_ok()["results"][0]["status"],
+        "Delaying",
+        "{}",
+        r.text
+    );
+    let r = env
+        .send(env.http.post(env.url(&format!("/nack/{waiting}"))))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert!(r.text.contains("is Delaying"), "{}", r.text);
 }
 
 /// The acks of `POST /get/{topic}` run beside its poll. A message whose

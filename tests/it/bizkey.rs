@@ -131,6 +131,33 @@ async fn batch_with_a_repeated_biz_key(b: Backend) {
     assert_eq!(body, "1", "the first of the batch is kept");
     env.assert_nothing("a", 1).await;
     assert_eq!(env.receive_one("b").await.id(), ids[3]);
+
+    // Each message's answer says whether it was pushed: the repeat within
+    // the batch, and one repeating a live message already there.
+    let r = env
+        .post_json(
+            "/push/batch",
+            &json!({"messages": [
+                {"topic": "c", "bizKey": "k", "body": "1"},
+                {"topic": "c", "bizKey": "k", "body": "2"},
+                {"topic": "c", "body": "3"},
+            ]}),
+        )
+        .await;
+    let first = r.assert_ok().clone();
+    assert_eq!(first["duplicates"], json!([1]), "{first}");
+    let r = env
+        .post_json(
+            "/push/batch",
+            &json!({"messages": [
+                {"topic": "c", "body": "4"},
+                {"topic": "c", "bizKey": "k", "body": "5"},
+            ]}),
+        )
+        .await;
+    let again = r.assert_ok().clone();
+    assert_eq!(again["duplicates"], json!([1]), "{again}");
+    assert_eq!(again["ids"][1], first["ids"][0], "{again}");
 }
 
 async fn cancelling_frees_the_biz_key(b: Backend) {

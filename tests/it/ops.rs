@@ -461,3 +461,175 @@ async fn tool_progress_on_a_terminal_and_in_a_pipe(b: Backend) {
         "{stderr}"
     );
 }
+
+/// `delayq serve ARGS...` with a bad setting: it stops with exit code 2
+/// (clap's) or 1 (at start) before serving, and its stderr says each of
+/// `wanted`; within `within`.
+fn refused_at_start(args: &[&str], wanted: &[&str], within: Duration) {
+    let began = Instant::now();
+    let out: Output = delayq().arg("serve").args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(1 | 2)),
+        "{args:?}: {:?} {stderr}",
+        out.status
+    );
+    for w in wanted {
+        assert!(stderr.contains(w), "{args:?}: no `{w}` in: {stderr}");
+    }
+    assert!(
+        began.elapsed() < within,
+        "{args:?} took {:?}",
+        began.elapsed()
+    );
+}
+
+/// Settings a new user gets wrong are refused at start with what is wrong,
+/// not accepted silently or retried forever.
+#[test]
+fn bad_settings_are_refused_at_start() {
+    let quick = Duration::from_secs(10);
+    refused_at_start(&["--admin-token", ""], &["--admin-token", "empty"], quick);
+    refused_at_start(&["--read-token", ""], &["--read-token", "empty"], quick);
+    refused_at_start(
+        &["--reconcile-grace", "0"],
+        &["--reconcile-grace", "above 0"],
+        quick,
+    );
+    refused_at_start(
+        &["--max-body-bytes", "20000000"],
+        &["--max-body-bytes", "15728640"],
+        quick,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/j.db", dir.path().display());
+    refused_at_start(
+        &[
+            "--redis-url",
+            "foo://127.0.0.1:6379",
+            "--database-url",
+            &db,
+            "--bind",
+            &format!("127.0.0.1:{}", free_port()),
+        ],
+        &["--redis-url", "foo://"],
+        quick,
+    );
+}
+
+/// The flags of `delayq serve --help` and the README's table of them are
+/// the same set, with the same defaults where both give one, and the
+/// admin token's help names every route the README says it protects.
+#[test]
+fn serve_help_matches_the_readme() {
+    let out = delayq().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{help}");
+    // Each flag and its help text (up to the next flag).
+    let mut flags: std::collections::BTreeMap<String, String> = Default::default();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let t = line.trim_start();
+        let indent = line.len() - t.len();
+        let flag = t
+            .strip_prefix("-")
+            .and_then(|_| t.split([',', ' ']).find(|w| w.starts_with("--")));
+        match flag {
+            Some(f) if indent <= 6 => {
+                let name = f.split(['=', '<']).next().unwrap().to_string();
+                flags.insert(name.clone(), String::new());
+                current = Some(name);
+            }
+            _ => {
+                if let Some(c) = &current {
+                    let text = flags.get_mut(c).unwrap();
+                    text.push(' ');
+                    text.push_str(t);
+                }
+            }
+        }
+    }
+    let default_of = |text: &str| {
+        text.split("[default: ")
+            .nth(1)
+            .map(|d| d.split(']').next().unwrap().to_string())
+    };
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table = readme
+        .split("| command / flag | default | meaning |")
+        .nth(1)
+        .expect("the README's flag table");
+    let mut documented: std::collections::BTreeMap<String, String> = Default::default();
+    let rows = table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| l.starts_with("| `"));
+    for row in rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let (names, default) = (cells[0].trim_start_matches("| "), cells[1]);
+        for name in names.split(", ") {
+            let name = name.trim_matches('`');
+            if name.starts_with("--") {
+                documented.insert(name.to_string(), default.to_string());
+            }
+        }
+    }
+    let shown: Vec<&String> = flags
+        .keys()
+        .filter(|f| !["--help", "--version"].contains(&f.as_str()))
+        .collect();
+    let missing: Vec<&&String> = shown
+        .iter()
+        .filter(|f| !documented.contains_key(**f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "serve flags not in the README's table: {missing:?}"
+    );
+    let extra: Vec<&String> = documented
+        .keys()
+        .filter(|f| !flags.contains_key(*f) && f.as_str() != "--config")
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "the README's table has flags serve does not: {extra:?}"
+    );
+    for (flag, text) in &flags {
+        let (Some(help_default), Some(readme)) = (default_of(text), documented.get(flag)) else {
+            continue;
+        };
+        // The README words some defaults ("cores", "none"): those say more
+        // than a value can.
+        if !(readme.starts_with('`') && readme.ends_with('`') && readme.matches('`').count() == 2) {
+            continue;
+        }
+        assert_eq!(
+            readme.trim_matches('`'),
+            help_default,
+            "{flag}: the README says {readme}, --help [default: {help_default}]"
+        );
+    }
+    let admin = &flags["--admin-token"];
+    for route in [
+        "/admin/*",
+        "/delete",
+        "/cancel",
+        "/reschedule",
+        "/dead/.../requeue",
+        "/topics/.../pause",
+        "/topics/.../resume",
+        "/reStore*",
+        "GET /topics",
+    ] {
+        assert!(
+            admin.contains(route),
+            "--admin-token's help leaves out {route}: {admin}"
+        );
+        assert!(
+            readme.contains(&format!("`{route}`")),
+            "the README leaves out {route}"
+        );
+    }
+}

@@ -168,10 +168,12 @@ async fn cancelling_stops_the_series(b: Backend) {
     assert_eq!((got.id(), number(&got)), (id.as_str(), 1));
     assert_eq!(env.delete(&id).await.assert_ok()["result"], "deleted");
     env.wait_status(&id, status::DELETED).await;
+    // The ack answers what the message's record says: Deleted.
     let ack = env.ack(&id).await;
-    assert_eq!(ack.assert_ok()["status"], "Consumed");
+    assert_eq!(ack.assert_ok()["status"], "Deleted", "{}", ack.text);
     env.assert_nothing("cs", 1).await;
     assert_eq!(env.journal.row(&id).unwrap().status, status::DELETED);
+    assert_eq!(env.message(&id).await["message"]["status"], "Deleted");
 
     // Handed out and never acked: its deadline ends it, nothing comes back.
     let id = env

@@ -51,6 +51,34 @@ async fn nack_with_a_delay_delivers_again_after_it(b: Backend) {
     env.ack(&id).await.assert_ok();
     let row = env.wait_status(&id, status::CONSUMED).await;
     assert_eq!(row.attempts, 2);
+    // Its history counts its deliveries at every step: the wait after the
+    // nack and the promotion after it carry the first delivery's count.
+    let history: Vec<(String, i64)> = env.message(&id).await["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["status"].as_str().unwrap().to_string(),
+                h["attempts"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let counts: Vec<(&str, i64)> = history.iter().map(|(s, a)| (s.as_str(), *a)).collect();
+    let after_nack = counts
+        .iter()
+        .position(|&(s, a)| s == "Delaying" && a == 1)
+        .unwrap_or_else(|| panic!("no Delaying after the nack: {counts:?}"));
+    assert_eq!(
+        &counts[after_nack..],
+        &[
+            ("Delaying", 1),
+            ("Ready", 1),
+            ("Consuming", 2),
+            ("Consumed", 2)
+        ],
+        "{counts:?}"
+    );
     // A nack of a consumed message is refused, and says why.
     nack(&env, &id, "").await.assert_error(409, "not_in_flight");
     nack(&env, "12345", "").await.assert_error(404, "not_found");

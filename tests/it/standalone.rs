@@ -151,3 +151,37 @@ backend_tests!(
     a_restore_beside_a_node_uses_its_own_worker_id,
     background_journal_writes_run_at_a_lower_priority
 );
+
+/// SIGTERM while a long poll waits: the poll answers `{"messages": []}` at
+/// once (not a connection cut after the server's grace period), and the
+/// node exits soon after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_answers_waiting_polls_at_once() {
+    let mut env = Env::start(Backend::Sqlite).await;
+    let (http, url) = (env.http.clone(), env.url("/get/quiet?timeout=20"));
+    let poll = tokio::spawn(async move {
+        let r = http
+            .get(url)
+            .send()
+            .await
+            .expect("an answer, not a cut connection");
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.expect("a JSON answer");
+        (status, body)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let began = std::time::Instant::now();
+    env.server.signal("TERM");
+    let (status, body) = tokio::time::timeout(Duration::from_secs(3), poll)
+        .await
+        .expect("the waiting poll answered within 3 s of SIGTERM")
+        .unwrap();
+    assert_eq!((status, body), (200, json!({"messages": []})));
+    let exit = tokio::task::block_in_place(|| env.server.stop());
+    assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "the node took {:?} to exit",
+        began.elapsed()
+    );
+}

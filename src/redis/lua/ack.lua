@@ -16,11 +16,12 @@
 -- (clock.lua, prepended).
 -- Returns { outcome, attempts, record, state, ... }, four per id, record ''
 -- unless the message is recurring, state '' unless stale:
--- 'acked'; 'acked_late' when its ack deadline had passed and it was waiting
+-- 'acked'; 'acked_stopped' when its series was cancelled while it was
+-- out (it ends Deleted); 'acked_late' when its ack deadline had passed and it was waiting
 -- again (ready, or scheduled by its retry policy); 'recurring' when it is
 -- handed out (or waiting again after its deadline) and recurring;
 -- 'not_in_flight' when it is scheduled but was never handed out (this
--- occurrence); 'stale' when the receipt names another delivery (state:
+-- occurrence; state: 'delaying' or 'ready', where it waits); 'stale' when the receipt names another delivery (state:
 -- 'in_flight', 'ready' or 'delaying', where it is now); 'finished'
 -- (attempts 0) when this shard does not hold it and it left a tombstone
 -- lately (acked or cancelled: an ack answered with an error may have got
@@ -103,6 +104,10 @@ for k, id in ipairs(ids) do
     local topic, _, attempts = string.match(rec, '^([^|]*)|(%d+)|(%d+)|')
     attempts = tonumber(attempts)
     local recurring = string.match(rec, '^[^|]*|%d+|%d+|[^|]*|[^|]*,r|') ~= nil
+    -- A series cancelled while this delivery was out (cancel.lua): the
+    -- delivery is its last, and the message ends Deleted, as the cancel
+    -- answered.
+    local stopped = string.match(rec, '^[^|]*|%d+|%d+|[^|]*|[^|]*,x|') ~= nil
     local deadline = deadlines[k]
     if one_by_one then
       deadline = redis.call('ZSCORE', KEYS[1], id)
@@ -140,7 +145,10 @@ for k, id in ipairs(ids) do
       end
       put('stale', attempts, recurring and rec or '', now_state)
     elseif not state then
-      put('not_in_flight', attempts, recurring and rec or '', '')
+      -- Where it waits: a message never handed out is scheduled (delay
+      -- zset) or ready.
+      local at = redis.call('ZSCORE', KEYS[5], id) and 'delaying' or 'ready'
+      put('not_in_flight', attempts, recurring and rec or '', at)
     elseif recurring then
       put('recurring', attempts, rec, '')
     else
@@ -164,11 +172,11 @@ for k, id in ipairs(ids) do
       tombstones[#tombstones + 1] = now
       tombstones[#tombstones + 1] = id
       ends[#ends + 1] = id
-      ends[#ends + 1] = unjournaled_end(4, attempts, now)
+      ends[#ends + 1] = unjournaled_end(stopped and 5 or 4, attempts, now)
       if one_by_one then
         write_ends()
       end
-      put(state, attempts, '', '')
+      put(stopped and 'acked_stopped' or state, attempts, '', '')
     end
   end
 end

@@ -13,7 +13,7 @@
 -- channel) when messages are ready again.
 -- Returns { outcome, attempts, due, topic, ... } four per id, outcome one of
 -- 'ready', 'delaying', 'dead', 'not_in_flight' (scheduled or ready, not
--- handed out), 'stale' (topic: 'in_flight', 'ready' or 'delaying', where it
+-- handed out; topic: 'delaying' or 'ready', where it waits), 'stale' (topic: 'in_flight', 'ready' or 'delaying', where it
 -- is now), 'absent' (this shard does not hold it), then the time the
 -- script ran (Redis's clock, ms).
 local now = now_ms()
@@ -69,7 +69,7 @@ for i = 5, #ARGV, 3 do
     out[#out + 1] = 'not_in_flight'
     out[#out + 1] = tonumber(attempts)
     out[#out + 1] = 0
-    out[#out + 1] = ''
+    out[#out + 1] = redis.call('ZSCORE', KEYS[3], id) and 'delaying' or 'ready'
   end
 end
 if earliest and (not head or earliest * 256 < head) then

@@ -16,7 +16,7 @@
 -- new owner fences the old one even after Redis lost the epoch key.
 -- When messages became ready, publishes 'NODE|topic,topic,...' on the ready
 -- channel so consumers waiting on other nodes wake.
--- Returns { moved: {id, topic, ...},
+-- Returns { moved: {id, topic, attempts (deliveries so far), ...},
 --           failed: {id, topic, attempts, outcome, due again, ...},
 --           next due score or false, next in-flight deadline or false,
 --           the time the script ran (Redis's clock, ms) }
@@ -67,6 +67,7 @@ if #due > 0 then
       pairs_of[#pairs_of + 1] = id
       moved[#moved + 1] = id
       moved[#moved + 1] = topic
+      moved[#moved + 1] = string.match(rec, '^[^|]*|%d+|(%d+)|') or '0'
       topics[topic] = true
     end
   end

@@ -108,8 +108,13 @@ impl RedisSchedule {
             return Err(RedisError::BadRecord(format!("tick returned {reply:?}")));
         }
         let mut out = TickResult::default();
-        for pair in ids_and_topics(&parts[0]).chunks(2) {
-            out.moved.push((parse_id(&pair[0])?, text(&pair[1])?));
+        for three in ids_and_topics(&parts[0]).chunks(3) {
+            if three.len() < 3 {
+                return Err(RedisError::BadRecord(format!("tick returned {reply:?}")));
+            }
+            let attempts = text(&three[2])?.parse().unwrap_or(0);
+            out.moved
+                .push((parse_id(&three[0])?, text(&three[1])?, attempts));
         }
         for f in ids_and_topics(&parts[1]).chunks(5) {
             if f.len() < 5 {
@@ -328,9 +333,11 @@ impl RedisSchedule {
                 let record = text(&four[2])?;
                 out[i] = match text(&four[0])?.as_str() {
                     "acked" | "acked_late" => RedisAck::Acked { attempts },
+                    "acked_stopped" => RedisAck::Stopped { attempts },
                     "recurring" => RedisAck::Recurring { attempts, record },
                     "not_in_flight" => RedisAck::NotInFlight {
                         recurring: (!record.is_empty()).then_some(record),
+                        state: place_status(&text(&four[3])?),
                     },
                     "stale" => RedisAck::Stale {
                         state: place_status(&text(&four[3])?),
@@ -444,7 +451,9 @@ impl RedisSchedule {
                         at,
                         topic: text(&four[3])?,
                     },
-                    None if outcome == "not_in_flight" => RedisNack::NotInFlight,
+                    None if outcome == "not_in_flight" => RedisNack::NotInFlight {
+                        state: place_status(&text(&four[3])?),
+                    },
                     None if outcome == "stale" => RedisNack::Stale {
                         state: place_status(&text(&four[3])?),
                     },

@@ -40,8 +40,9 @@ pub enum Scheduled {
 /// What one scan step did.
 #[derive(Debug, Default)]
 pub struct TickResult {
-    /// (id, topic) moved from the delay zset to a ready queue.
-    pub moved: Vec<(MessageId, String)>,
+    /// (id, topic, deliveries so far) moved from the delay zset to a
+    /// ready queue.
+    pub moved: Vec<(MessageId, String, i32)>,
     /// Messages whose ack deadline passed: failed deliveries.
     pub failed: Vec<FailedDelivery>,
     /// Due time (ms) of the earliest message still scheduled.
@@ -75,8 +76,8 @@ pub enum RedisNack {
         at: i64,
         topic: String,
     },
-    /// Scheduled or ready: not handed out.
-    NotInFlight,
+    /// Scheduled or ready (`state`): not handed out.
+    NotInFlight { state: Status },
     /// The receipt names an earlier delivery; nothing changed. `state`:
     /// where the message is now.
     Stale { state: Status },
@@ -103,6 +104,11 @@ pub enum RedisAck {
     Acked {
         attempts: i32,
     },
+    /// Acked, the last delivery of a series cancelled while it was out:
+    /// the message ends Deleted, as its cancel answered.
+    Stopped {
+        attempts: i32,
+    },
     /// A recurring message, handed out: nothing changed yet; the caller
     /// moves it on with `advance_many`, giving back this
     /// record.
@@ -114,6 +120,8 @@ pub enum RedisAck {
     /// earlier occurrence finds it waiting for its next one).
     NotInFlight {
         recurring: Option<String>,
+        /// Where it waits: Delaying or Ready.
+        state: Status,
     },
     /// The receipt names another delivery than the one in hand (or the
     /// last one); nothing changed. `state`: where the message is now.
