@@ -253,9 +253,10 @@ async fn rate_limit_benchmark() {
 /// next poll, a backlog due at once, for `DELAYQ_BENCH_SECONDS` (default
 /// 30). What the consumers hold (from a poll's answer until the poll that
 /// acks it is sent) is part of what the server counts, so its most must
-/// not pass M; it prints that, the mean held (sampled every 10 ms), and
-/// the hand-outs a second beside the M ÷ 50 ms a cap used to the full
-/// allows.
+/// not pass M; it prints that, the mean held (sampled every 10 ms), the
+/// hand-outs a second beside the M ÷ 50 ms a cap used to the full allows,
+/// and the polls (timeout 2 s) that answered empty, at their timeout or
+/// before it.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
 async fn concurrency_cap_benchmark() {
@@ -290,8 +291,8 @@ async fn concurrency_cap_benchmark() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let started = now_ms();
     let stop_at = started + secs as i64 * 1000;
-    // (held now, most held, handed out, empty polls)
-    let held: Arc<Mutex<(u64, u64, u64, u64)>> = Arc::default();
+    // (held now, most held, handed out, empty polls, of them early)
+    let held: Arc<Mutex<(u64, u64, u64, u64, u64)>> = Arc::default();
     let mut consumers = Vec::new();
     for k in 0..16 {
         let (http, base, topic, held) = (
@@ -304,6 +305,7 @@ async fn concurrency_cap_benchmark() {
             let mut ack: Vec<String> = Vec::new();
             while now_ms() < stop_at {
                 held.lock().unwrap().0 -= ack.len() as u64;
+                let asked = std::time::Instant::now();
                 let r = http
                     .post(format!("{base}/get/{topic}?timeout=2"))
                     .json(&json!({"ack": ack, "count": 5}))
@@ -324,6 +326,9 @@ async fn concurrency_cap_benchmark() {
                     }
                     if got.is_empty() {
                         h.3 += 1;
+                        if asked.elapsed() < Duration::from_millis(1_900) && now_ms() < stop_at {
+                            h.4 += 1;
+                        }
                     }
                 }
                 tokio::time::sleep(hold).await;
@@ -344,7 +349,7 @@ async fn concurrency_cap_benchmark() {
     for t in consumers {
         let _ = t.await;
     }
-    let (_, most, handed, empty) = *held.lock().unwrap();
+    let (_, most, handed, empty, early) = *held.lock().unwrap();
     let rate = handed as f64 / secs as f64;
     let report = json!({
         "cap": cap,
@@ -356,7 +361,8 @@ async fn concurrency_cap_benchmark() {
         "mean_held": ((sum as f64 / samples.max(1) as f64) * 10.0).round() / 10.0,
         "handed_out_per_s": (rate * 10.0).round() / 10.0,
         "full_use_per_s": cap as f64 * 1000.0 / hold.as_millis() as f64,
-        "empty_polls": empty,
+        "empty_polls_at_their_timeout": empty - early,
+        "empty_polls_early": early,
     });
     println!("{report}");
     assert!(most <= cap, "{report}");
