@@ -286,29 +286,24 @@ trait LiveHolder {
     fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>>;
 }
 
-impl LiveHolder for diesel::mysql::MysqlConnection {
-    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
-        message::table
-            .filter(message::topic.eq(topic))
-            .filter(message::live_biz_key.eq(key))
-            .select(MessageRow::as_select())
-            .for_update()
-            .first(self)
-            .optional()
-    }
+/// MySQL and PostgreSQL: a locking read.
+macro_rules! locking_live_holder {
+    ($($conn:ty),*) => {$(
+        impl LiveHolder for $conn {
+            fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
+                message::table
+                    .filter(message::topic.eq(topic))
+                    .filter(message::live_biz_key.eq(key))
+                    .select(MessageRow::as_select())
+                    .for_update()
+                    .first(self)
+                    .optional()
+            }
+        }
+    )*};
 }
 
-impl LiveHolder for diesel::pg::PgConnection {
-    fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {
-        message::table
-            .filter(message::topic.eq(topic))
-            .filter(message::live_biz_key.eq(key))
-            .select(MessageRow::as_select())
-            .for_update()
-            .first(self)
-            .optional()
-    }
-}
+locking_live_holder!(diesel::mysql::MysqlConnection, diesel::pg::PgConnection);
 
 impl LiveHolder for diesel::sqlite::SqliteConnection {
     fn live_holder(&mut self, topic: &str, key: &str) -> QueryResult<Option<MessageRow>> {

@@ -245,6 +245,17 @@ async fn rate_limit_benchmark() {
     assert!((measured / rate as f64 - 1.0).abs() < 0.05, "{report}");
 }
 
+/// What the consumers of [`concurrency_cap_benchmark`] hold and saw.
+#[derive(Default, Clone, Copy)]
+struct Held {
+    now: u64,
+    most: u64,
+    handed: u64,
+    /// Polls answered empty, and of them those before their timeout.
+    empty: u64,
+    early: u64,
+}
+
 /// The concurrency cap's use (run by hand, figures in BENCHMARKS.md):
 /// `cargo nextest run --release --test it --run-ignored only --no-capture -E 'test(/concurrency_cap_benchmark$/)'`
 /// Two nodes with `--topic-limit TOPIC=concurrency=M` (`DELAYQ_BENCH_CAP`,
@@ -291,8 +302,7 @@ async fn concurrency_cap_benchmark() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let started = now_ms();
     let stop_at = started + secs as i64 * 1000;
-    // (held now, most held, handed out, empty polls, of them early)
-    let held: Arc<Mutex<(u64, u64, u64, u64, u64)>> = Arc::default();
+    let held: Arc<Mutex<Held>> = Arc::default();
     let mut consumers = Vec::new();
     for k in 0..16 {
         let (http, base, topic, held) = (
@@ -304,7 +314,7 @@ async fn concurrency_cap_benchmark() {
         consumers.push(tokio::spawn(async move {
             let mut ack: Vec<String> = Vec::new();
             while now_ms() < stop_at {
-                held.lock().unwrap().0 -= ack.len() as u64;
+                held.lock().unwrap().now -= ack.len() as u64;
                 let asked = std::time::Instant::now();
                 let r = http
                     .post(format!("{base}/get/{topic}?timeout=2"))
@@ -319,15 +329,15 @@ async fn concurrency_cap_benchmark() {
                 let got = body["messages"].as_array().cloned().unwrap_or_default();
                 {
                     let mut h = held.lock().unwrap();
-                    h.0 += got.len() as u64;
-                    h.1 = h.1.max(h.0);
+                    h.now += got.len() as u64;
+                    h.most = h.most.max(h.now);
                     if now_ms() < stop_at {
-                        h.2 += got.len() as u64;
+                        h.handed += got.len() as u64;
                     }
                     if got.is_empty() {
-                        h.3 += 1;
+                        h.empty += 1;
                         if asked.elapsed() < Duration::from_millis(1_900) && now_ms() < stop_at {
-                            h.4 += 1;
+                            h.early += 1;
                         }
                     }
                 }
@@ -337,19 +347,25 @@ async fn concurrency_cap_benchmark() {
                     .map(|m| m["id"].as_str().unwrap().to_string())
                     .collect();
             }
-            held.lock().unwrap().0 -= ack.len() as u64;
+            held.lock().unwrap().now -= ack.len() as u64;
         }));
     }
     let (mut samples, mut sum) = (0u64, 0u64);
     while now_ms() < stop_at {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        sum += held.lock().unwrap().0;
+        sum += held.lock().unwrap().now;
         samples += 1;
     }
     for t in consumers {
         let _ = t.await;
     }
-    let (_, most, handed, empty, early) = *held.lock().unwrap();
+    let Held {
+        most,
+        handed,
+        empty,
+        early,
+        ..
+    } = *held.lock().unwrap();
     let rate = handed as f64 / secs as f64;
     let report = json!({
         "cap": cap,
