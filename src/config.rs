@@ -249,13 +249,13 @@ pub struct ServeArgs {
     /// and the dashboard need 'Authorization: Bearer TOKEN' (the dashboard
     /// a login with it); so do the routes that show message bodies and GET
     /// /topics, which take --read-token too. Not empty.
-    #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true, value_parser = parse_token)]
+    #[arg(long, env = "DELAYQ_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// When set, the routes that show message bodies (GET /messages/{id},
     /// GET /messages?…, GET /dead/{topic}) and GET /topics take
     /// 'Authorization: Bearer TOKEN' with this token (or the admin token).
     /// Not empty.
-    #[arg(long, env = "DELAYQ_READ_TOKEN", hide_env_values = true, value_parser = parse_token)]
+    #[arg(long, env = "DELAYQ_READ_TOKEN", hide_env_values = true)]
     pub read_token: Option<String>,
     /// Largest message body accepted, in bytes (at most 15 MiB: a request
     /// is at most 16 MiB).
@@ -405,16 +405,24 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A bearer token: not empty (an empty one would lock the routes it
-/// guards, as no request can send it), no spaces.
-pub fn parse_token(s: &str) -> Result<String, String> {
+/// A bearer token a request can send: not empty (an empty one would lock
+/// the routes it guards), visible ASCII and inner spaces only (a header
+/// carries nothing else), nothing around it (a secret read from a file
+/// with its newline). Checked at start, after the flags are read, so the
+/// error never repeats the secret.
+pub fn check_token(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("the token is empty: give a secret, or leave the option out".into());
     }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("the token holds a space or a control character".into());
+    if s.trim() != s {
+        return Err(
+            "the token begins or ends with white space (a newline read from a file?)".into(),
+        );
     }
-    Ok(s.to_string())
+    if !s.chars().all(|c| c == ' ' || c.is_ascii_graphic()) {
+        return Err("the token holds a character other than visible ASCII and spaces".into());
+    }
+    Ok(())
 }
 
 /// Largest message body: 1 byte to 15 MiB (a request is at most 16 MiB,

@@ -303,8 +303,10 @@ pub struct AckReply {
 pub struct AckResult {
     pub id: MessageId,
     pub result: proto::AckOutcome,
-    /// Not in flight: the message's status, null when it was never
-    /// delivered.
+    /// Not in flight: the message's status (Delaying or Ready while it
+    /// waits for a delivery; null when Redis could not say); a stale
+    /// delivery: where the message is now; consumed, the last delivery of
+    /// a cancelled series: Deleted.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Status>)]
     pub status: Option<Option<Status>>,

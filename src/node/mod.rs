@@ -49,6 +49,9 @@ async fn open_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSche
 /// Connects to Redis (waiting up to [`STARTUP_WAIT`]) and reads its clock.
 async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisSchedule> {
     let keys = Keys::new(&args.key_prefix, args.shards);
+    if let Err(e) = crate::redis::conn::check_url(&args.redis_url) {
+        bail!("--redis-url {}: {e}", redact::url(&args.redis_url));
+    }
     let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
     loop {
         let attempt = async {
@@ -71,12 +74,6 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
                 redact::url(&args.redis_url),
                 crate::tls::explain(&e.to_string())
             ),
-            // Nor will a URL the client cannot read.
-            Err(crate::error::RedisError::Redis(e))
-                if e.kind() == redis::ErrorKind::InvalidClientConfig =>
-            {
-                bail!("--redis-url {}: {e}", redact::url(&args.redis_url))
-            }
             Err(e) if tokio::time::Instant::now() < deadline => {
                 tracing::warn!(
                     error = %e,

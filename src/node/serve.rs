@@ -46,8 +46,17 @@ const FORWARDER_STOP_WAIT: Duration = Duration::from_secs(15);
 /// changes before it keeps them in Redis instead.
 const SHUTDOWN_JOURNAL_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs a node until it is told to stop (SIGINT/SIGTERM).
+/// Runs a node until it is told to stop (SIGINT/SIGTERM; SIGQUIT stops it
+/// without waiting for the requests in progress).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    for (flag, token) in [
+        ("--admin-token", &args.admin_token),
+        ("--read-token", &args.read_token),
+    ] {
+        if let Some(t) = token {
+            crate::config::check_token(t).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        }
+    }
     let node_id = args.node.node_id(Some(args.bind.port()));
     crate::metrics::metrics().limit_topics(args.metrics_topics);
     crate::stall::start();
@@ -197,10 +206,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // the server stops taking connections and finishes the requests it has
     // (up to 5 s).
     actix::spawn(async move {
-        stop_signal().await;
-        tracing::info!("stop signal: answering waiting polls, finishing requests");
+        let graceful = stop_signal().await;
+        tracing::info!(
+            graceful,
+            "stop signal: answering waiting polls, finishing requests"
+        );
         crate::queue::consume::begin_closing();
-        handle.stop(true).await;
+        handle.stop(graceful).await;
     });
     server.await?;
 
@@ -412,20 +424,37 @@ fn listen(
     Ok(server.run())
 }
 
-/// The first SIGINT or SIGTERM.
-async fn stop_signal() {
+/// The first SIGINT or SIGTERM (true: finish the requests in progress) or
+/// SIGQUIT (false: drop them); either way the node then releases its
+/// shards and flushes its journal.
+async fn stop_signal() -> bool {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+    let (term, quit) = (signal(SignalKind::terminate()), signal(SignalKind::quit()));
+    if let Err(e) = term.as_ref().and(quit.as_ref()) {
+        tracing::warn!(error = %e, "cannot listen for SIGTERM or SIGQUIT");
+    }
+    let term = async {
+        match term {
+            Ok(mut s) => s.recv().await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let quit = async {
+        match quit {
+            Ok(mut s) => s.recv().await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "cannot listen for SIGINT");
+                std::future::pending::<()>().await;
             }
+            true
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; stopping on SIGINT only");
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        _ = term => true,
+        _ = quit => false,
     }
 }
 

@@ -122,6 +122,16 @@ pub fn cluster_client(
     builder.build()
 }
 
+/// Whether the client can read `url` at all (its scheme, host, port and
+/// database), before any connection is tried: a URL it cannot read does
+/// not become readable by waiting.
+pub fn check_url(url: &str) -> Result<(), String> {
+    match Target::parse(url)? {
+        Target::Single(url) => super::client(&url).map(|_| ()).map_err(|e| e.to_string()),
+        Target::Cluster { .. } => Ok(()),
+    }
+}
+
 /// Opens a connection to what `url` names. Commands fail after
 /// [`RESPONSE_TIMEOUT`] instead of hanging while Redis is away.
 pub async fn connect(url: &str) -> RedisResult<Conn> {

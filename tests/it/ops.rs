@@ -491,6 +491,18 @@ fn bad_settings_are_refused_at_start() {
     let quick = Duration::from_secs(10);
     refused_at_start(&["--admin-token", ""], &["--admin-token", "empty"], quick);
     refused_at_start(&["--read-token", ""], &["--read-token", "empty"], quick);
+    // A token with a newline (read from a file) is refused without
+    // repeating the secret.
+    refused_at_start(
+        &["--admin-token", "s3cret\n"],
+        &["--admin-token", "white space"],
+        quick,
+    );
+    let out = delayq()
+        .args(["serve", "--admin-token", "s3cret\n"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
     refused_at_start(
         &["--reconcile-grace", "0"],
         &["--reconcile-grace", "above 0"],

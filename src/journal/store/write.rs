@@ -167,10 +167,17 @@ fn waiting_row(m: &Message) -> MessageRow {
 /// failed delivery after the delivery itself, then by status code (the
 /// statuses of one delivery follow their codes' order).
 fn happened_order(ch: &StatusChange) -> (bool, i64, i32, bool, i16) {
+    // A promotion carries its message's count for the history only: it
+    // starts no delivery, and ranks as it did without one.
+    let promotion = ch.status == Status::Ready && ch.due.is_none();
     (
         ch.status.is_terminal(),
         ch.at,
-        ch.attempts.unwrap_or(0),
+        if promotion {
+            0
+        } else {
+            ch.attempts.unwrap_or(0)
+        },
         ch.due.is_some(),
         ch.status.code(),
     )
@@ -358,6 +365,11 @@ mod tests {
         assert!(
             order(&change(Status::Delaying, None, 9))
                 > order(&change(Status::Consuming, Some(3), 8))
-        );
+        ); // A promotion carries its message's count for the history only: a
+           // reschedule's Delaying in its millisecond still comes after it.
+        let promoted = change(Status::Ready, Some(3), 50);
+        let mut moved = change(Status::Delaying, None, 50);
+        moved.due = Some(9000);
+        assert!(order(&moved) > order(&promoted));
     }
 }
