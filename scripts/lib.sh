@@ -133,6 +133,19 @@ ensure_postgres() {
         done
         _postgres_ping || die "PostgreSQL did not answer pg_isready on 127.0.0.1:5432 within 20 s (see /var/log/postgresql/)"
     fi
+    # TLS as Debian sets a cluster up (its self-signed snakeoil certificate):
+    # tests/it/tls.rs connects with sslmode=verify-ca against it.
+    if [ "$(su postgres -c "psql -tAc 'SHOW ssl'")" != on ]; then
+        ensure_apt_packages ssl-cert
+        [ -f /etc/ssl/private/ssl-cert-snakeoil.key ] || make-ssl-cert generate-default-snakeoil >&2
+        log "turning TLS on in PostgreSQL (the snakeoil certificate)"
+        su postgres -c "psql -q -v ON_ERROR_STOP=1" <<'SQL' >&2 || die "could not turn TLS on in PostgreSQL"
+ALTER SYSTEM SET ssl_cert_file = '/etc/ssl/certs/ssl-cert-snakeoil.pem';
+ALTER SYSTEM SET ssl_key_file = '/etc/ssl/private/ssl-cert-snakeoil.key';
+ALTER SYSTEM SET ssl = on;
+SELECT pg_reload_conf();
+SQL
+    fi
     su postgres -c "psql -q -v ON_ERROR_STOP=1" <<'SQL' >&2 || die "could not set up role/database in PostgreSQL as postgres over the socket"
 DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'delayq') THEN

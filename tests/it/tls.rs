@@ -1,6 +1,7 @@
 //! TLS on every link, against real servers started with certificates made
 //! at test time (tests/it/common/tls.rs): Redis (`--tls-port`, client
-//! certificates required), a MariaDB with `ssl-cert`, NATS (`--tls`),
+//! certificates required), a MariaDB with `ssl-cert`, the shared PostgreSQL
+//! (libpq's `sslmode`), NATS (`--tls`),
 //! RabbitMQ's TLS listener, an HTTPS webhook receiver, and delayq's own
 //! HTTPS listener with the Rust client. Each link works with the test's
 //! CA trusted and is refused, with an error that says why, when the
@@ -577,4 +578,67 @@ async fn the_journal_over_tls_to_mariadb() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("without TLS"), "{err}");
+}
+
+#[derive(diesel::QueryableByName)]
+struct SessionSsl {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    ssl: bool,
+}
+
+/// PostgreSQL's TLS is libpq's, set in the URL (`sslmode`, `sslrootcert`):
+/// against the shared server (its certificate Debian's self-signed
+/// snakeoil, its own CA, which scripts/test makes sure it serves) every
+/// session of the node is encrypted, and a CA that did not sign the
+/// server's certificate is refused at once, with why.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_over_tls_to_postgres() {
+    use diesel::RunQueryDsl;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::make(dir.path());
+    let db = Journal::create(Backend::Postgres, dir.path());
+    let url = format!(
+        "{}?sslmode=verify-ca&sslrootcert=/etc/ssl/certs/ssl-cert-snakeoil.pem",
+        db.url
+    );
+    let env = Env::builder(Backend::Sqlite)
+        .journal_url(&url)
+        .start()
+        .await;
+    let id = env
+        .push(serde_json::json!({"topic": "j", "body": "b"}))
+        .await;
+    assert_eq!(env.receive_one("j").await.id(), id);
+    env.ack(&id).await.assert_ok();
+    env.wait_status(&id, status::CONSUMED).await;
+    let mut conn = env.journal.conn();
+    let sessions: Vec<SessionSsl> = delayq::with_conn!(&mut conn, c => diesel::sql_query(
+        "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()",
+    )
+    .load(c))
+    .unwrap();
+    assert!(!sessions.is_empty(), "no session of the node's");
+    assert!(
+        sessions.iter().all(|s| s.ssl),
+        "{} of {} sessions in plain text",
+        sessions.iter().filter(|s| !s.ssl).count(),
+        sessions.len()
+    );
+
+    // A CA that did not sign the server's certificate: refused at once.
+    let bad = format!("{}?sslmode=verify-ca&sslrootcert={}", db.url, path(&pki.ca));
+    let began = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args(["migrate", "--database-url", &bad])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("certificate verify failed"), "{err}");
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
 }
