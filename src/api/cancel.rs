@@ -102,20 +102,11 @@ pub async fn cancel(
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    let Some(body) = body.as_object() else {
-        return Err(ApiError::invalid(
-            ErrorCode::InvalidBody,
-            "the request body must be a JSON object",
-        ));
-    };
-    if let Some(unknown) = body.keys().find(|k| !select::FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(
-            ErrorCode::UnknownField,
-            format!(
-                "unknown field {unknown:?}; expected ids, or topic with bizKey or bizKeyPrefix"
-            ),
-        ));
-    }
+    let body = select::object_of(
+        &body,
+        &select::FIELDS,
+        "ids, or topic with bizKey or bizKeyPrefix",
+    )?;
     match select::selector(body, MAX_CANCEL_IDS, ErrorCode::InvalidCancel)? {
         Selector::Ids(ids) => {
             let outcomes = cancel::cancel_many(&state.queue, &ids).await?;

@@ -77,20 +77,11 @@ pub async fn reschedule(
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    let Some(body) = body.as_object() else {
-        return Err(ApiError::invalid(
-            ErrorCode::InvalidBody,
-            "the request body must be a JSON object",
-        ));
-    };
-    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(
-            ErrorCode::UnknownField,
-            format!(
-                "unknown field {unknown:?}; expected ids, or topic with bizKey or bizKeyPrefix, and delay or deliverAt and/or priority, and series"
-            ),
-        ));
-    }
+    let body = select::object_of(
+        &body,
+        &FIELDS,
+        "ids, or topic with bizKey or bizKeyPrefix, and delay or deliverAt and/or priority, and series",
+    )?;
     let (due, priority) = parse_new_schedule(body, now_ms())?;
     let series = match body.get("series") {
         None | Some(serde_json::Value::Null) => false,

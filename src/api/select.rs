@@ -47,6 +47,28 @@ fn check_key(k: &str, field: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The body as a JSON object holding only `fields` (`expected` words
+/// them for the error), or the 400 that says why not.
+pub fn object_of<'a>(
+    body: &'a Value,
+    fields: &[&str],
+    expected: &str,
+) -> Result<&'a Map<String, Value>, ApiError> {
+    let Some(body) = body.as_object() else {
+        return Err(ApiError::invalid(
+            ErrorCode::InvalidBody,
+            "the request body must be a JSON object",
+        ));
+    };
+    if let Some(unknown) = body.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            ErrorCode::UnknownField,
+            format!("unknown field {unknown:?}; expected {expected}"),
+        ));
+    }
+    Ok(body)
+}
+
 /// Reads the selector of `body` (whose other fields the caller checked):
 /// up to `max_ids` ids, or a valid topic with a bizKey or a prefix. A body
 /// that names none of them, or more than one, is refused with `usage`.
