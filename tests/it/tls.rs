@@ -554,12 +554,7 @@ async fn the_journal_over_tls_to_mariadb() {
         db.url("delayq_tls"),
         path(&pki.rogue_ca)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .args(["migrate", "--database-url", &bad])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = migrate_refused(&bad);
     assert!(
         err.contains("not signed by a CA delayq trusts") || err.contains("certificate"),
         "{err}"
@@ -571,13 +566,19 @@ async fn the_journal_over_tls_to_mariadb() {
     let shared = std::env::var("DELAYQ_TEST_MYSQL_URL")
         .expect("DELAYQ_TEST_MYSQL_URL (scripts/test sets it)");
     let plain = format!("{shared}/delayq?ssl_mode=required&ssl_ca={}", path(&pki.ca));
+    let err = migrate_refused(&plain);
+    assert!(err.contains("without TLS"), "{err}");
+}
+
+/// `delayq migrate --database-url URL`, which must fail: its stderr.
+fn migrate_refused(url: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .args(["migrate", "--database-url", &plain])
+        .args(["migrate", "--database-url", url])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("without TLS"), "{err}");
+    err
 }
 
 #[derive(diesel::QueryableByName)]
@@ -629,12 +630,7 @@ async fn the_journal_over_tls_to_postgres() {
     // A CA that did not sign the server's certificate: refused at once.
     let bad = format!("{}?sslmode=verify-ca&sslrootcert={}", db.url, path(&pki.ca));
     let began = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
-        .args(["migrate", "--database-url", &bad])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = migrate_refused(&bad);
     assert!(err.contains("certificate verify failed"), "{err}");
     assert!(
         began.elapsed() < Duration::from_secs(10),
