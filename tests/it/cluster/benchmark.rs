@@ -140,6 +140,24 @@ async fn cluster_benchmark() {
     );
 }
 
+/// Waits for both nodes, pushes `backlog` messages of `topic` due at once
+/// (batches of 1,000, to either node in turn), and lets them fall due.
+async fn ready_with_backlog(c: &Cluster, topic: &str, backlog: usize) {
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    for chunk in 0..backlog.div_ceil(1000) {
+        let n = (backlog - chunk * 1000).min(1000);
+        c.push_batch(
+            chunk % 2,
+            (0..n)
+                .map(|i| json!({"topic": topic, "body": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
 /// The rate limit's precision (run by hand, figures in BENCHMARKS.md):
 /// `cargo nextest run --release --test it --run-ignored only --no-capture -E 'test(/rate_limit_benchmark$/)'`
 /// Two nodes with `--topic-limit` N/s (`DELAYQ_BENCH_RATE`, default 200)
@@ -164,20 +182,7 @@ async fn rate_limit_benchmark() {
         .arg(&format!("{topic}={rate}/s"))
         .start()
         .await;
-    c.wait_ready(0, Duration::from_secs(30)).await;
-    c.wait_ready(1, Duration::from_secs(30)).await;
-    let backlog = (rate * (secs + 5)) as usize;
-    for chunk in 0..backlog.div_ceil(1000) {
-        let n = (backlog - chunk * 1000).min(1000);
-        c.push_batch(
-            chunk % 2,
-            (0..n)
-                .map(|i| json!({"topic": topic, "body": format!("{i}")}))
-                .collect(),
-        )
-        .await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ready_with_backlog(&c, &topic, (rate * (secs + 5)) as usize).await;
     let started = now_ms();
     let stop_at = started + secs as i64 * 1000;
     let times: Arc<Mutex<Vec<i64>>> = Arc::default();
@@ -286,20 +291,7 @@ async fn concurrency_cap_benchmark() {
         .arg(&format!("{topic}=concurrency={cap}"))
         .start()
         .await;
-    c.wait_ready(0, Duration::from_secs(30)).await;
-    c.wait_ready(1, Duration::from_secs(30)).await;
-    let backlog = (cap * 20 * (secs + 5)) as usize;
-    for chunk in 0..backlog.div_ceil(1000) {
-        let n = (backlog - chunk * 1000).min(1000);
-        c.push_batch(
-            chunk % 2,
-            (0..n)
-                .map(|i| json!({"topic": topic, "body": format!("{i}")}))
-                .collect(),
-        )
-        .await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ready_with_backlog(&c, &topic, (cap * 20 * (secs + 5)) as usize).await;
     let started = now_ms();
     let stop_at = started + secs as i64 * 1000;
     let held: Arc<Mutex<Held>> = Arc::default();
