@@ -66,6 +66,15 @@ local left_flight, left_queues, records_gone, tombstones, ends = {}, {}, {}, {},
 -- Ids acked in flight, by topic: they leave the topic's hand-outs (a
 -- topic with a concurrency cap; limit.lua).
 local left_busy = {}
+-- Adds `id` to the list of `key` in `groups`.
+local function group_add(groups, key, id)
+  local list = groups[key]
+  if not list then
+    list = {}
+    groups[key] = list
+  end
+  list[#list + 1] = id
+end
 local function write_ends()
   bulk('ZREM', KEYS[1], left_flight)
   for topic, ids_left in pairs(left_busy) do
@@ -154,19 +163,9 @@ for k, id in ipairs(ids) do
     else
       if state == 'acked' then
         left_flight[#left_flight + 1] = id
-        local busy = left_busy[topic]
-        if not busy then
-          busy = {}
-          left_busy[topic] = busy
-        end
-        busy[#busy + 1] = id
+        group_add(left_busy, topic, id)
       else
-        local queue = left_queues[where]
-        if not queue then
-          queue = {}
-          left_queues[where] = queue
-        end
-        queue[#queue + 1] = id
+        group_add(left_queues, where, id)
       end
       records_gone[#records_gone + 1] = id
       tombstones[#tombstones + 1] = now
