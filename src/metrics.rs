@@ -42,7 +42,9 @@
 //! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis each second; the same on every node) |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
-//! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]) |
+//! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]), the largest in size over the masters |
+//! | `delayq_shards_fenced` | gauge | | shards that hand nothing out until the journal's ends are re-applied (Redis may have lost writes; see `reconcile::fence`) |
+//! | `delayq_ends_reapplied_total` | counter | | messages removed from Redis because the journal had ended them, after Redis may have lost writes |
 //! | `delayq_shard_scan_refused_total` | counter | shard, reason (`stale_epoch`, `error`) | scans of an owned shard that Redis refused or that failed |
 //! | `delayq_shard_unscannable` | gauge | shard | 1 while an owned shard cannot be scanned (its scans keep failing) |
 //!
@@ -184,6 +186,8 @@ pub struct Metrics {
     cluster_nodes: Gauge,
     owned_shards: Gauge,
     clock_offset: FloatGauge,
+    shards_fenced: Gauge,
+    ends_reapplied: Counter,
     shard_scan_refused: Family<ShardReasonLabels, Counter>,
     shard_unscannable: Family<ShardLabel, Gauge>,
 }
@@ -238,6 +242,8 @@ impl Metrics {
             cluster_nodes: Gauge::default(),
             owned_shards: Gauge::default(),
             clock_offset: FloatGauge::default(),
+            shards_fenced: Gauge::default(),
+            ends_reapplied: Counter::default(),
             shard_scan_refused: Family::default(),
             shard_unscannable: Family::default(),
         };
@@ -397,6 +403,16 @@ impl Metrics {
                 m.clock_offset.clone(),
             );
             d.register(
+                "shards_fenced",
+                "Shards that hand nothing out until the journal's ends are re-applied",
+                m.shards_fenced.clone(),
+            );
+            d.register(
+                "ends_reapplied",
+                "Messages removed from Redis because the journal had ended them, after Redis may have lost writes",
+                m.ends_reapplied.clone(),
+            );
+            d.register(
                 "shard_scan_refused",
                 "Scans of an owned shard that Redis refused (stale epoch) or that failed",
                 m.shard_scan_refused.clone(),
@@ -413,6 +429,16 @@ impl Metrics {
     /// Redis's clock minus this node's wall clock, in ms.
     pub fn clock_offset(&self, ms: i64) {
         self.clock_offset.set(ms as f64 / 1000.0);
+    }
+
+    /// How many shards are fenced now.
+    pub fn shards_fenced(&self, n: u64) {
+        self.shards_fenced.set(n as i64);
+    }
+
+    /// Messages the journal had ended, removed from Redis after a fence.
+    pub fn ends_reapplied(&self, n: u64) {
+        self.ends_reapplied.inc_by(n);
     }
 
     /// A scan of `shard` was refused or failed.

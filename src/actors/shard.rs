@@ -118,9 +118,10 @@ impl ZsetShardActor {
         if let Some((_, handle)) = self.timer.take() {
             ctx.cancel_future(handle);
         }
-        // Due times are on the cluster's clock (Redis's): the sleep is
-        // measured against this node's estimate of it, not its wall clock.
-        let now_us = crate::clock::now_us();
+        // Due times are on the clock of the shard's master (Redis's): the
+        // sleep is measured against this node's estimate of it, not its
+        // wall clock.
+        let now_us = crate::clock::now_us_for(self.shard);
         let wait = Duration::from_micros((at_ms * 1000 - now_us).max(0) as u64);
         let handle = ctx.run_later(wait, |act, ctx| {
             act.timer = None;
@@ -232,7 +233,7 @@ impl ZsetShardActor {
             [t.next_due, t.next_deadline].into_iter().flatten().min(),
         );
         self.record(t);
-        let now = now_ms();
+        let now = crate::clock::now_ms_for(self.shard);
         if full || self.rescan {
             self.schedule_at(now, ctx);
             return;

@@ -30,7 +30,7 @@ pub const MAX_BATCH: usize = 1_000;
 pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
-    let accepted = state.queue.push(vec![draft], now).await?;
+    let accepted = state.queue.push(vec![draft]).await?;
     Ok(HttpResponse::Ok().json(PushReply {
         id: accepted[0].id,
         duplicate: (!accepted[0].fresh).then_some(true),
@@ -81,7 +81,7 @@ pub async fn push_batch(
             ApiError::from(e)
         })?);
     }
-    let accepted = state.queue.push(drafts, now).await?;
+    let accepted = state.queue.push(drafts).await?;
     let duplicates = accepted
         .iter()
         .enumerate()

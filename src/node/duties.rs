@@ -1,6 +1,8 @@
 //! A serving node's background duties: the eviction check, the journal's
-//! lag published for other nodes, the periodic reconciliation, the clock
-//! probe, and watching that Redis still holds the data set.
+//! lag published for other nodes, the periodic reconciliation, and
+//! watching that Redis still holds the data set. (The clock probe and the
+//! fences after a possible loss of Redis's writes are
+//! [`crate::reconcile::fence`]'s.)
 
 use std::time::Duration;
 
@@ -117,19 +119,6 @@ pub(super) async fn reconcile_periodically(
                  (GET /admin/reconcile?repair=true puts the rest right)"
             ),
             Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
-        }
-    }
-}
-
-/// Reads Redis's clock every [`crate::clock::PROBE`], so this node's
-/// estimate of the cluster's clock follows it (see [`crate::clock`]).
-pub(super) async fn probe_clock(redis: RedisSchedule) {
-    let mut every = tokio::time::interval(crate::clock::PROBE);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        if let Err(e) = redis.probe_clock().await {
-            tracing::debug!(error = %e, "cannot read Redis's clock");
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::retention::{Keep, Retention};
 use tokio::sync::mpsc;
 
 use super::duties::{
-    check_eviction, ensure_dataset, probe_clock, publish_journal_behind, reconcile_periodically,
+    check_eviction, ensure_dataset, publish_journal_behind, reconcile_periodically,
     retain_periodically, watch_dataset, watch_paused,
 };
 use super::spill::spill;
@@ -329,7 +329,9 @@ fn spawn_duties(
     cluster: &ClusterHandle,
     reconciler: &Reconciler,
 ) {
-    actix::spawn(probe_clock(redis.clone()));
+    actix::spawn(
+        crate::reconcile::fence::Fence::new(redis.clone(), journal.clone(), node_id).run(),
+    );
     actix::spawn(watch_paused(redis.clone()));
     actix::spawn(
         crate::horizon::Loader {

@@ -21,10 +21,15 @@ impl Queue {
     /// Gives checked drafts their ids (from this node's worker id lease;
     /// none without one) and accepts them, all or none: see
     /// [`Queue::accept`].
-    pub async fn push(&self, drafts: Vec<Draft>, now: i64) -> Result<Vec<Accepted>, QueueError> {
+    pub async fn push(&self, drafts: Vec<Draft>) -> Result<Vec<Accepted>, QueueError> {
         let mut messages = Vec::with_capacity(drafts.len());
         for draft in drafts {
-            messages.push(draft.into_message(self.ids.next_id()?, now));
+            // A delay counts from the clock of the master that will hold
+            // the message (on a Redis Cluster each master's clock is its
+            // shards').
+            let id = self.ids.next_id()?;
+            let shard_now = crate::clock::now_ms_for(self.redis.keys().shard_of(id));
+            messages.push(draft.into_message(id, shard_now));
         }
         self.accept(messages).await
     }

@@ -45,6 +45,7 @@
 //! classifies a row and its Redis state) and the report; [`reconciler`]
 //! holds the [`Reconciler`], which reads both sides, settles and repairs.
 
+pub mod fence;
 mod reconciler;
 
 pub use reconciler::Reconciler;

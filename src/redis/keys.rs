@@ -12,6 +12,8 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
+//! | `{P:s}:applied` | hash | `run`: the Redis process (run id) on which the journal's ends were last known applied to the shard, `at`: when (ms); while another process serves the shard (a restart, a failover: Redis may have lost its last writes) the shard hands nothing out until the journal's ends are re-applied (see [`crate::redis::fence`]) |
+//! | `{P:s}:fence-lock` | string | the node re-applying the journal's ends to a fenced shard (a lease) |
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
 //! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
@@ -133,6 +135,17 @@ impl Keys {
     /// Topic → when it was paused (ms), for every shard.
     pub fn paused_topics(&self) -> String {
         format!("{{{}}}:paused", self.prefix)
+    }
+
+    /// Which Redis process the journal's ends were last applied on.
+    pub fn applied(&self, shard: u32) -> String {
+        format!("{}:applied", self.tag(shard))
+    }
+
+    /// The lease of the node re-applying the journal's ends to a fenced
+    /// shard.
+    pub fn fence_lock(&self, shard: u32) -> String {
+        format!("{}:fence-lock", self.tag(shard))
     }
 
     pub fn epoch(&self, shard: u32) -> String {

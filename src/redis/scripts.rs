@@ -31,6 +31,8 @@ pub struct Scripts {
     pub end_absent: Script,
     pub pause: Script,
     pub reschedule: Script,
+    pub probe: Script,
+    pub confirm: Script,
 }
 
 impl Scripts {
@@ -62,12 +64,14 @@ impl Scripts {
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
                 include_str!("lua/limit.lua"),
+                include_str!("lua/fence.lua"),
                 include_str!("lua/claim.lua"),
             ]),
             take: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
                 include_str!("lua/limit.lua"),
+                include_str!("lua/fence.lua"),
                 include_str!("lua/take.lua"),
             ]),
             ack: lua(&[
@@ -102,6 +106,11 @@ impl Scripts {
                 include_str!("lua/clock.lua"),
                 include_str!("lua/reschedule.lua"),
             ]),
+            probe: lua(&[include_str!("lua/fence.lua"), include_str!("lua/probe.lua")]),
+            confirm: lua(&[
+                include_str!("lua/fence.lua"),
+                include_str!("lua/confirm.lua"),
+            ]),
         }
     }
 }
@@ -129,7 +138,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 16] {
+    fn all(&self) -> [&Script; 18] {
         [
             &self.schedule,
             &self.tick,
@@ -147,6 +156,8 @@ impl Scripts {
             &self.end_absent,
             &self.pause,
             &self.reschedule,
+            &self.probe,
+            &self.confirm,
         ]
     }
 

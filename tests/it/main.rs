@@ -25,6 +25,7 @@ mod input;
 mod journal;
 mod journal_faults;
 mod limit;
+mod loss;
 mod metrics;
 mod openapi;
 mod ops;

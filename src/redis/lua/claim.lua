@@ -2,12 +2,14 @@
 -- KEYS[1] ready zset of the topic, KEYS[2] message hash, KEYS[3] in-flight zset,
 -- KEYS[4] the shard's paused topics (set), KEYS[5] the topic's rate limit
 -- bucket in this shard, KEYS[6] the topic's hand-outs in this shard
--- (limit.lua, prepended)
+-- (limit.lua, prepended), KEYS[7] the shard's applied hash (fence.lua,
+-- prepended)
 -- ARGV[1] how many to take from the head of the queue, ARGV[2] the topic,
 -- ARGV[3] the shard's share of its rate limit a second (0: none), ARGV[4]
 -- the shard's share of its concurrency cap (0: none), ARGV[5] how long
 -- (ms) a poll the cap holds back waits before it looks again.
--- A paused topic hands nothing out.
+-- A paused topic hands nothing out, nor does a shard fenced after a
+-- possible loss of Redis's last writes.
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
 -- queue without claiming the same messages.
 -- Each claimed message gets attempts + 1 and an ack deadline of now + ttl,
@@ -18,7 +20,7 @@
 -- otherwise), then the time the script ran (Redis's clock, ms).
 local now = now_ms()
 local out = {}
-if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
+if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 or loss_fenced(KEYS[7]) then
   return { '0', tostring(now) }
 end
 local want = tonumber(ARGV[1])

@@ -1,12 +1,13 @@
 -- A poll's claim in one call (one Redis without cluster slots): the first
 -- ready messages of one topic across every shard, handed to a consumer.
 -- KEYS: per shard, in shard order: ready zset of the topic, message hash,
--- in-flight zset, paused topics (set), the topic's hand-outs (5 keys a
--- shard); then the topic's rate limit bucket (limit.lua, prepended).
+-- in-flight zset, paused topics (set), the topic's hand-outs, the shard's
+-- applied hash (fence.lua, prepended) (6 keys a shard); then the topic's rate limit bucket (limit.lua, prepended).
 -- ARGV[1] how many to take in all, ARGV[2] the topic, ARGV[3] its rate
 -- limit a second (0: none), ARGV[4] its concurrency cap (0: none), ARGV[5]
 -- how long (ms) a poll the cap holds back waits before it looks again.
--- A shard whose paused set holds the topic hands nothing out.
+-- A shard whose paused set holds the topic hands nothing out, nor does a
+-- shard fenced after a possible loss of Redis's last writes.
 -- The heads of the shards' ready queues are merged by score, then by id
 -- (as a peek across shards followed by claims would take them, in one
 -- step): each shard gives up the head of its queue that many, claimed by
@@ -19,18 +20,18 @@
 -- script ran.
 local now = now_ms()
 local want = tonumber(ARGV[1])
-local shards = (#KEYS - 1) / 5
+local shards = (#KEYS - 1) / 6
 -- A topic with a concurrency cap takes what room its hand-outs leave (when
 -- some wait to be taken).
 local cap = tonumber(ARGV[4] or '0')
 if cap > 0 then
   local busy = 0
   for s = 1, shards do
-    busy = busy + busy_count(KEYS[5 * s], cap, now)
+    busy = busy + busy_count(KEYS[6 * s - 1], cap, now)
   end
   if busy >= cap then
     for s = 1, shards do
-      if redis.call('SISMEMBER', KEYS[5 * s - 1], ARGV[2]) == 0 and redis.call('ZCARD', KEYS[5 * s - 4]) > 0 then
+      if redis.call('SISMEMBER', KEYS[6 * s - 2], ARGV[2]) == 0 and redis.call('ZCARD', KEYS[6 * s - 5]) > 0 then
         return { '0', ARGV[5], tostring(now) }
       end
     end
@@ -51,7 +52,7 @@ end
 local step = math.max(4, math.ceil(want / shards) + 2)
 local heads, at, read, more = {}, {}, {}, {}
 local function fetch(s)
-  local got = redis.call('ZRANGE', KEYS[5 * s - 4], read[s], read[s] + step - 1, 'WITHSCORES')
+  local got = redis.call('ZRANGE', KEYS[6 * s - 5], read[s], read[s] + step - 1, 'WITHSCORES')
   local h = heads[s]
   for i = 1, #got do
     h[#h + 1] = got[i]
@@ -59,9 +60,11 @@ local function fetch(s)
   read[s] = read[s] + #got / 2
   more[s] = #got == 2 * step
 end
+local run = server_run()
 for s = 1, shards do
   heads[s], at[s], read[s] = {}, 1, 0
-  if redis.call('SISMEMBER', KEYS[5 * s - 1], ARGV[2]) == 1 then
+  if redis.call('SISMEMBER', KEYS[6 * s - 2], ARGV[2]) == 1
+      or redis.call('HGET', KEYS[6 * s], 'run') ~= run then
     more[s] = false
   else
     fetch(s)
@@ -94,8 +97,8 @@ local claimed, dropped = {}, 0
 for s = 1, shards do
   local n = (at[s] - 1) / 2
   if n > 0 then
-    local items, gone = claim_head(KEYS[5 * s - 4], KEYS[5 * s - 3], KEYS[5 * s - 2], n, now)
-    busy_add(KEYS[5 * s], cap, items, now)
+    local items, gone = claim_head(KEYS[6 * s - 5], KEYS[6 * s - 4], KEYS[6 * s - 3], n, now)
+    busy_add(KEYS[6 * s - 1], cap, items, now)
     claimed[s] = { items = items, next = 1 }
     dropped = dropped + gone
   end

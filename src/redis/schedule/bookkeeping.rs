@@ -185,14 +185,9 @@ impl RedisSchedule {
         Ok(out)
     }
 
-    /// Reads Redis's clock (`TIME`) and notes it ([`crate::clock`]).
+    /// Reads each shard's master's clock and notes it ([`crate::clock`]).
     pub async fn probe_clock(&self) -> Result<(), RedisError> {
-        let sent = std::time::Instant::now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut self.con.clone())
-            .await?;
-        crate::clock::observe(sent, secs * 1_000_000 + micros);
-        Ok(())
+        self.probe().await.map(drop)
     }
 
     /// Counts of one shard, each O(1) in Redis: every message Redis holds is

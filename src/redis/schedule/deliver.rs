@@ -133,7 +133,7 @@ impl RedisSchedule {
         out.next_due = opt_score(&parts[2]).map(due_of_score);
         out.next_deadline = opt_score(&parts[3]).map(|s| s as i64);
         out.at = opt_score(&parts[4]).map_or(now_ms, |s| s as i64);
-        crate::clock::observe(sent, out.at * 1000 + 999);
+        crate::clock::observe_shard(shard, sent, out.at * 1000 + 999);
         Ok(out)
     }
 
@@ -196,6 +196,7 @@ impl RedisSchedule {
                     k.paused(shard),
                     k.limit(shard, topic),
                     k.busy(shard, topic),
+                    k.applied(shard),
                 ],
                 &[
                     n.to_string(),
@@ -248,13 +249,14 @@ impl RedisSchedule {
         count: usize,
     ) -> Result<(Vec<Claimed>, usize, u64), RedisError> {
         let k = &self.keys;
-        let mut keys = Vec::with_capacity(5 * k.shards() as usize + 1);
+        let mut keys = Vec::with_capacity(6 * k.shards() as usize + 1);
         for shard in 0..k.shards() {
             keys.push(k.ready(shard, topic));
             keys.push(k.messages(shard));
             keys.push(k.inflight(shard));
             keys.push(k.paused(shard));
             keys.push(k.busy(shard, topic));
+            keys.push(k.applied(shard));
         }
         // One Redis: the topic's one bucket (shard 0's key).
         keys.push(k.limit(0, topic));

@@ -4,9 +4,11 @@
 
 mod bookkeeping;
 mod deliver;
+mod fence;
 mod moves;
 mod outcomes;
 mod topics;
+pub use fence::ShardProbe;
 pub use moves::RedisMove;
 
 use std::collections::BTreeMap;

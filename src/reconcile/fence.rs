@@ -1,0 +1,186 @@
+//! The journal's ends over a Redis that may have lost its last writes.
+//!
+//! Redis can lose writes and keep its data set marker: a replica promoted
+//! before it caught up (replication is asynchronous), a crash under
+//! `appendfsync everysec`, an older snapshot restored by an operator. Acks
+//! and cancels the journal committed seconds before would then be undone in
+//! Redis, and the messages handed out again. Every such loss has a new
+//! Redis process serve the shard (a restart, a failover), with a new run
+//! id; each shard's `{P:s}:applied` hash names the process on which the
+//! journal's ends were last known applied to it, and the hand-out scripts
+//! (take.lua, claim.lua) hand nothing out of a shard served by another
+//! process (see fence.lua).
+//!
+//! Every node probes each shard every [`crate::clock::PROBE`] (the same
+//! call reads the shard's master's clock). A node that finds a shard
+//! fenced takes the shard's fence lease and re-applies the journal's ends:
+//! it walks the shard's message hash and removes every message the journal
+//! says is Consumed, Deleted or Dead (purge.lua, leaving a tombstone), then
+//! names the process (confirm.lua, refused if yet another process serves
+//! the shard by then: it begins again). A fence costs one walk of the
+//! shard's records, looked up in the journal by id, a page at a time; the
+//! journal must be reachable for it (the shard hands nothing out until
+//! then).
+//!
+//! What can still come back: an end Redis applied and the journal had not
+//! committed when Redis lost it (the journal's flow batches lag by a few
+//! milliseconds, longer in a database outage).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use crate::actors::journal::Journal;
+use crate::message::MessageId;
+use crate::queue::QueueError;
+use crate::redis::schedule::{LeaseOp, RedisSchedule, ShardProbe};
+
+/// Records looked up in the journal at a time.
+const PAGE: usize = 1_000;
+/// The fence lease: renewed after each page.
+const LEASE_MS: u64 = 30_000;
+
+/// Probes the shards and lifts their fences.
+#[derive(Clone)]
+pub struct Fence {
+    pub redis: RedisSchedule,
+    pub journal: Journal,
+    pub node: String,
+    /// Shards this process is re-applying.
+    busy: Arc<Mutex<HashSet<u32>>>,
+}
+
+impl Fence {
+    pub fn new(redis: RedisSchedule, journal: Journal, node: &str) -> Self {
+        Fence {
+            redis,
+            journal,
+            node: node.to_string(),
+            busy: Arc::default(),
+        }
+    }
+
+    /// Probes every [`crate::clock::PROBE`], for ever.
+    pub async fn run(self) {
+        let mut every = tokio::time::interval(crate::clock::PROBE);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if let Err(e) = self.probe_once().await {
+                tracing::debug!(error = %e, "cannot probe Redis's shards");
+            }
+        }
+    }
+
+    /// One probe: each fenced shard's re-application started (in the
+    /// background) unless under way here. Returns the fenced shards.
+    pub async fn probe_once(&self) -> Result<Vec<u32>, QueueError> {
+        let probes = self.redis.probe().await?;
+        let fenced: Vec<ShardProbe> = probes.into_iter().filter(ShardProbe::fenced).collect();
+        crate::metrics::metrics().shards_fenced(fenced.len() as u64);
+        let shards = fenced.iter().map(|p| p.shard).collect();
+        for p in fenced {
+            if !self.busy.lock().unwrap().insert(p.shard) {
+                continue;
+            }
+            let me = self.clone();
+            actix::spawn(async move {
+                let shard = p.shard;
+                if let Err(e) = me.reapply(&p).await {
+                    tracing::warn!(shard, error = %e,
+                        "cannot re-apply the journal's ends to a fenced shard yet (it hands nothing out meanwhile); trying again");
+                }
+                me.busy.lock().unwrap().remove(&shard);
+            });
+        }
+        Ok(shards)
+    }
+
+    /// Re-applies the journal's ends to one fenced shard, under its lease,
+    /// and lifts the fence. Returns how many messages were removed (None:
+    /// another node holds the lease).
+    pub async fn reapply(&self, p: &ShardProbe) -> Result<Option<u64>, QueueError> {
+        let key = self.redis.keys().fence_lock(p.shard);
+        let (got, _) = self
+            .redis
+            .lease(LeaseOp::Acquire, &key, &self.node, LEASE_MS)
+            .await?;
+        if !got {
+            return Ok(None);
+        }
+        let result = self.walk(p).await;
+        let _ = self
+            .redis
+            .lease(LeaseOp::Release, &key, &self.node, LEASE_MS)
+            .await;
+        result.map(Some)
+    }
+
+    async fn walk(&self, p: &ShardProbe) -> Result<u64, QueueError> {
+        let shard = p.shard;
+        let started = std::time::Instant::now();
+        match &p.applied {
+            Some(before) => tracing::warn!(
+                shard,
+                run = %p.run,
+                before = %before,
+                "another Redis process serves this shard (a restart or a failover): Redis may have \
+                 lost its last writes; the shard hands nothing out until the journal's ends are \
+                 re-applied"
+            ),
+            None => tracing::info!(
+                shard,
+                run = %p.run,
+                "re-applying the journal's ends to this shard before it hands messages out"
+            ),
+        }
+        let key = self.redis.keys().fence_lock(shard);
+        let (mut cursor, mut walked, mut removed) = (0u64, 0u64, 0u64);
+        loop {
+            let (next, records) = self.redis.scan_records(shard, cursor, PAGE).await?;
+            let ids: Vec<i64> = records.iter().map(|(id, _)| id.0).collect();
+            walked += ids.len() as u64;
+            if !ids.is_empty() {
+                let ended: Vec<MessageId> = self
+                    .journal
+                    .states_of(ids)
+                    .await?
+                    .into_iter()
+                    .filter(|r| r.status().is_terminal())
+                    .map(|r| MessageId(r.id))
+                    .collect();
+                if !ended.is_empty() {
+                    let gone = self.redis.purge(&ended).await?;
+                    removed += gone.iter().filter(|&&g| g).count() as u64;
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+            let (still, _) = self
+                .redis
+                .lease(LeaseOp::Renew, &key, &self.node, LEASE_MS)
+                .await?;
+            if !still {
+                return Err(QueueError::NotScheduled(format!(
+                    "lost the fence lease of shard {shard}"
+                )));
+            }
+        }
+        if !self.redis.confirm_applied(shard, &p.run).await? {
+            return Err(QueueError::NotScheduled(format!(
+                "another Redis process serves shard {shard} since the re-application began"
+            )));
+        }
+        crate::metrics::metrics().ends_reapplied(removed);
+        tracing::warn!(
+            shard,
+            run = %p.run,
+            walked,
+            removed,
+            took_ms = started.elapsed().as_millis() as u64,
+            "the journal's ends are re-applied: the shard hands messages out again"
+        );
+        Ok(removed)
+    }
+}
