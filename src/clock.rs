@@ -376,10 +376,11 @@ mod tests {
         let now = now_us_for(900);
         assert!(now >= redis, "never behind the reading");
         assert!(now - redis < 1_000_000, "{}", now - redis);
-        // A slower round trip (a later reading for an earlier send) does
-        // not move the estimate later.
+        // A slower round trip (sent 300 ms ago, read by Redis 100 ms
+        // after) does not move the estimate later.
         let before = now_us_for(900);
-        observe_master("follows", Some(900), sent, redis + 200_000);
+        let slow = Instant::now().checked_sub(Duration::from_millis(300)).unwrap();
+        observe_master("follows", Some(900), slow, local_us() - 5_000_000 - 200_000);
         assert!(now_us_for(900) - before < 100_000);
     }
 
