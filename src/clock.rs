@@ -379,7 +379,9 @@ mod tests {
         // A slower round trip (sent 300 ms ago, read by Redis 100 ms
         // after) does not move the estimate later.
         let before = now_us_for(900);
-        let slow = Instant::now().checked_sub(Duration::from_millis(300)).unwrap();
+        let slow = Instant::now()
+            .checked_sub(Duration::from_millis(300))
+            .unwrap();
         observe_master("follows", Some(900), slow, local_us() - 5_000_000 - 200_000);
         assert!(now_us_for(900) - before < 100_000);
     }

@@ -517,3 +517,80 @@ async fn a_master_lost_mid_stream_loses_nothing(b: Backend, loss: Loss) {
         env.wait_status(id, status::CONSUMED).await;
     }
 }
+
+/// One master's clock 3 s ahead, another's 3 s behind: each master's clock
+/// is its shards' clock, so no message pushed with a delay is handed out
+/// before its delay passed (by the host's clock, which the third master
+/// keeps), on any master; `GET /admin/cluster` shows each master's offset.
+#[tokio::test(flavor = "multi_thread")]
+async fn masters_clocks_apart_make_nothing_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start_skewable(dir.path());
+    let masters: Vec<usize> = cluster
+        .status()
+        .into_iter()
+        .filter(|s| s.role == "master")
+        .map(|s| s.n)
+        .collect();
+    assert_eq!(masters.len(), 3, "{:?}", cluster.status());
+    cluster.skew_clock(masters[0], 3_000);
+    cluster.skew_clock(masters[1], -3_000);
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .arg("--shards")
+        .arg("12")
+        .start()
+        .await;
+    // Each master's offset is seen (the shim reads it within a second, the
+    // node probes every 500 ms).
+    let mut offsets = Vec::new();
+    for _ in 0..50 {
+        let view = env.get_path("/admin/cluster").await;
+        offsets = view.assert_ok()["clock"]["masters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["offsetMs"].as_i64().unwrap())
+            .collect::<Vec<_>>();
+        offsets.sort_unstable();
+        if offsets.len() == 3 && offsets[0] < -2_500 && offsets[2] > 2_500 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        offsets.len() == 3 && offsets[0] < -2_500 && offsets[1].abs() < 500 && offsets[2] > 2_500,
+        "each master's offset in /admin/cluster: {offsets:?}"
+    );
+
+    const DELAY: i64 = 5_000;
+    let pushed_at = now_ms();
+    let ids = env
+        .push_batch(
+            (0..300)
+                .map(|i| json!({"topic": "skew", "body": format!("{i}"), "delay": DELAY}))
+                .collect(),
+        )
+        .await;
+    let got = take_acking(&env, "skew", ids.len(), Duration::from_secs(30)).await;
+    assert_eq!(got.len(), ids.len(), "every message handed out");
+    let early: Vec<(i64, String)> = got
+        .iter()
+        .filter(|(at, _)| *at < pushed_at + DELAY)
+        .map(|(at, m)| (pushed_at + DELAY - at, id_of(m).to_string()))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} of {} messages handed out before their delay passed (ms early, id): {:?}",
+        early.len(),
+        got.len(),
+        &early[..early.len().min(10)]
+    );
+    // Nor late by a master's offset: each shard counts on its own master.
+    let late = got
+        .iter()
+        .map(|(at, _)| at - (pushed_at + DELAY))
+        .max()
+        .unwrap();
+    assert!(late < 2_500, "handed out up to {late} ms late");
+}

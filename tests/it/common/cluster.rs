@@ -25,9 +25,15 @@ pub fn scripts() -> PathBuf {
 }
 
 pub fn script(name: &str, args: &[&str]) -> String {
+    script_env(name, args, &[])
+}
+
+/// [`script`], with these environment variables (for what it starts).
+pub fn script_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new("bash")
         .arg(scripts().join(name))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("run cluster/{name}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::cluster::script;
+use super::cluster::{script, script_env};
 use super::wait_every_blocking;
 
 pub struct RedisCluster {
@@ -24,12 +24,44 @@ pub struct ClusterServer {
 
 impl RedisCluster {
     pub fn start(dir: &Path) -> RedisCluster {
+        Self::start_env(dir, &[])
+    }
+
+    /// A cluster whose servers run with these environment variables.
+    pub fn start_env(dir: &Path, env: &[(&str, &str)]) -> RedisCluster {
         let dir = dir.join("redis-cluster");
-        let url = script("redis-cluster", &["start", dir.to_str().unwrap()])
+        let url = script_env("redis-cluster", &["start", dir.to_str().unwrap()], env)
             .trim()
             .to_string();
         assert!(url.starts_with("redis+cluster://"), "{url}");
         RedisCluster { dir, url }
+    }
+
+    /// A cluster whose servers' wall clocks can be offset while they run
+    /// ([`Self::skew_clock`]), by a shim loaded with LD_PRELOAD
+    /// (clock_shim.c, built here with the system's C compiler).
+    pub fn start_skewable(dir: &Path) -> RedisCluster {
+        let shim = dir.join("clock_shim.so");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/common/clock_shim.c");
+        let out = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(&source)
+            .arg("-ldl")
+            .output()
+            .expect("run cc (the C compiler) to build the clock shim");
+        assert!(
+            out.status.success(),
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self::start_env(dir, &[("LD_PRELOAD", shim.to_str().unwrap())])
+    }
+
+    /// Offsets server `n`'s wall clock by `ms` (it reads the offset again
+    /// within a second; a cluster started with [`Self::start_skewable`]).
+    pub fn skew_clock(&self, n: usize, ms: i64) {
+        std::fs::write(self.dir.join(format!("r{n}/clock-skew-ms")), ms.to_string()).unwrap();
     }
 
     /// A cluster that speaks TLS alone (clients, bus, replication) with
