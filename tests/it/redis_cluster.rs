@@ -594,3 +594,114 @@ async fn masters_clocks_apart_make_nothing_early() {
         .unwrap();
     assert!(late < 2_500, "handed out up to {late} ms late");
 }
+
+/// A master whose replica fell behind is killed and the replica takes
+/// over without the master's last writes (the replica hung, its link
+/// cut, while 60 acks and 30 cancels reached the master and the journal):
+/// none of the acked or cancelled messages is handed out again, and the
+/// messages still live are.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_promoted_behind_its_master_brings_back_no_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .start()
+        .await;
+    let handed: Vec<String> = env
+        .push_batch(
+            (0..60)
+                .map(|i| json!({"topic": "lag", "body": format!("h{i}"), "delay": 0, "ttl": 1500}))
+                .collect(),
+        )
+        .await;
+    let later: Vec<String> = env
+        .push_batch(
+            (0..60)
+                .map(|i| json!({"topic": "lag", "body": format!("l{i}"), "delay": 12_000}))
+                .collect(),
+        )
+        .await;
+    let got = env.collect("lag", 60, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 60, "{got:?}");
+
+    // The first master and its replica.
+    let servers = cluster.status();
+    let master = servers.iter().find(|s| s.role == "master").unwrap().n;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut cluster.con(master))
+        .unwrap();
+    let replica_port: u16 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("slave0:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no replica in {info}"));
+    let replica = servers.iter().find(|s| s.port == replica_port).unwrap().n;
+    let master_keys: i64 = redis::cmd("DBSIZE")
+        .query(&mut cluster.con(master))
+        .unwrap();
+    assert!(master_keys > 0, "the first master holds no shard");
+
+    // The replica hangs (SIGSTOP); its link is cut, so what the master
+    // takes now never reaches it.
+    cluster.pause(replica);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut cluster.con(master))
+        .unwrap();
+    assert_eq!(killed, 1, "the replica's link");
+
+    for id in &handed {
+        env.ack(id).await.assert_ok();
+    }
+    let (cancelled, kept) = later.split_at(30);
+    for id in cancelled {
+        let r = env.delete(id).await;
+        assert_eq!(r.assert_ok()["result"], "deleted", "{}", r.text);
+    }
+    env.wait_statuses(&handed, status::CONSUMED).await;
+    env.wait_statuses(cancelled, status::DELETED).await;
+
+    // The master dies; the replica resumes and takes over.
+    cluster.kill(master);
+    cluster.resume(replica);
+    let _: redis::RedisResult<()> = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut cluster.con(replica));
+    cluster.wait_role(replica, "master");
+    cluster.wait_ok();
+
+    // The revived deliveries' ttl is over; the later ones fall due in a
+    // few seconds: collect until 15 s after the push of the later ones.
+    let mut seen: Vec<String> = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(8);
+    while tokio::time::Instant::now() < until || seen.len() < kept.len() {
+        if tokio::time::Instant::now() > until + Duration::from_secs(20) {
+            break;
+        }
+        let r = env.get_path("/get/lag?timeout=1&count=100").await;
+        if r.status != 200 {
+            continue;
+        }
+        for m in r.json["messages"].as_array().unwrap() {
+            let id = id_of(m).to_string();
+            env.ack(&id).await;
+            seen.push(id);
+        }
+    }
+    let ended: HashSet<&String> = handed.iter().chain(cancelled).collect();
+    let back: Vec<&String> = seen.iter().filter(|id| ended.contains(id)).collect();
+    assert!(
+        back.is_empty(),
+        "{} messages acked or cancelled before the failover were handed out again: {back:?}",
+        back.len()
+    );
+    let seen: HashSet<&String> = seen.iter().collect();
+    let lost: Vec<&String> = kept.iter().filter(|id| !seen.contains(id)).collect();
+    assert!(lost.is_empty(), "live messages never handed out: {lost:?}");
+}
