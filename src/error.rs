@@ -61,6 +61,10 @@ impl JournalError {
 
     /// The database rolled this transaction back to break a deadlock (or a
     /// serialization conflict): running it again is the cure.
+    ///
+    /// diesel names a serialization failure (PostgreSQL's SQLSTATE 40001,
+    /// MySQL's error 1213) but not PostgreSQL's deadlock (40P01), which it
+    /// reports as an unknown error: that one is known by its message.
     pub fn is_deadlock(&self) -> bool {
         use diesel::result::{DatabaseErrorKind, Error};
         match self {
@@ -69,7 +73,16 @@ impl JournalError {
                 _,
             )) => true,
             JournalError::Database(Error::DatabaseError(_, info)) => {
-                info.message().contains("Deadlock found")
+                let message = info.message();
+                // MySQL/MariaDB; PostgreSQL's deadlock and serialization
+                // failure.
+                [
+                    "Deadlock found",
+                    "deadlock detected",
+                    "could not serialize access",
+                ]
+                .iter()
+                .any(|m| message.contains(m))
             }
             _ => false,
         }
@@ -96,3 +109,55 @@ pub enum RedisError {
 /// the error document: shared with the Rust client through `delayq-proto`,
 /// so a code is never spelled two ways.
 pub use delayq_proto::{ErrorBody, ErrorCode};
+
+#[cfg(test)]
+mod tests {
+    use super::JournalError;
+    use diesel::result::{DatabaseErrorKind, Error};
+
+    fn database(kind: DatabaseErrorKind, message: &str) -> JournalError {
+        JournalError::Database(Error::DatabaseError(kind, Box::new(message.to_string())))
+    }
+
+    #[test]
+    fn deadlocks_and_serialization_failures_are_retried_not_refused() {
+        for e in [
+            // MySQL/MariaDB (error 1213, which diesel names).
+            database(
+                DatabaseErrorKind::SerializationFailure,
+                "Deadlock found when trying to get lock; try restarting transaction",
+            ),
+            // PostgreSQL's deadlock (40P01): diesel does not name it.
+            database(DatabaseErrorKind::Unknown, "deadlock detected"),
+            // PostgreSQL's serialization failure (40001).
+            database(
+                DatabaseErrorKind::SerializationFailure,
+                "could not serialize access due to concurrent update",
+            ),
+            database(
+                DatabaseErrorKind::Unknown,
+                "could not serialize access due to read/write dependencies among transactions",
+            ),
+        ] {
+            assert!(e.is_deadlock(), "{e}");
+            assert!(!e.is_refusal(), "{e}");
+        }
+    }
+
+    #[test]
+    fn constraints_are_refused_not_retried() {
+        for e in [
+            database(
+                DatabaseErrorKind::UniqueViolation,
+                "duplicate key value violates unique constraint \"ux_message_live_biz_key\"",
+            ),
+            database(
+                DatabaseErrorKind::CheckViolation,
+                "new row for relation \"message\" violates check constraint",
+            ),
+        ] {
+            assert!(!e.is_deadlock(), "{e}");
+            assert!(e.is_refusal(), "{e}");
+        }
+    }
+}

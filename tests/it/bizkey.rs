@@ -1,6 +1,12 @@
 //! Idempotent push: `(topic, bizKey)` is unique among live messages.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::common::{Backend, Env};
+use delayq::journal::models::MessageRow;
 use serde_json::json;
 
 backend_tests!(
@@ -8,6 +14,7 @@ backend_tests!(
     batch_with_a_repeated_biz_key,
     cancelling_frees_the_biz_key,
     keys_and_topics_compare_exactly,
+    concurrent_pushes_and_cancels_of_shared_keys,
 );
 
 /// On every backend, `A-1`, `a-1` and `A-1 ` are three keys, and `T` and
@@ -168,4 +175,207 @@ async fn cancelling_frees_the_biz_key(b: Backend) {
     let second = env.push(msg).await;
     assert_ne!(first, second, "a cancelled message's bizKey is free again");
     assert_eq!(env.journal.rows_by_biz_key("a", "k").len(), 2);
+}
+
+/// One push of a bizKey, or one cancel of it, as the client saw it: sent
+/// and answered, and for a push the id it got.
+struct Seen {
+    key: usize,
+    sent: Instant,
+    answered: Instant,
+    id: Option<String>,
+}
+
+/// Many clients push batches of the same new bizKeys, each batch in its
+/// own shuffled order (so concurrent group commits take the keys' index
+/// entries in opposite orders and the database picks deadlock victims),
+/// while others cancel those keys by bizKey. Every push answers 200 (a
+/// deadlock victim, or a key raced by a push or a cancel, is settled by the
+/// server, never refused); a key has at most one live message; a push sent
+/// after another push of its key was answered, with no cancel of the key
+/// running in between, gets the same id; and the pushes after a key's last
+/// cancel name its live message.
+async fn concurrent_pushes_and_cancels_of_shared_keys(b: Backend) {
+    // Each round has its own keys, new to the journal: every pusher pushes
+    // BATCH of the round's KEYS in its own order, all pushers at once.
+    // On PostgreSQL this makes several deadlocks a run; each one costs
+    // its deadlock_timeout (a second), so more rounds make a longer test.
+    const KEYS: usize = 30;
+    const BATCH: usize = 25;
+    const PUSHERS: usize = 16;
+    const ROUNDS: usize = 16;
+    const CANCELLERS: usize = 8;
+    let name = |key: usize| format!("r{}-k{}", key / KEYS, key % KEYS);
+    let env = Arc::new(Env::start(b).await);
+    let topic = "race";
+    // The latest round a pusher reached; the cancellers follow it.
+    let round = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let began = Instant::now();
+    // The pushers start each round together.
+    let together = Arc::new(tokio::sync::Barrier::new(PUSHERS));
+    let mut pushers = tokio::task::JoinSet::new();
+    for p in 0..PUSHERS {
+        let (env, round, together) = (env.clone(), round.clone(), together.clone());
+        pushers.spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(p as u64);
+            let (mut seen, mut failed) = (Vec::new(), Vec::new());
+            for r in 0..ROUNDS {
+                round.fetch_max(r, Ordering::AcqRel);
+                let mut keys: Vec<usize> = (r * KEYS..(r + 1) * KEYS).collect();
+                rng.shuffle(&mut keys);
+                keys.truncate(BATCH);
+                let messages: Vec<_> = keys
+                    .iter()
+                    .map(|&k| json!({"topic": topic, "bizKey": name(k), "body": "x", "delay": 600_000}))
+                    .collect();
+                together.wait().await;
+                let sent = Instant::now();
+                let reply = env
+                    .post_json("/push/batch", &json!({ "messages": messages }))
+                    .await;
+                let answered = Instant::now();
+                if reply.status != 200 {
+                    failed.push(format!("push: {}: {}", reply.status, reply.text));
+                    continue;
+                }
+                let ids = reply.json["ids"].as_array().expect("ids");
+                assert_eq!(ids.len(), keys.len(), "{}", reply.text);
+                for (&key, id) in keys.iter().zip(ids) {
+                    let id = Some(id.as_str().expect("string id").to_string());
+                    seen.push(Seen { key, sent, answered, id });
+                }
+            }
+            (seen, failed)
+        });
+    }
+    let mut cancellers = tokio::task::JoinSet::new();
+    for c in 0..CANCELLERS {
+        let (env, round, done) = (env.clone(), round.clone(), done.clone());
+        cancellers.spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(1000 + c as u64);
+            let (mut seen, mut failed, mut slow) = (Vec::new(), Vec::new(), 0);
+            while !done.load(Ordering::Acquire) {
+                let r = round
+                    .load(Ordering::Acquire)
+                    .saturating_sub(rng.usize(0..2));
+                let key = r * KEYS + rng.usize(0..KEYS);
+                let sent = Instant::now();
+                let reply = env
+                    .post_json("/cancel", &json!({"topic": topic, "bizKey": name(key)}))
+                    .await;
+                // A cancel that timed out waiting for its commit (503 on a
+                // loaded machine) is queued and written later: when, the
+                // client cannot tell, so it counts as running to the end.
+                let answered = match reply.status {
+                    200 => Instant::now(),
+                    503 => {
+                        slow += 1;
+                        Instant::now() + Duration::from_secs(3600)
+                    }
+                    _ => {
+                        failed.push(format!("cancel: {}: {}", reply.status, reply.text));
+                        Instant::now()
+                    }
+                };
+                seen.push(Seen {
+                    key,
+                    sent,
+                    answered,
+                    id: None,
+                });
+            }
+            (seen, failed, slow)
+        });
+    }
+    let (mut pushes, mut failed) = (Vec::new(), Vec::new());
+    while let Some(r) = pushers.join_next().await {
+        let (s, f) = r.expect("pusher");
+        pushes.extend(s);
+        failed.extend(f);
+    }
+    done.store(true, Ordering::Release);
+    let (mut cancels, mut slow) = (Vec::new(), 0);
+    while let Some(r) = cancellers.join_next().await {
+        let (s, f, n) = r.expect("canceller");
+        cancels.extend(s);
+        failed.extend(f);
+        slow += n;
+    }
+    eprintln!(
+        "{b:?}: {} pushes, {} cancels ({slow} not committed in time) in {:?}; {} refused",
+        pushes.len(),
+        cancels.len(),
+        began.elapsed(),
+        failed.len(),
+    );
+    for f in &failed {
+        eprintln!("refused: {f}");
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} batches and cancels were refused, first: {:?}",
+        failed.len(),
+        PUSHERS * ROUNDS + cancels.len(),
+        &failed[..failed.len().min(3)]
+    );
+
+    let mut by_key: HashMap<usize, (Vec<&Seen>, Vec<&Seen>)> = HashMap::new();
+    for s in &pushes {
+        by_key.entry(s.key).or_default().0.push(s);
+    }
+    for c in &cancels {
+        by_key.entry(c.key).or_default().1.push(c);
+    }
+    let rows = env.journal.rows_of_topic(topic);
+    for (key, (mine, key_cancels)) in by_key {
+        let key = name(key);
+        // A push P gets the id a push Q got when Q was answered before P
+        // was sent and no cancel of the key ran between Q's sending and
+        // P's answer: Q saw its message live, and nothing could end it.
+        for p in &mine {
+            let last_cancel_end = key_cancels
+                .iter()
+                .filter(|c| c.sent < p.answered)
+                .map(|c| c.answered)
+                .max();
+            for q in &mine {
+                if q.answered < p.sent && last_cancel_end.is_none_or(|end| end <= q.sent) {
+                    assert_eq!(
+                        p.id, q.id,
+                        "{key}: pushed {:?} after another push of the live key was answered, and got another id",
+                        p.sent - q.answered
+                    );
+                }
+            }
+        }
+        // The journal holds every id answered, under this key, and at most
+        // one of them live.
+        let rows: Vec<&MessageRow> = rows
+            .iter()
+            .filter(|r| r.biz_key.as_deref() == Some(key.as_str()))
+            .collect();
+        for p in &mine {
+            let id = p.id.as_deref().unwrap();
+            assert!(
+                rows.iter().any(|r| r.id.to_string() == id),
+                "{key}: answered id {id} is not in the journal under this key"
+            );
+        }
+        let live: Vec<i64> = rows.iter().filter(|r| r.status < 4).map(|r| r.id).collect();
+        assert!(live.len() <= 1, "{key}: live messages {live:?}");
+        // The pushes sent after every cancel of the key ended name its one
+        // live message.
+        let cancels_end = key_cancels.iter().map(|c| c.answered).max();
+        for p in mine
+            .iter()
+            .filter(|p| cancels_end.is_none_or(|end| end < p.sent))
+        {
+            assert_eq!(
+                p.id.as_deref().and_then(|id| id.parse::<i64>().ok()),
+                live.first().copied(),
+                "{key}: a push after the last cancel does not name the live message"
+            );
+        }
+    }
 }

@@ -252,3 +252,162 @@ async fn flow_order_for_messages_due_at_once(b: Backend) {
         &bad[..bad.len().min(3)]
     );
 }
+
+/// On PostgreSQL, a push whose bizKey another writer commits between the
+/// push's check and its insert, and whose holder is then cancelled before
+/// the push reads it, takes the key: the refused insert is tried again, not
+/// answered as a refusal. Each step is held by a database lock, so the
+/// interleaving is the same on every run:
+///
+/// 1. W holds a new row of key `k0` uncommitted; the push P (`k0`, `k`)
+///    finds neither key live and waits on W at its insert of `k0`.
+/// 2. Meanwhile a message H takes `k` and commits; L locks H (FOR SHARE)
+///    and the cancel C of H waits on L.
+/// 3. W rolls back: P's insert of `k` is refused by H, and P's read of H's
+///    holder queues behind C. L commits, C ends H (freeing `k`) and
+///    commits, and P's read finds no holder.
+#[test]
+fn postgres_push_whose_key_holder_ends_before_it_is_read() {
+    use std::sync::Arc;
+
+    use delayq::journal::connection::JournalConn;
+    use delayq::journal::models::NewMessage;
+    use delayq::journal::schema::message;
+    use delayq::journal::store::{self, InsertOutcome, NodeInfo};
+    use delayq::message::{IdGenerator, Message, MessageId};
+    use diesel::connection::SimpleConnection;
+    use diesel::dsl::sql;
+    use diesel::prelude::*;
+    use diesel::sql_types::{BigInt, Integer};
+
+    use crate::common::Journal;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = Journal::create(Backend::Postgres, dir.path());
+    journal.conn().run_migrations().expect("migrate");
+    let pg = || PgConnection::establish(&journal.url).expect("connect to PostgreSQL");
+    let ids = Arc::new(IdGenerator::new(7));
+    let now = now_ms();
+    let msg = |key: &str| Message {
+        id: ids.next_id().expect("an id"),
+        topic: "t".into(),
+        biz_key: Some(key.into()),
+        body: key.into(),
+        priority: 0,
+        ttl: 30_000,
+        delay: 600_000,
+        create_time: now,
+        due_time: now + 600_000,
+        max_attempts: 16,
+        retry: None,
+        repeat: None,
+        occurrence: None,
+    };
+    let blocked_on = |monitor: &mut PgConnection, pid: i32, event: &str| {
+        let query = format!(
+            "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} \
+             AND wait_event_type = 'Lock' AND wait_event = '{event}')"
+        );
+        let began = std::time::Instant::now();
+        while diesel::select(sql::<BigInt>(&query))
+            .get_result::<i64>(monitor)
+            .expect("pg_stat_activity")
+            == 0
+        {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "session {pid} never waited on a {event} lock"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut monitor = pg();
+
+    // 1. W holds k0; P waits on it.
+    let mut w = pg();
+    w.batch_execute("BEGIN").unwrap();
+    let held = msg("k0");
+    diesel::insert_into(message::table)
+        .values(NewMessage::waiting(&held))
+        .execute(&mut w)
+        .expect("W's row");
+    let mut p_conn = pg();
+    let p_pid: i32 = diesel::select(sql::<Integer>("pg_backend_pid()"))
+        .get_result(&mut p_conn)
+        .unwrap();
+    let pushed = vec![msg("k0"), msg("k")];
+    let push = {
+        let (ids, pushed) = (ids.clone(), pushed.clone());
+        std::thread::spawn(move || {
+            let node = NodeInfo {
+                node_id: "n".into(),
+                host: "h".into(),
+            };
+            let shard = |_: MessageId| Arc::<str>::from("shard");
+            store::insert_messages(
+                &mut JournalConn::Postgres(p_conn),
+                &ids,
+                &node,
+                &shard,
+                &pushed,
+                &[false, false],
+            )
+        })
+    };
+    blocked_on(&mut monitor, p_pid, "transactionid");
+
+    // 2. H takes k; L locks H; C's cancel of H waits on L.
+    let holder = msg("k");
+    diesel::insert_into(message::table)
+        .values(NewMessage::waiting(&holder))
+        .execute(&mut pg())
+        .expect("H");
+    let mut l = pg();
+    l.batch_execute(&format!(
+        "BEGIN; SELECT id FROM message WHERE id = {} FOR SHARE",
+        holder.id.0
+    ))
+    .unwrap();
+    let mut c_conn = pg();
+    let c_pid: i32 = diesel::select(sql::<Integer>("pg_backend_pid()"))
+        .get_result(&mut c_conn)
+        .unwrap();
+    let cancel = {
+        let id = holder.id.0;
+        std::thread::spawn(move || {
+            c_conn
+                .batch_execute(&format!(
+                    "BEGIN; UPDATE message SET status = 5, live_biz_key = NULL WHERE id = {id}; COMMIT"
+                ))
+                .expect("C's cancel")
+        })
+    };
+    blocked_on(&mut monitor, c_pid, "transactionid");
+
+    // 3. W gives k0 up; P is refused k and queues behind C to read H.
+    w.batch_execute("ROLLBACK").unwrap();
+    blocked_on(&mut monitor, p_pid, "tuple");
+    l.batch_execute("COMMIT").unwrap();
+    cancel.join().expect("cancel thread");
+
+    let outcomes = push
+        .join()
+        .expect("push thread")
+        .expect("the push takes the freed key");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, InsertOutcome::Inserted)),
+        "{outcomes:?}"
+    );
+    let live: Vec<(String, i64)> = message::table
+        .filter(message::live_biz_key.is_not_null())
+        .select((message::biz_key.assume_not_null(), message::id))
+        .order(message::biz_key)
+        .load(&mut pg())
+        .unwrap();
+    assert_eq!(
+        live,
+        vec![("k".into(), pushed[1].id.0), ("k0".into(), pushed[0].id.0)]
+    );
+}

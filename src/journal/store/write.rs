@@ -20,6 +20,10 @@ use super::{
     StatusChange, INSERT_CHUNK,
 };
 
+/// How many times one row whose bizKey was taken, then freed before its
+/// holder could be read, is tried again before the batch fails.
+const LIVE_KEY_TRIES: u32 = 8;
+
 /// Inserts messages as WaitPut with their first flow row, all in one
 /// transaction. A message whose `(topic, bizKey)` is live already, in the
 /// journal or earlier in the same batch, is not inserted.
@@ -29,6 +33,9 @@ use super::{
 /// index refuses it; then only the rows of that chunk are tried again, one
 /// by one, each behind a savepoint, and a refused row answers with the
 /// message that holds its bizKey: the rest of the batch is written as usual.
+/// When that holder ended meanwhile (a cancel of the key committed between
+/// the refused insert and the read of its holder), the key is free and the
+/// row is tried again, up to [`LIVE_KEY_TRIES`] times.
 pub fn insert_messages(
     conn: &mut JournalConn,
     ids: &IdGenerator,
@@ -77,20 +84,35 @@ pub fn insert_messages(
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
                     for (row, &i) in chunk.iter().zip(msg_of) {
-                        match c.transaction(|c| c.insert_messages(std::slice::from_ref(row))) {
-                            Ok(_) => {}
-                            Err(e) if is_unique_violation(&e) => {
-                                let m = &msgs[i];
-                                let key = m.biz_key.as_deref().unwrap_or_default();
-                                match live_holder(c, &m.topic, key)? {
-                                    Some(holder) => {
-                                        tracing::info!(topic = %m.topic, biz_key = key, id = holder.id, "another writer took this bizKey meanwhile; answered with its message");
-                                        outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder)));
+                        let mut tries = 0;
+                        loop {
+                            match c.transaction(|c| c.insert_messages(std::slice::from_ref(row))) {
+                                Ok(_) => break,
+                                Err(e) if is_unique_violation(&e) => {
+                                    let m = &msgs[i];
+                                    let Some(key) = m.biz_key.as_deref() else {
+                                        return Err(e);
+                                    };
+                                    match live_holder(c, &m.topic, key)? {
+                                        Some(holder) => {
+                                            tracing::info!(topic = %m.topic, biz_key = key, id = holder.id, "another writer took this bizKey meanwhile; answered with its message");
+                                            outcomes[i] = Some(InsertOutcome::Duplicate(Box::new(holder)));
+                                            break;
+                                        }
+                                        // The holder ended (a cancel, an ack)
+                                        // between the refused insert and this
+                                        // read: the key is free again, and the
+                                        // row is tried again (a push that takes
+                                        // it meanwhile is found as its holder).
+                                        None if tries < LIVE_KEY_TRIES => {
+                                            tracing::info!(topic = %m.topic, biz_key = key, "this bizKey's holder ended meanwhile; inserting the message again");
+                                            tries += 1;
+                                        }
+                                        None => return Err(e),
                                     }
-                                    None => return Err(e),
                                 }
+                                Err(e) => return Err(e),
                             }
-                            Err(e) => return Err(e),
                         }
                     }
                 }

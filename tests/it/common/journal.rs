@@ -157,6 +157,16 @@ impl Journal {
     }
 
     /// Every message row of a topic with this bizKey.
+    /// Every message of `topic`.
+    pub fn rows_of_topic(&self, topic: &str) -> Vec<MessageRow> {
+        let mut conn = self.conn();
+        with_conn!(&mut conn, c => message::table
+            .filter(message::topic.eq(topic))
+            .select(MessageRow::as_select())
+            .load(c)
+            .expect("read messages by topic"))
+    }
+
     pub fn rows_by_biz_key(&self, topic: &str, biz_key: &str) -> Vec<MessageRow> {
         let mut conn = self.conn();
         with_conn!(&mut conn, c => message::table
