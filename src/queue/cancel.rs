@@ -61,7 +61,7 @@ async fn cancel_in_redis(
             (CancelOutcome::Deleted, Some(attempts))
         }
         // Redis does not hold it: the journal knows how its life ended.
-        RedisCancel::Absent => match state.journal.find(id).await? {
+        RedisCancel::Absent => match state.journal.find_waiting(id).await? {
             None => (CancelOutcome::NotFound, None),
             Some((row, _)) => match row.status() {
                 Status::Consumed => (CancelOutcome::AlreadyConsumed, None),

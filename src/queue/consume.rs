@@ -569,7 +569,9 @@ pub async fn ack_deliveries(
     }
 }
 
-/// The journal's row of a message Redis no longer holds.
+/// The journal's row of a message Redis no longer holds; a journal
+/// database that does not answer in a couple of seconds is unavailable
+/// (see [`crate::actors::journal::Journal::find_waiting`]).
 async fn find(
     state: &Queue,
     id: MessageId,
@@ -580,7 +582,7 @@ async fn find(
     )>,
     QueueError,
 > {
-    Ok(state.journal.find(id).await?)
+    Ok(state.journal.find_waiting(id).await?)
 }
 
 /// Rounds of reading and moving on a recurring message an ack makes before
