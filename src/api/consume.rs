@@ -75,7 +75,7 @@ pub async fn get(
         (status = 400, description = "A bad id or parameter", body = ErrorBody),
         (status = 404, description = "No such message", body = ErrorBody),
         (status = 409, description = "Not handed out to a consumer (`not_in_flight`), or the receipt names another delivery (`stale_delivery`)", body = ErrorBody),
-        (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
+        (status = 503, description = "Redis unavailable; or Redis no longer holds the message (an unknown id, one acked long ago) and the journal, which alone can tell what became of it, did not answer within 2 s (`journal_unavailable`; nothing changed, try again)", body = ErrorBody),
     ),
 )]
 pub async fn ack(

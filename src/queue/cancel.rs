@@ -4,6 +4,7 @@
 use futures::stream::{self, StreamExt};
 
 use super::{Queue, QueueError};
+use crate::error::JournalError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::RedisCancel;
@@ -44,44 +45,46 @@ impl From<CancelOutcome> for delayq_proto::CancelOutcome {
     }
 }
 
-/// Cancels one message in Redis and, where Redis does not hold it, asks
-/// the journal how its life went. Returns the outcome and, when it was
-/// cancelled now, its delivery count for the journal.
-async fn cancel_in_redis(
-    state: &Queue,
-    id: MessageId,
-) -> Result<(CancelOutcome, Option<i32>), QueueError> {
-    let redis = &state.redis;
-    Ok(match redis.cancel(id, false).await? {
-        RedisCancel::InFlight => (CancelOutcome::InFlight, None),
+/// Where cancelling one message stands after the Redis step: its outcome
+/// and, when it was cancelled now, its delivery count for the journal.
+type Settled = (CancelOutcome, Option<i32>);
+
+/// The outcome of what Redis said of a cancel; `None` when Redis does not
+/// hold the message and only the journal can tell.
+fn from_redis(r: RedisCancel) -> Option<Settled> {
+    match r {
+        RedisCancel::InFlight => Some((CancelOutcome::InFlight, None)),
         // Ended in Redis, the journal not told yet: the end says how.
-        RedisCancel::Finished(end) => (ended(end.status), None),
+        RedisCancel::Finished(end) => Some((ended(end.status), None)),
         // A recurring message in flight: that delivery is its last.
         RedisCancel::Deleted { attempts } | RedisCancel::Stopped { attempts } => {
-            (CancelOutcome::Deleted, Some(attempts))
+            Some((CancelOutcome::Deleted, Some(attempts)))
         }
-        // Redis does not hold it: the journal knows how its life ended.
-        RedisCancel::Absent => match state.journal.find(id).await? {
-            None => (CancelOutcome::NotFound, None),
-            Some((row, _)) => match row.status() {
-                Status::Consumed => (CancelOutcome::AlreadyConsumed, None),
-                Status::Deleted => (CancelOutcome::Deleted, None),
-                Status::Dead => (CancelOutcome::Dead, None),
-                Status::Consuming => (CancelOutcome::InFlight, None),
-                // Live, yet not in Redis: its push has not reached Redis yet
-                // (or met an outage), or Redis lost it. Cancel again with a
-                // tombstone, so neither that push nor a restore brings it back.
-                Status::WaitPut | Status::Delaying | Status::Ready => {
-                    match redis.cancel(id, true).await? {
-                        RedisCancel::InFlight => (CancelOutcome::InFlight, None),
-                        RedisCancel::Deleted { attempts } | RedisCancel::Stopped { attempts } => {
-                            (CancelOutcome::Deleted, Some(attempts))
-                        }
-                        RedisCancel::Finished(end) => (ended(end.status), None),
-                        RedisCancel::Absent => (CancelOutcome::Deleted, Some(row.attempts)),
-                    }
+        RedisCancel::Absent => None,
+    }
+}
+
+/// Cancels a message Redis does not hold: asks the journal how its life
+/// went, and cancels a live one in Redis again with a tombstone.
+async fn cancel_absent(state: &Queue, id: MessageId) -> Result<Settled, QueueError> {
+    let redis = &state.redis;
+    Ok(match state.journal.find_waiting(id).await? {
+        None => (CancelOutcome::NotFound, None),
+        Some((row, _)) => match row.status() {
+            Status::Consumed => (CancelOutcome::AlreadyConsumed, None),
+            Status::Deleted => (CancelOutcome::Deleted, None),
+            Status::Dead => (CancelOutcome::Dead, None),
+            Status::Consuming => (CancelOutcome::InFlight, None),
+            // Live, yet not in Redis: its push has not reached Redis yet
+            // (or met an outage), or Redis lost it. Cancel again with a
+            // tombstone, so neither that push nor a restore brings it back.
+            Status::WaitPut | Status::Delaying | Status::Ready => {
+                match from_redis(redis.cancel(id, true).await?) {
+                    Some(settled) => settled,
+                    // Cancelled now, its tombstone set.
+                    None => (CancelOutcome::Deleted, Some(row.attempts)),
                 }
-            },
+            }
         },
     })
 }
@@ -95,14 +98,33 @@ fn ended(status: Status) -> CancelOutcome {
     }
 }
 
-/// Cancels messages, a few at a time, and answers once the journal
-/// committed every one cancelled now (one commit for all of them).
-pub async fn cancel_many(
+/// The first step of cancelling `ids`: each cancelled in Redis, a few at
+/// a time; what Redis said of each.
+async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCancel, QueueError>> {
+    stream::iter(ids)
+        .map(|&id| async move { Ok(state.redis.cancel(id, false).await?) })
+        .buffered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// The second step, the journal's: the ones Redis does not hold are
+/// looked up, and every one cancelled now is committed (one commit for
+/// all). An outcome or error per id; the outer error is the commit's, for
+/// every id (a cancel is answered once the journal has it, and an answer
+/// without a change waits its turn behind the changes queued before it).
+async fn settle(
     state: &Queue,
     ids: &[MessageId],
-) -> Result<Vec<CancelOutcome>, QueueError> {
-    let results: Vec<Result<(CancelOutcome, Option<i32>), QueueError>> = stream::iter(ids)
-        .map(|&id| cancel_in_redis(state, id))
+    in_redis: Vec<Result<RedisCancel, QueueError>>,
+) -> Result<Vec<Result<CancelOutcome, QueueError>>, QueueError> {
+    let results: Vec<Result<Settled, QueueError>> = stream::iter(ids.iter().zip(in_redis))
+        .map(|(&id, r)| async move {
+            match from_redis(r?) {
+                Some(settled) => Ok(settled),
+                None => cancel_absent(state, id).await,
+            }
+        })
         .buffered(CONCURRENCY)
         .collect()
         .await;
@@ -110,24 +132,18 @@ pub async fn cancel_many(
     let now = now_ms();
     let mut outcomes = Vec::with_capacity(ids.len());
     let mut changes = Vec::new();
-    let mut first_error = None;
     for (&id, r) in ids.iter().zip(results) {
-        match r {
-            Ok((outcome, attempts)) => {
-                if let Some(attempts) = attempts {
-                    changes.push(StatusChange::deleted(
-                        id,
-                        attempts,
-                        now,
-                        keys.delay(keys.shard_of(id)).into(),
-                    ));
-                }
-                outcomes.push(outcome);
+        outcomes.push(r.map(|(outcome, attempts)| {
+            if let Some(attempts) = attempts {
+                changes.push(StatusChange::deleted(
+                    id,
+                    attempts,
+                    now,
+                    keys.delay(keys.shard_of(id)).into(),
+                ));
             }
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
+            outcome
+        }));
     }
     crate::metrics::metrics()
         .cancelled
@@ -135,10 +151,50 @@ pub async fn cancel_many(
     // What was cancelled in Redis reaches the journal even when another id
     // met an outage; cancelling again finds each one finished.
     state.journal.record_durable(changes).await?;
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(outcomes),
-    }
+    Ok(outcomes)
+}
+
+/// Cancels messages, a few at a time, and answers once the journal
+/// committed every one cancelled now (one commit for all of them).
+pub async fn cancel_many(
+    state: &Queue,
+    ids: &[MessageId],
+) -> Result<Vec<CancelOutcome>, QueueError> {
+    let in_redis = cancel_in_redis(state, ids).await;
+    settle(state, ids, in_redis).await?.into_iter().collect()
+}
+
+/// A batch of single cancels (`GET /delete`), in two steps (see
+/// [`super::coalesce`]): the Redis step with the batch, then the journal's
+/// (lookups and the commit) on its own, so the next batch's cancels do not
+/// wait for this one's commit.
+pub(super) async fn cancel_batch(
+    state: Queue,
+    ids: Vec<MessageId>,
+) -> Result<super::coalesce::Staged<CancelOutcome>, QueueError> {
+    let in_redis = cancel_in_redis(&state, &ids).await;
+    let later = async move {
+        match settle(&state, &ids, in_redis).await {
+            Ok(each) => each,
+            // The commit failed: every cancel of the batch is told so.
+            Err(e) => ids.iter().map(|_| Err(told_again(&e))).collect(),
+        }
+    };
+    Ok(super::coalesce::Staged {
+        now: Vec::new(),
+        later: Some(Box::pin(later)),
+    })
+}
+
+/// The error of a batch's commit, for each of its callers.
+fn told_again(e: &QueueError) -> QueueError {
+    QueueError::Journal(match e {
+        QueueError::Journal(JournalError::Refused(why)) => JournalError::Refused(why.clone()),
+        QueueError::Journal(JournalError::Unavailable(why)) => {
+            JournalError::Unavailable(why.clone())
+        }
+        other => JournalError::Unavailable(other.to_string()),
+    })
 }
 
 /// The live message holding `(topic, bizKey)`, cancelled: its id and

@@ -339,6 +339,61 @@ pub async fn ack_deliveries(
     acks: &[Ack],
     journal: AckJournal,
 ) -> Result<Vec<AckOutcome>, QueueError> {
+    let (outcomes, _) = ack_rounds(state, acks, journal, Lookups::Ask).await?;
+    Ok(outcomes)
+}
+
+/// A batch of single acks (`POST /ack/{id}`), in two steps (see
+/// [`super::coalesce`]): the acks Redis can answer are applied and answered
+/// at once; an ack of an id Redis does not hold needs the journal's word
+/// (never issued, acked long ago, ...), so it is acked again on its own,
+/// beside the batches that follow, and a journal database that stopped
+/// answering holds up only that ack.
+pub(super) async fn ack_batch(
+    state: Queue,
+    acks: Vec<Ack>,
+) -> Result<super::coalesce::Staged<AckOutcome>, QueueError> {
+    let (outcomes, deferred) =
+        ack_rounds(&state, &acks, AckJournal::Queued, Lookups::Defer).await?;
+    let mut now: Vec<Option<AckOutcome>> = outcomes.into_iter().map(Some).collect();
+    for &i in &deferred {
+        now[i] = None;
+    }
+    let later = (!deferred.is_empty()).then(|| {
+        let left: Vec<Ack> = deferred.iter().map(|&i| acks[i]).collect();
+        let one = move |ack: Ack| {
+            let state = state.clone();
+            async move {
+                ack_deliveries(&state, &[ack], AckJournal::Queued)
+                    .await?
+                    .pop()
+                    .ok_or_else(|| QueueError::NotScheduled("no answer".into()))
+            }
+        };
+        let all = futures::future::join_all(left.into_iter().map(one));
+        Box::pin(all) as futures::future::LocalBoxFuture<'static, _>
+    });
+    Ok(super::coalesce::Staged { now, later })
+}
+
+/// What an ack of an id Redis does not hold does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookups {
+    /// Asks the journal how the message's life went.
+    Ask,
+    /// Leaves it unanswered: its index is returned.
+    Defer,
+}
+
+/// [`ack_deliveries`]; with [`Lookups::Defer`], also the indexes of the
+/// acks left unanswered (their outcomes are placeholders).
+async fn ack_rounds(
+    state: &Queue,
+    acks: &[Ack],
+    journal: AckJournal,
+    lookups: Lookups,
+) -> Result<(Vec<AckOutcome>, Vec<usize>), QueueError> {
+    let mut deferred = Vec::new();
     let ids: Vec<MessageId> = acks.iter().map(|a| a.id).collect();
     let ids = &ids[..];
     let keys = state.redis.keys();
@@ -456,6 +511,10 @@ pub async fn ack_deliveries(
                     Status::Consumed => AckOutcome::Consumed,
                     other => AckOutcome::NotInFlight(Some(other)),
                 },
+                RedisAck::Absent | RedisAck::Finished(None) if lookups == Lookups::Defer => {
+                    deferred.push(i);
+                    continue;
+                }
                 // Redis does not hold it: the journal knows how its life went.
                 RedisAck::Absent | RedisAck::Finished(None) => match find(state, id).await {
                     Err(e) => {
@@ -560,16 +619,21 @@ pub async fn ack_deliveries(
         AckJournal::Committed => state.journal.record_durable(changes).await?,
         AckJournal::Queued => state.journal.record(changes),
     }
-    for (id, outcome) in ids.iter().zip(&outcomes) {
-        tracing::debug!(id = %id, ?outcome, "acked");
+    let left: BTreeSet<usize> = deferred.iter().copied().collect();
+    for (i, (id, outcome)) in ids.iter().zip(&outcomes).enumerate() {
+        if !left.contains(&i) {
+            tracing::debug!(id = %id, ?outcome, "acked");
+        }
     }
     match lookup_error {
         Some(e) => Err(e),
-        None => Ok(outcomes),
+        None => Ok((outcomes, deferred)),
     }
 }
 
-/// The journal's row of a message Redis no longer holds.
+/// The journal's row of a message Redis no longer holds; a journal
+/// database that does not answer in a couple of seconds is unavailable
+/// (see [`crate::actors::journal::Journal::find_waiting`]).
 async fn find(
     state: &Queue,
     id: MessageId,
@@ -580,7 +644,7 @@ async fn find(
     )>,
     QueueError,
 > {
-    Ok(state.journal.find(id).await?)
+    Ok(state.journal.find_waiting(id).await?)
 }
 
 /// Rounds of reading and moving on a recurring message an ack makes before

@@ -122,12 +122,10 @@ impl Queue {
         };
         let (a, c) = (q.clone(), q.clone());
         q.acks = Some(coalesce::Coalesce::start(COALESCE, move |acks| {
-            let q = a.clone();
-            async move { consume::ack_deliveries(&q, &acks, consume::AckJournal::Queued).await }
+            consume::ack_batch(a.clone(), acks)
         }));
         q.cancels = Some(coalesce::Coalesce::start(COALESCE, move |ids| {
-            let q = c.clone();
-            async move { cancel::cancel_many(&q, &ids).await }
+            cancel::cancel_batch(c.clone(), ids)
         }));
         q
     }
@@ -155,7 +153,9 @@ impl Queue {
 
     /// Acks one delivery, batched with the acks queued beside it; answered
     /// once Redis applied it (its end is kept in Redis until the journal
-    /// has it, see [`crate::redis::keys`]'s `unjournaled`).
+    /// has it, see [`crate::redis::keys`]'s `unjournaled`). An ack of an id
+    /// Redis does not hold waits for the journal's word (a couple of
+    /// seconds at most), on its own: the acks queued behind it do not.
     pub async fn ack_one(&self, ack: consume::Ack) -> Result<consume::AckOutcome, QueueError> {
         match &self.acks {
             Some(c) => c.call(ack).await,
@@ -169,7 +169,8 @@ impl Queue {
 
     /// Cancels one message, batched with the cancels queued beside it (one
     /// Redis round trip and one journal commit for the batch); answered
-    /// once the journal committed it, so its bizKey is free at once.
+    /// once the journal committed it, so its bizKey is free at once. The
+    /// next batch goes to Redis while this one waits for its commit.
     pub async fn cancel_one(&self, id: MessageId) -> Result<cancel::CancelOutcome, QueueError> {
         match &self.cancels {
             Some(c) => c.call(id).await,

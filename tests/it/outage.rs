@@ -318,3 +318,242 @@ async fn prompt_retry_after_a_refused_push_is_delivered(b: Backend) {
         env.journal.row(&row.id.to_string()).unwrap().status
     );
 }
+
+/// One single ack (or cancel) sent during the outage: what it answered,
+/// and how long it took.
+struct Timed {
+    id: String,
+    status: u16,
+    json: serde_json::Value,
+    took: Duration,
+}
+
+async fn timed(req: reqwest::RequestBuilder, id: String) -> Timed {
+    let t = Instant::now();
+    let resp = req.send().await.expect("HTTP request");
+    let status = resp.status().as_u16();
+    let json = resp.json().await.unwrap_or(serde_json::Value::Null);
+    Timed {
+        id,
+        status,
+        json,
+        took: t.elapsed(),
+    }
+}
+
+/// The database stops answering (SIGSTOP: connections stay open, queries
+/// hang) while consumers ack messages in flight one request each, and among
+/// them acks the journal must answer: ids delayq never issued, and messages
+/// acked (and journaled) long ago. An ack of a message in flight is applied
+/// in Redis and answered 200 at once, whatever waits beside it; an ack the
+/// journal must answer waits for it at most a couple of seconds, then says
+/// 503 `journal_unavailable` (nothing changed; sent again once the database
+/// is back it gets its true outcome). Nothing acked comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn single_acks_answer_through_a_database_stall_beside_acks_of_unknown_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("delayq_stall_{}", random_hex(8));
+    let mariadb = PrivateMariadb::start(dir.path(), &db);
+    let env = Env::builder(Backend::Mariadb)
+        .journal_url(&mariadb.url(&db))
+        .start()
+        .await;
+    // 40 messages to ack during the stall, 10 acked before it.
+    let ids = env
+        .push_batch(
+            (0..50)
+                .map(|i| json!({"topic": "stall", "body": format!("{i}"), "ttl": 60_000}))
+                .collect(),
+        )
+        .await;
+    let got = env.collect("stall", 50, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 50);
+    let (good, old) = ids.split_at(40);
+    for id in old {
+        env.ack(id).await.assert_ok();
+    }
+    env.wait_statuses(&ids[..40], status::CONSUMING).await;
+    env.wait_statuses(old, status::CONSUMED).await;
+    // Redis keeps no end for the journal: an ack of an old one asks the
+    // journal.
+    env.wait_journaled().await;
+    let unknown: Vec<String> = (0..20).map(|i| (1_000_000 + i).to_string()).collect();
+
+    mariadb.pause();
+    let stalled = Instant::now();
+    let acks = {
+        let (http, base) = (env.http.clone(), env.url(""));
+        let (good, old, unknown) = (good.to_vec(), old.to_vec(), unknown.clone());
+        tokio::spawn(async move {
+            let ack = |id: &String| timed(http.post(format!("{base}/ack/{id}")), id.clone());
+            let mut asking = Vec::new();
+            let mut answered = Vec::new();
+            // Before each good ack, now and then an ack the journal must
+            // answer (sent, not awaited: another consumer's).
+            let mut journal_bound = unknown.iter().chain(old.iter());
+            for (i, id) in good.iter().enumerate() {
+                if i % 4 != 3 {
+                    if let Some(other) = journal_bound.next() {
+                        asking.push(tokio::spawn(ack(other)));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                answered.push(ack(id).await);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            let mut asked = Vec::new();
+            for a in asking {
+                asked.push(a.await.unwrap());
+            }
+            (answered, asked)
+        })
+    };
+    // The stall lasts 8 s, longer than the acks take when nothing holds
+    // them up.
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(stalled.elapsed())).await;
+    mariadb.resume();
+    let resumed = stalled.elapsed();
+    let (answered, asked) = acks.await.unwrap();
+
+    let slowest = answered.iter().map(|a| a.took).max().unwrap();
+    eprintln!(
+        "stall {resumed:?}: good acks answered in at most {slowest:?}; \
+         acks the journal answers in at most {:?}",
+        asked.iter().map(|a| a.took).max().unwrap()
+    );
+    for a in &answered {
+        assert_eq!(
+            (a.status, a.json["status"].as_str()),
+            (200, Some("Consumed")),
+            "ack of {} in flight: {}",
+            a.id,
+            a.json
+        );
+    }
+    let slow: Vec<(&str, Duration)> = answered
+        .iter()
+        .filter(|a| a.took > Duration::from_secs(1))
+        .map(|a| (a.id.as_str(), a.took))
+        .collect();
+    assert!(
+        slow.is_empty(),
+        "{} of {} acks of messages in flight took over 1 s with the journal stalled, \
+         e.g. {:?}",
+        slow.len(),
+        answered.len(),
+        slow.first()
+    );
+    // Acks the journal must answer: a clear 503 within a few seconds, not
+    // held for the whole stall.
+    for a in &asked {
+        assert_eq!(
+            (a.status, a.json["error"].as_str()),
+            (503, Some("journal_unavailable")),
+            "ack of {} with the journal stalled: {}",
+            a.id,
+            a.json
+        );
+        assert!(
+            a.took < Duration::from_secs(4),
+            "ack of {} waited {:?} for the stalled journal",
+            a.id,
+            a.took
+        );
+    }
+
+    // The journal back: the same acks get their true outcome.
+    for id in &unknown {
+        env.ack(id).await.assert_error(404, "not_found");
+    }
+    for id in old.iter().chain(good) {
+        assert_eq!(env.ack(id).await.assert_ok()["status"], "Consumed");
+    }
+    // Every ack answered 200 is journaled, and nothing comes back, not
+    // even from a restore.
+    env.wait_statuses(&ids, status::CONSUMED).await;
+    let in_flight = env.in_flight_ids();
+    assert!(in_flight.is_empty(), "still in flight: {in_flight:?}");
+    let r = env.get_path("/reStore?expire=true").await;
+    assert_eq!(r.assert_ok()["restored"], 0, "{}", r.text);
+    env.assert_nothing("stall", 1).await;
+    drop(env);
+}
+
+/// Single cancels queued while the database stops answering: each is
+/// answered on its own after the 2 s wait for its commit (503 `journal_unavailable`,
+/// applied in Redis; the journal records it when it is back), not a few
+/// seconds more for each cancel queued before it.
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_single_cancels_answer_in_time_through_a_database_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("delayq_stall_{}", random_hex(8));
+    let mariadb = PrivateMariadb::start(dir.path(), &db);
+    let env = Env::builder(Backend::Mariadb)
+        .journal_url(&mariadb.url(&db))
+        .start()
+        .await;
+    let ids = env
+        .push_batch(
+            (0..12)
+                .map(|i| json!({"topic": "stall", "body": format!("{i}"), "delay": 600_000}))
+                .collect(),
+        )
+        .await;
+    for id in &ids {
+        env.wait_scheduled(id).await;
+    }
+
+    mariadb.pause();
+    let stalled = Instant::now();
+    let cancels = {
+        let (http, base) = (env.http.clone(), env.url(""));
+        let ids = ids.clone();
+        tokio::spawn(async move {
+            let mut sent = Vec::new();
+            for id in &ids {
+                let req = http.get(format!("{base}/delete?id={id}"));
+                sent.push(tokio::spawn(timed(req, id.clone())));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let mut answered = Vec::new();
+            for s in sent {
+                answered.push(s.await.unwrap());
+            }
+            answered
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(stalled.elapsed())).await;
+    mariadb.resume();
+    let answered = cancels.await.unwrap();
+    eprintln!(
+        "queued cancels answered in at most {:?}",
+        answered.iter().map(|a| a.took).max().unwrap()
+    );
+    for a in &answered {
+        assert_eq!(
+            (a.status, a.json["error"].as_str()),
+            (503, Some("journal_unavailable")),
+            "cancel of {} with the journal stalled: {}",
+            a.id,
+            a.json
+        );
+        // The journal's commit is waited for 2 s: a cancel that waited
+        // longer waited for another's.
+        assert!(
+            a.took < Duration::from_secs(3),
+            "cancel of {} waited {:?} with the journal stalled",
+            a.id,
+            a.took
+        );
+    }
+    // Applied in Redis all the same; journaled once the database is back,
+    // and a cancel sent again says so.
+    for id in &ids {
+        assert!(!env.scheduled_in_redis(id), "{id} still scheduled");
+    }
+    env.wait_statuses(&ids, status::DELETED).await;
+    for id in &ids {
+        assert_eq!(env.delete(id).await.assert_ok()["result"], "deleted");
+    }
+    drop(env);
+}

@@ -300,6 +300,23 @@ impl Journal {
         self.actor.send(FindMessage(id)).await?
     }
 
+    /// [`Journal::find`] for a caller that is waiting for its answer (an
+    /// ack, nack or cancel of an id Redis does not hold): a database that
+    /// does not answer within the wait for a durable change is
+    /// unavailable, rather than holding the caller until it answers.
+    pub async fn find_waiting(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
+        match tokio::time::timeout(DURABLE_WAIT, self.find(id)).await {
+            Ok(found) => found,
+            Err(_) => Err(JournalError::Unavailable(format!(
+                "the journal database did not answer in time; only the journal can tell \
+                 what became of message {id} (Redis no longer holds it); try again"
+            ))),
+        }
+    }
+
     pub async fn live_page(
         &self,
         after: i64,

@@ -146,6 +146,25 @@ impl PrivateMariadb {
         }
     }
 
+    /// Freezes the server (SIGSTOP): its connections stay open and every
+    /// query on them hangs until [`PrivateMariadb::resume`], as with a
+    /// database that stopped answering (a stall, a network partition).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("the private MariaDB is running");
+        // SAFETY: kill(2) on this test's own child process.
+        let r = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        assert_eq!(r, 0, "signal {sig} to the private MariaDB");
+    }
+
     /// Starts it again on the same data and port.
     pub fn restart(&mut self) {
         self.launch();
