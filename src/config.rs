@@ -68,6 +68,22 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `delayq reshard` moves the data set to the count `--shards` names: a
+/// count left to its default (8) is refused, so a forgotten flag moves
+/// nothing.
+fn reshard_names_its_shards(m: &clap::ArgMatches) -> Result<(), clap::Error> {
+    if let Some(("reshard", sub)) = m.subcommand() {
+        if sub.value_source("shards") == Some(clap::parser::ValueSource::DefaultValue) {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "delayq reshard needs the shard count to move the data set to: --shards N \
+                 (or DELAYQ_SHARDS); start the nodes with the same --shards afterwards\n",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Cli {
     /// The command line, the `DELAYQ_*` environment and the config file,
     /// in that order of precedence. Like clap's own parse it exits with
@@ -84,10 +100,10 @@ impl Cli {
             }
         };
         let given = file::with_settings(&cmd, &args, &from_file);
-        match cmd
-            .try_get_matches_from_mut(&given)
-            .and_then(|m| Cli::from_arg_matches(&m))
-        {
+        match cmd.try_get_matches_from_mut(&given).and_then(|m| {
+            reshard_names_its_shards(&m)?;
+            Cli::from_arg_matches(&m)
+        }) {
             Ok(cli) => cli,
             Err(e) => {
                 let e = e.format(&mut cmd);

@@ -110,6 +110,17 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
     if let Some(holder) = standalone {
         bail!("a node is running on this data set ({holder}): stop every node before a reshard");
     }
+    // Nodes in ZooKeeper mode hold no such lease: each says every second
+    // that it runs.
+    let alive = redis.nodes_alive().await?;
+    if !alive.is_empty() {
+        bail!(
+            "nodes are running on this data set ({}): stop every node before a reshard \
+             (a node stopped within the last {} s still counts)",
+            alive.join(", "),
+            crate::redis::schedule::BEHIND_FRESH_MS / 1000
+        );
+    }
     let _: () = redis::cmd("SET")
         .arg(&marker_key)
         .arg(format!("{from}>{to}"))

@@ -33,7 +33,8 @@ pub(super) async fn check_eviction(redis: &RedisSchedule) {
     }
 }
 
-/// Every node says in Redis, each second, whether its journal is behind
+/// Every node says in Redis, each second, that it runs (see `delayq
+/// reshard`) and whether its journal is behind
 /// (see [`Journal::behind`]): acks and cancels it applied in Redis may not
 /// be in the journal yet, so the journal's live rows cannot be trusted to
 /// be live.
@@ -43,10 +44,10 @@ pub(super) async fn publish_journal_behind(
     node_id: String,
 ) {
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
         if let Err(e) = redis.say_journal_behind(&node_id, journal.behind()).await {
             tracing::debug!(error = %e, "cannot publish whether the journal is behind");
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

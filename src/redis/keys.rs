@@ -30,6 +30,7 @@
 //! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
 //! | `{P}:paused` | hash | topic → when it was paused (ms): the paused topics, as `GET /topics` lists them; every shard's `:paused` set follows it |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
+//! | `{P}:alive` | zset | serving nodes (standalone or ZooKeeper mode), scored by when they last said they run (ms, each second); `delayq reshard` refuses while one said so lately |
 //!
 //! Pub/sub channels (not keys), one pair per shard and tagged like its keys,
 //! so on a Redis Cluster they are sharded channels (SPUBLISH/SSUBSCRIBE) of
@@ -206,6 +207,11 @@ impl Keys {
     /// wait for the database), scored by when they last said so (ms).
     pub fn journal_behind(&self) -> String {
         format!("{{{}}}:journal-behind", self.prefix)
+    }
+
+    /// Serving nodes, scored by when they last said they run (ms).
+    pub fn alive(&self) -> String {
+        format!("{{{}}}:alive", self.prefix)
     }
 
     /// Channel waking shard `s`'s owner (see schedule.lua).

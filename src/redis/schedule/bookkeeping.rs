@@ -64,7 +64,8 @@ impl RedisSchedule {
     }
 
     /// Says whether `node`'s journal is behind (read by
-    /// [`RedisSchedule::journals_behind`]), and forgets the word of nodes
+    /// [`RedisSchedule::journals_behind`]) and that `node` runs (read by
+    /// [`RedisSchedule::nodes_alive`]), and forgets the word of nodes
     /// silent for [`BEHIND_FRESH_MS`] (stopped meanwhile).
     pub async fn say_journal_behind(&self, node: &str, behind: bool) -> Result<(), RedisError> {
         let key = self.keys.journal_behind();
@@ -80,7 +81,44 @@ impl RedisSchedule {
             .arg("-inf")
             .arg(now - BEHIND_FRESH_MS)
             .ignore();
+        // And that it runs (see `delayq reshard`).
+        let alive = self.keys.alive();
+        pipe.cmd("ZADD").arg(&alive).arg(now).arg(node).ignore();
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(&alive)
+            .arg("-inf")
+            .arg(now - BEHIND_FRESH_MS)
+            .ignore();
         Ok(pipe.query_async(&mut self.con.clone()).await?)
+    }
+
+    /// Says `node` stopped (its word that it runs is taken back).
+    pub async fn say_stopped(&self, node: &str) {
+        let mut con = self.con.clone();
+        let r: redis::RedisResult<()> = redis::pipe()
+            .cmd("ZREM")
+            .arg(self.keys.alive())
+            .arg(node)
+            .ignore()
+            .cmd("ZREM")
+            .arg(self.keys.journal_behind())
+            .arg(node)
+            .ignore()
+            .query_async(&mut con)
+            .await;
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "cannot take back this node's word that it runs");
+        }
+    }
+
+    /// Nodes that said they run within the last [`BEHIND_FRESH_MS`].
+    pub async fn nodes_alive(&self) -> Result<Vec<String>, RedisError> {
+        Ok(redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.alive())
+            .arg(now_ms() - BEHIND_FRESH_MS)
+            .arg("+inf")
+            .query_async(&mut self.con.clone())
+            .await?)
     }
 
     /// Records a logged-out dashboard session (its cookie's signed body)

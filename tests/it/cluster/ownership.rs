@@ -506,3 +506,42 @@ async fn a_reschedule_through_another_node_holds() {
         assert!(*at >= due[id], "{id} handed out {} ms early", due[id] - at);
     }
 }
+
+/// `delayq reshard` refuses while nodes in ZooKeeper mode run on the data
+/// set (they hold no standalone lease), and refuses a shard count left to
+/// its default; once the nodes stopped, it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn reshard_refuses_while_zookeeper_nodes_run() {
+    let mut c = Cluster::builder().nodes(2).shards(4).start().await;
+    c.wait_scanners(&[0, 1], Duration::from_secs(30), |s| s.len() == 4)
+        .await;
+    let (url, prefix) = (c.redis.url(), c.keys.prefix().to_string());
+    let reshard = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_delayq"))
+            .env_remove("DELAYQ_SHARDS")
+            .args(["reshard", "--redis-url", &url])
+            .args(["--key-prefix", &prefix])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, err) = reshard(&["--shards", "8"]);
+    assert!(!ok, "a reshard under running nodes must be refused");
+    assert!(err.contains("nodes are running"), "{err}");
+    assert!(
+        err.contains(&Cluster::node_name(0)) && err.contains(&Cluster::node_name(1)),
+        "the refusal names the running nodes: {err}"
+    );
+    let (ok, err) = reshard(&[]);
+    assert!(!ok, "a reshard without --shards must be refused");
+    assert!(err.contains("--shards N"), "{err}");
+
+    c.stop(0);
+    c.stop(1);
+    let (ok, err) = reshard(&["--shards", "8"]);
+    assert!(ok, "once every node stopped, the reshard runs: {err}");
+}
