@@ -705,3 +705,47 @@ async fn a_replica_promoted_behind_its_master_brings_back_no_end() {
     let lost: Vec<&String> = kept.iter().filter(|id| !seen.contains(id)).collect();
     assert!(lost.is_empty(), "live messages never handed out: {lost:?}");
 }
+
+/// Redis's clock steps 3 s forward (an NTP step on its hosts, a switch to
+/// a Redis whose clock is ahead) while the node runs: the node's estimate
+/// follows within a probe, so a message pushed with a delay after that is
+/// not handed out before its delay passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forward_step_of_redis_clock_makes_nothing_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start_skewable(dir.path());
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .start()
+        .await;
+    // The node's estimate settles on the masters' clocks.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for s in cluster.status() {
+        cluster.skew_clock(s.n, 3_000);
+    }
+    // The shim reads the offset within a second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    const DELAY: i64 = 5_000;
+    let pushed_at = now_ms();
+    let ids = env
+        .push_batch(
+            (0..200)
+                .map(|i| json!({"topic": "step", "body": format!("{i}"), "delay": DELAY}))
+                .collect(),
+        )
+        .await;
+    let got = take_acking(&env, "step", ids.len(), Duration::from_secs(30)).await;
+    assert_eq!(got.len(), ids.len(), "every message handed out");
+    let early: Vec<i64> = got
+        .iter()
+        .filter(|(at, _)| *at < pushed_at + DELAY)
+        .map(|(at, _)| pushed_at + DELAY - at)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} of {} messages handed out before their delay passed, up to {} ms early",
+        early.len(),
+        got.len(),
+        early.iter().max().unwrap_or(&0)
+    );
+}
