@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `zk_delete_owner_fails` | the first delete of a shard's owner node in a hand-off fails (as a ZooKeeper error would) |
 //! | `ignore_permit` | a shard's scan runs without a valid permit (membership not confirmed lately): the epoch in Redis alone fences a paused old owner |
+//! | `sync_paused_slow` | a starting node waits 600 ms after reading the paused topics and again after bringing the shards in line (a slow node, to show that a pause made meanwhile is not undone) |
 //! | `ignore_receipts` | acks and nacks are applied as if they carried no receipt (a planted bug: a late consumer's ack or nack then touches the next delivery) |
 
 use std::sync::LazyLock;
@@ -41,4 +42,11 @@ pub fn once(name: &str) -> bool {
     }
     fired.push(name.to_string());
     true
+}
+
+/// Waits 600 ms where the fault `name` is switched on (a slow step).
+pub async fn pause_here(name: &str) {
+    if on(name) {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    }
 }

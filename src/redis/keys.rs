@@ -18,6 +18,7 @@
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
 //! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
+//! | `{P:s}:pause-seq` | hash | topic → the number of the last pause or resume of it this shard took; an older one is ignored (pause.lua) |
 //! | `{P}:dataset` | string | marker: this Redis holds a delayq data set |
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
 //! | `{P}:resharding` | string | `FROM>TO` while `delayq reshard` moves the data set (nodes refuse to start) |
@@ -29,6 +30,7 @@
 //! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
 //! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
 //! | `{P}:paused` | hash | topic → when it was paused (ms): the paused topics, as `GET /topics` lists them; every shard's `:paused` set follows it |
+//! | `{P}:pause-seq` | string | the number of the last pause or resume, taken with its change of `{P}:paused` (pause_topic.lua), so the shards apply them in that order |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
 //! | `{P}:alive` | zset | serving nodes (standalone or ZooKeeper mode), scored by when they last said they run (ms, each second); `delayq reshard` refuses while one said so lately |
 //!
@@ -136,6 +138,16 @@ impl Keys {
     /// Topic → when it was paused (ms), for every shard.
     pub fn paused_topics(&self) -> String {
         format!("{{{}}}:paused", self.prefix)
+    }
+
+    /// The number of the last pause or resume.
+    pub fn pause_seq(&self) -> String {
+        format!("{{{}}}:pause-seq", self.prefix)
+    }
+
+    /// Topic → the number of the last pause or resume shard `s` took.
+    pub fn shard_pause_seq(&self, shard: u32) -> String {
+        format!("{}:pause-seq", self.tag(shard))
     }
 
     /// Which Redis process the journal's ends were last applied on.

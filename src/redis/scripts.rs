@@ -33,6 +33,7 @@ pub struct Scripts {
     pub reschedule: Script,
     pub probe: Script,
     pub confirm: Script,
+    pub pause_topic: Script,
 }
 
 impl Scripts {
@@ -111,6 +112,7 @@ impl Scripts {
                 include_str!("lua/fence.lua"),
                 include_str!("lua/confirm.lua"),
             ]),
+            pause_topic: lua(&[include_str!("lua/pause_topic.lua")]),
         }
     }
 }
@@ -138,7 +140,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 18] {
+    fn all(&self) -> [&Script; 19] {
         [
             &self.schedule,
             &self.tick,
@@ -158,6 +160,7 @@ impl Scripts {
             &self.reschedule,
             &self.probe,
             &self.confirm,
+            &self.pause_topic,
         ]
     }
 

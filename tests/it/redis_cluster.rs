@@ -749,3 +749,69 @@ async fn a_forward_step_of_redis_clock_makes_nothing_early() {
         early.iter().max().unwrap_or(&0)
     );
 }
+
+/// Runs `cmd` on whichever of the masters holds its key.
+fn on_key_master<T: redis::FromRedisValue>(
+    masters: &mut [redis::Connection],
+    cmd: &redis::Cmd,
+) -> T {
+    for con in masters.iter_mut() {
+        if let Ok(v) = cmd.query(con) {
+            return v;
+        }
+    }
+    panic!("no master answered {cmd:?}");
+}
+
+/// Pauses and resumes of one topic sent at once, many times, on a Redis
+/// Cluster (the paused topics' hash and the shards' sets in different
+/// slots): every shard ends as the last word says, which is what
+/// `GET /topics` shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_pauses_and_resumes_leave_every_shard_as_the_list_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Arc::new(
+        Env::builder(Backend::Sqlite)
+            .redis_url(&cluster.url)
+            .start()
+            .await,
+    );
+    let topic = "flip";
+    let mut masters: Vec<redis::Connection> = cluster
+        .status()
+        .into_iter()
+        .filter(|s| s.role == "master")
+        .map(|s| cluster.con(s.n))
+        .collect();
+    for round in 0..20 {
+        let mut tasks = Vec::new();
+        for verb in ["pause", "resume", "pause", "resume"] {
+            let env = env.clone();
+            tasks.push(tokio::spawn(async move {
+                env.post_json(&format!("/topics/{topic}/{verb}"), &json!({}))
+                    .await
+                    .assert_ok();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let listed: bool = on_key_master(
+            &mut masters,
+            redis::cmd("HEXISTS")
+                .arg(env.keys.paused_topics())
+                .arg(topic),
+        );
+        for s in 0..env.keys.shards() {
+            let held: bool = on_key_master(
+                &mut masters,
+                redis::cmd("SISMEMBER").arg(env.keys.paused(s)).arg(topic),
+            );
+            assert_eq!(
+                held, listed,
+                "round {round}: shard {s} paused {held} while the list says {listed}"
+            );
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! claim, so a topic paused when the pause is answered hands nothing out,
 //! on any node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use redis::AsyncCommands;
 
@@ -15,58 +15,72 @@ use crate::redis::keys::due_of_score;
 use crate::redis::scripts::evalsha;
 
 impl RedisSchedule {
-    /// Pauses `topic` on every shard (the hash first, so a pause cut short
-    /// is listed and is completed by the next pause or the next node to
-    /// start). Answers when the topic was paused (ms; an earlier pause's
-    /// time when it was paused already) and whether this call paused it.
-    /// A resume racing with it may clear the hash between the two steps:
-    /// the pause then goes again, so it ends listed and applied.
+    /// Pauses `topic` on every shard: the hash first (with the pause's
+    /// number, pause_topic.lua), so a pause cut short is listed and is
+    /// completed by the next node to start. Answers when the topic was
+    /// paused (ms; an earlier pause's time when it was paused already) and
+    /// whether this call paused it. A resume after it (a higher number)
+    /// wins on every shard, whichever reaches a shard first.
     pub async fn pause(&self, topic: &str) -> Result<(i64, bool), RedisError> {
-        let mut con = self.con.clone();
-        let key = self.keys.paused_topics();
-        let mut paused = false;
-        for _ in 0..8 {
-            paused |= con.hset_nx::<_, _, _, bool>(&key, topic, now_ms()).await?;
-            self.set_shards_paused(topic, true).await?;
-            if let Some(at) = con.hget::<_, _, Option<i64>>(&key, topic).await? {
-                return Ok((at, paused));
-            }
-        }
-        Err(RedisError::BadRecord(format!(
-            "the pause of {topic} kept being undone by resumes; pause again"
-        )))
+        let (seq, at, changed): (i64, i64, bool) = self
+            .scripts
+            .run(
+                "pause_topic",
+                &mut self.con.clone(),
+                &evalsha(
+                    &self.scripts.pause_topic,
+                    &[self.keys.paused_topics(), self.keys.pause_seq()],
+                    &["pause", topic, &now_ms().to_string()],
+                ),
+            )
+            .await?;
+        self.set_shards_paused(topic, true, seq).await?;
+        Ok((at, changed))
     }
 
-    /// Resumes `topic` on every shard, then forgets the pause (so a resume
-    /// cut short still lists the topic paused, and is completed by the next
-    /// resume). Shards with messages waiting ready wake the long polls of
-    /// every node. Answers whether the topic was paused. A pause racing
-    /// with it wins: when the hash holds the topic again after the resume,
-    /// its shards are paused again, so the list and the shards agree.
+    /// Resumes `topic` on every shard (the hash first, with the resume's
+    /// number). Shards with messages waiting ready wake the long polls of
+    /// every node. Answers whether the topic was paused. A pause after it
+    /// wins on every shard.
     pub async fn resume(&self, topic: &str) -> Result<bool, RedisError> {
-        let mut con = self.con.clone();
-        let key = self.keys.paused_topics();
-        let was: bool = con.hexists(&key, topic).await?;
-        self.set_shards_paused(topic, false).await?;
-        let _: i64 = con.hdel(&key, topic).await?;
-        if con.hexists::<_, _, bool>(&key, topic).await? {
-            self.set_shards_paused(topic, true).await?;
-        }
+        let (seq, was): (i64, bool) = self
+            .scripts
+            .run(
+                "pause_topic",
+                &mut self.con.clone(),
+                &evalsha(
+                    &self.scripts.pause_topic,
+                    &[self.keys.paused_topics(), self.keys.pause_seq()],
+                    &["resume", topic, &now_ms().to_string()],
+                ),
+            )
+            .await?;
+        self.set_shards_paused(topic, false, seq).await?;
         Ok(was)
     }
 
-    async fn set_shards_paused(&self, topic: &str, paused: bool) -> Result<(), RedisError> {
+    async fn set_shards_paused(
+        &self,
+        topic: &str,
+        paused: bool,
+        seq: i64,
+    ) -> Result<(), RedisError> {
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for shard in 0..k.shards() {
             pipe.add_command(evalsha(
                 &self.scripts.pause,
-                &[k.paused(shard), k.ready(shard, topic)],
+                &[
+                    k.paused(shard),
+                    k.ready(shard, topic),
+                    k.shard_pause_seq(shard),
+                ],
                 &[
                     topic,
                     if paused { "1" } else { "0" },
                     &k.ready_channel(shard),
                     &self.node,
+                    &seq.to_string(),
                 ],
             ));
         }
@@ -83,39 +97,40 @@ impl RedisSchedule {
     }
 
     /// Makes every shard's paused set follow the hash: run as a node
-    /// starts, after a pause or resume cut short or a reshard. Pauses and
-    /// resumes may run meanwhile: each pass re-reads the hash after it
-    /// changed the shards and puts back what it undid, until a pass sees
-    /// the hash unchanged.
+    /// starts, after a pause or resume cut short or a reshard. The hash is
+    /// read with the number of the last pause or resume, and every shard
+    /// is told the hash's state under that number: a pause or resume made
+    /// after the reading has a higher one, so this undoes nothing newer,
+    /// on any shard, at any moment.
     pub async fn sync_paused(&self) -> Result<(), RedisError> {
         let mut con = self.con.clone();
-        for _ in 0..8 {
-            let paused = self.paused_topics().await?;
-            for topic in paused.keys() {
-                self.set_shards_paused(topic, true).await?;
-            }
-            let mut stale = std::collections::BTreeSet::new();
-            for shard in 0..self.keys.shards() {
-                let held: Vec<String> = con.smembers(self.keys.paused(shard)).await?;
-                stale.extend(held.into_iter().filter(|t| !paused.contains_key(t)));
-            }
-            for topic in &stale {
-                self.set_shards_paused(topic, false).await?;
-            }
-            let now = self.paused_topics().await?;
-            for topic in now
-                .keys()
-                .filter(|t| stale.contains(*t) || !paused.contains_key(*t))
-            {
-                self.set_shards_paused(topic, true).await?;
-            }
-            for topic in paused.keys().filter(|t| !now.contains_key(*t)) {
-                self.set_shards_paused(topic, false).await?;
-            }
-            if now.keys().eq(paused.keys()) {
-                return Ok(());
-            }
+        let read: Vec<String> = self
+            .scripts
+            .run(
+                "pause_topic",
+                &mut con,
+                &evalsha(
+                    &self.scripts.pause_topic,
+                    &[self.keys.paused_topics(), self.keys.pause_seq()],
+                    &["read", "", "0"],
+                ),
+            )
+            .await?;
+        let seq: i64 = read.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let paused: BTreeSet<String> = read.iter().skip(1).step_by(2).cloned().collect();
+        crate::faults::pause_here("sync_paused_slow").await;
+        for topic in &paused {
+            self.set_shards_paused(topic, true, seq).await?;
         }
+        let mut stale = BTreeSet::new();
+        for shard in 0..self.keys.shards() {
+            let held: Vec<String> = con.smembers(self.keys.paused(shard)).await?;
+            stale.extend(held.into_iter().filter(|t| !paused.contains(t)));
+        }
+        for topic in &stale {
+            self.set_shards_paused(topic, false, seq).await?;
+        }
+        crate::faults::pause_here("sync_paused_slow").await;
         Ok(())
     }
 

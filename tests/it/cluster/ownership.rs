@@ -545,3 +545,57 @@ async fn reshard_refuses_while_zookeeper_nodes_run() {
     let (ok, err) = reshard(&["--shards", "8"]);
     assert!(ok, "once every node stopped, the reshard runs: {err}");
 }
+
+/// A node starting up brings every shard's paused set in line with the
+/// paused topics it read; a pause answered meanwhile (on another node) is
+/// never undone on any shard, not even for a moment (the starting node is
+/// slowed down after its reading and after its changes).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_starting_node_never_undoes_a_pause_made_meanwhile() {
+    let mut c = Cluster::builder().nodes(2).shards(4).start().await;
+    c.stop(1);
+    c.set_env(1, "DELAYQ_FAULTS", "sync_paused_slow");
+    let topic = format!("ps{}", random_hex(6));
+    let keys = c.keys.clone();
+    let redis = c.redis.client();
+    let pause_url = c.url(0, &format!("/topics/{topic}/pause"));
+    let http = c.http.clone();
+    let starting = c.start_twin(1);
+    let pausing = async {
+        // The twin reads the paused topics, then waits 600 ms.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let r = http.post(&pause_url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        // Every shard holds the pause from its answer on: watch each
+        // shard's set until the twin is done and a little after.
+        let (keys, topic) = (keys.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut con = redis.get_connection().unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(3);
+            let mut undone = Vec::new();
+            while std::time::Instant::now() < until {
+                for s in 0..keys.shards() {
+                    let held: bool = redis::cmd("SISMEMBER")
+                        .arg(keys.paused(s))
+                        .arg(&topic)
+                        .query(&mut con)
+                        .unwrap();
+                    if !held {
+                        undone.push(s);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            undone
+        })
+        .await
+        .unwrap()
+    };
+    let (_twin, undone) = tokio::join!(starting, pausing);
+    assert!(
+        undone.is_empty(),
+        "a pause answered 200 was undone on shards {:?} ({} looks) by a node starting up",
+        undone.iter().collect::<std::collections::BTreeSet<_>>(),
+        undone.len()
+    );
+}
