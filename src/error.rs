@@ -101,6 +101,10 @@ pub enum RedisError {
     /// caller's.
     #[error("shard {shard} is fenced by a higher epoch ({stored}) than this owner's")]
     StaleEpoch { shard: u32, stored: i64 },
+    /// What the caller meant to schedule was read too long ago (the
+    /// process was frozen since, say): nothing was written; read again.
+    #[error("refused to schedule what was read from the journal {age_ms} ms ago (this process may have been stopped meanwhile); read again")]
+    StaleReading { age_ms: i64 },
     #[error("router unreachable: {0}")]
     Mailbox(#[from] actix::MailboxError),
 }

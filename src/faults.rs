@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `zk_delete_owner_fails` | the first delete of a shard's owner node in a hand-off fails (as a ZooKeeper error would) |
 //! | `ignore_permit` | a shard's scan runs without a valid permit (membership not confirmed lately): the epoch in Redis alone fences a paused old owner |
+//! | `tombstone_ms=MS` | tombstones (and so the oldest reading schedule.lua takes, half of it) last MS instead of two minutes, so a test can outlast them |
+//! | `restore_frozen=MS` | a restore waits MS after reading each page of the journal (a process frozen mid-restore) |
 //! | `sync_paused_slow` | a starting node waits 600 ms after reading the paused topics and again after bringing the shards in line (a slow node, to show that a pause made meanwhile is not undone) |
 //! | `ignore_receipts` | acks and nacks are applied as if they carried no receipt (a planted bug: a late consumer's ack or nack then touches the next delivery) |
 
@@ -23,9 +25,29 @@ static FAULTS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-/// Whether the fault `name` is switched on in this process.
+/// Whether the fault `name` is switched on in this process (`name`, or
+/// `name=VALUE`).
 pub fn on(name: &str) -> bool {
-    !FAULTS.is_empty() && FAULTS.iter().any(|f| f == name)
+    value(name).is_some()
+}
+
+/// The fault `name`'s value: `Some("")` for `name`, `Some(VALUE)` for
+/// `name=VALUE`, None when it is off.
+fn value(name: &str) -> Option<&'static str> {
+    if FAULTS.is_empty() {
+        return None;
+    }
+    FAULTS.iter().find_map(|f| match f.split_once('=') {
+        Some((n, v)) if n == name => Some(v),
+        None if f == name => Some(""),
+        _ => None,
+    })
+}
+
+/// The fault `name`'s value in milliseconds (`name=MS`), when it is on
+/// with one.
+pub fn millis(name: &str) -> Option<u64> {
+    value(name).and_then(|v| v.parse().ok())
 }
 
 static FIRED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -44,9 +66,11 @@ pub fn once(name: &str) -> bool {
     true
 }
 
-/// Waits 600 ms where the fault `name` is switched on (a slow step).
+/// Waits where the fault `name` is switched on (a slow step, a process
+/// frozen): `name=MS` milliseconds, 600 for `name` alone.
 pub async fn pause_here(name: &str) {
     if on(name) {
-        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let ms = millis(name).unwrap_or(600);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
 }

@@ -168,6 +168,7 @@ impl Loader {
         if mine.is_empty() {
             return Ok((next, full));
         }
+        let read_at = now_ms();
         let rows = self
             .journal
             .rows_of(mine.iter().map(|&(_, id)| id).collect())
@@ -199,6 +200,7 @@ impl Loader {
             let load = move |batch| Load {
                 shard,
                 epoch,
+                read_at,
                 batch,
             };
             async move {

@@ -234,13 +234,16 @@ impl Restorer {
             while self.journal.half_full() {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
+            let read_at = now_ms();
             let page = self
                 .journal
                 .live_page(*after, PAGE, self.far_from())
                 .await?;
             let Some(last) = page.last() else { break };
             let last = last.id;
-            self.page(&page, expire, report.dry_run, report).await?;
+            crate::faults::pause_here("restore_frozen").await;
+            self.page(&page, read_at, expire, report.dry_run, report)
+                .await?;
             *after = last;
             report.elapsed_ms = start.elapsed().as_millis() as u64;
             let p = progress_of(report, expire, started_at, *after);
@@ -305,6 +308,7 @@ impl Restorer {
         expire: bool,
     ) -> Result<(RestoreReport, Status), QueueError> {
         let start = Instant::now();
+        let read_at = now_ms();
         let row = match self.journal.find(id).await? {
             Some((row, _)) => row,
             None => return Err(QueueError::NotFound(id)),
@@ -312,8 +316,14 @@ impl Restorer {
         let mut report = RestoreReport::default();
         let status = row.status();
         if !status.is_terminal() {
-            self.page(std::slice::from_ref(&row), expire, false, &mut report)
-                .await?;
+            self.page(
+                std::slice::from_ref(&row),
+                read_at,
+                expire,
+                false,
+                &mut report,
+            )
+            .await?;
             self.journal.flush().await?;
         }
         report.elapsed_ms = start.elapsed().as_millis() as u64;
@@ -323,6 +333,7 @@ impl Restorer {
     async fn page(
         &self,
         rows: &[MessageRow],
+        read_at: i64,
         expire: bool,
         dry_run: bool,
         report: &mut RestoreReport,
@@ -347,7 +358,10 @@ impl Restorer {
         let ids: Vec<MessageId> = messages.iter().map(|(m, _)| m.id).collect();
         let added = self
             .router
-            .send(Schedule(messages))
+            .send(Schedule {
+                batch: messages,
+                read_at,
+            })
             .await
             .map_err(crate::error::RedisError::from)??;
         // The router records the restored messages Delaying.

@@ -29,7 +29,13 @@ pub type Batch = Vec<(Message, i32)>;
 /// to each.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<Scheduled>, RedisError>")]
-pub struct Schedule(pub Batch);
+pub struct Schedule {
+    pub batch: Batch,
+    /// When what is scheduled was read (the journal's rows, a push's
+    /// commit; the cluster's clock, ms): too old a reading is refused
+    /// ([`crate::redis::schedule::STALE_READING_MS`]).
+    pub read_at: i64,
+}
 
 /// Schedule messages of one shard from the journal, as its owner holding
 /// `epoch` (the horizon loader): refused once the shard's stored epoch is
@@ -39,6 +45,8 @@ pub struct Schedule(pub Batch);
 pub struct Load {
     pub shard: u32,
     pub epoch: i64,
+    /// When the page was read from the journal (ms).
+    pub read_at: i64,
     pub batch: Batch,
 }
 
@@ -160,8 +168,8 @@ impl Handler<Schedule> for RouterActor {
     fn handle(&mut self, msg: Schedule, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
         self.schedule_with(async move {
-            let added = redis.schedule(&msg.0).await?;
-            Ok((msg.0, added))
+            let added = redis.schedule(&msg.batch, msg.read_at).await?;
+            Ok((msg.batch, added))
         })
     }
 }
@@ -173,7 +181,7 @@ impl Handler<Load> for RouterActor {
         let redis = self.redis.clone();
         self.schedule_with(async move {
             let added = redis
-                .schedule_fenced(msg.shard, msg.epoch, &msg.batch)
+                .schedule_fenced(msg.shard, msg.epoch, msg.read_at, &msg.batch)
                 .await?;
             Ok((msg.batch, added))
         })

@@ -136,7 +136,12 @@ impl Queue {
         }
         let scheduled = self
             .router
-            .send(Schedule(to_schedule.clone()))
+            .send(Schedule {
+                batch: to_schedule.clone(),
+                // Read as the journal took the rows (a push frozen since is
+                // refused, see STALE_READING_MS).
+                read_at: now,
+            })
             .await
             .map_err(RedisError::from);
         // The router records the scheduled messages Delaying.

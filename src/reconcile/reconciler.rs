@@ -310,6 +310,7 @@ impl Reconciler {
 
         let missing = of(|k| matches!(k, Kind::Missing));
         if !missing.is_empty() {
+            let read_at = now_ms();
             let rows = self
                 .journal
                 .rows_of(missing.iter().map(|id| id.0).collect())
@@ -323,7 +324,7 @@ impl Reconciler {
                 // The router records them Delaying, as a restore does.
                 let outcomes = self
                     .router
-                    .send(Schedule(batch))
+                    .send(Schedule { batch, read_at })
                     .await
                     .map_err(RedisError::from)??;
                 report.missing.repaired += outcomes

@@ -246,7 +246,7 @@ async fn a_deposed_owners_page_is_refused() {
         .query(&mut con)
         .unwrap();
 
-    let stale = redis.schedule_fenced(shard, 6, &[message(ids[0])]).await;
+    let stale = redis.schedule_fenced(shard, 6, 0, &[message(ids[0])]).await;
     assert!(
         matches!(stale, Err(RedisError::StaleEpoch { stored: 7, .. })),
         "{stale:?}"
@@ -258,7 +258,7 @@ async fn a_deposed_owners_page_is_refused() {
     assert_eq!(held, 0, "a refused page scheduled nothing");
 
     let current = redis
-        .schedule_fenced(shard, 7, &[message(ids[0]), message(ids[1])])
+        .schedule_fenced(shard, 7, 0, &[message(ids[0]), message(ids[1])])
         .await
         .unwrap();
     assert!(

@@ -108,3 +108,38 @@ async fn redis_restarted_from_an_older_snapshot_brings_back_no_end(b: Backend) {
     env.wait_statuses(&handed, status::CONSUMED).await;
     env.wait_statuses(cancelled, status::DELETED).await;
 }
+
+/// A restore frozen between reading a page of the journal and writing it
+/// to Redis (a stopped process, a paused machine) for longer than the
+/// tombstones last must not bring back a message acked meanwhile: the
+/// write of so old a reading is refused. (Tombstones last 2 s here
+/// instead of two minutes, the freeze 4 s.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_frozen_past_the_tombstones_brings_back_no_ack() {
+    let env = Env::builder(Backend::Sqlite)
+        .env("DELAYQ_FAULTS", "tombstone_ms=2000,restore_frozen=4000")
+        .start()
+        .await;
+    let id = env
+        .push(json!({"topic": "frozen", "body": "once", "delay": 0, "ttl": 60000}))
+        .await;
+    let got = env.receive_one("frozen").await;
+    assert_eq!(got.id(), id);
+    // The restore reads the message (Consuming) and freezes; meanwhile it
+    // is acked, and its tombstone expires.
+    let restore = {
+        let url = env.url("/reStore?expire=true");
+        let http = env.http.clone();
+        tokio::spawn(async move { http.get(url).send().await.unwrap().status().as_u16() })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.ack(&id).await.assert_ok();
+    env.wait_status(&id, status::CONSUMED).await;
+    let status = restore.await.unwrap();
+    let again = env.collect("frozen", 1, Duration::from_secs(3)).await;
+    assert!(
+        again.is_empty(),
+        "a message acked while a restore was frozen came back (restore answered {status}): {again:?}"
+    );
+    assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
+}

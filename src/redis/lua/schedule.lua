@@ -2,7 +2,9 @@
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] finished zset (tombstones),
 -- KEYS[4] the shard's epoch, KEYS[5] the shard's moved hash
 -- ARGV[1] the shard's wake channel, ARGV[2] the caller's epoch ('0': any
--- node may schedule), then triples of (id, score, record)
+-- node may schedule), ARGV[3] when the caller read what it schedules (the
+-- journal's rows, a push's commit; ms, '0': just now), ARGV[4] how old
+-- (ms) such a reading may be, then triples of (id, score, record)
 -- A message whose record is already in the hash is left as it is (it is
 -- scheduled, ready or in flight already); a message acked or cancelled
 -- recently (a tombstone) is not brought back, so a restore that read the
@@ -19,6 +21,11 @@
 -- which its caller may have read from the journal before the move; a
 -- move's score older than two minutes is stale (every caller reading the
 -- journal since read the moved row) and dropped.
+-- A reading older than ARGV[4] fails the call with 'STALE_READING <age>'
+-- and changes nothing: the tombstones and moves that guard a reading from
+-- the journal last two minutes, and a process frozen since its reading
+-- (a stopped or paused machine) may hold one the journal has long
+-- overtaken (a cancel, a reschedule); its caller reads again.
 -- Returns one flag per message: 1 added, 0 already present, 2 finished,
 -- then the time the script ran (Redis's clock, ms).
 local mine = tonumber(ARGV[2])
@@ -28,12 +35,19 @@ if mine > 0 then
     return redis.error_reply('STALE_EPOCH ' .. string.format('%.0f', stored) .. ' shard epoch is above ' .. ARGV[2])
   end
 end
+local read_at = tonumber(ARGV[3])
+if read_at > 0 then
+  local age = now_ms() - read_at
+  if age > tonumber(ARGV[4]) then
+    return redis.error_reply('STALE_READING ' .. string.format('%.0f', age) .. ' ms old')
+  end
+end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
 head = head and tonumber(head)
 local earliest = nil
 local out = {}
 local ids = {}
-for i = 3, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   ids[#ids + 1] = ARGV[i]
 end
 local finished = bulk_read('ZMSCORE', KEYS[3], ids)
@@ -48,10 +62,10 @@ for k, id in ipairs(ids) do
     out[k] = 0
   else
     added[id] = true
-    local score = tonumber(ARGV[3 * k + 1])
+    local score = tonumber(ARGV[3 * k + 3])
     records[#records + 1] = id
-    records[#records + 1] = ARGV[3 * k + 2]
-    scores[#scores + 1] = ARGV[3 * k + 1]
+    records[#records + 1] = ARGV[3 * k + 4]
+    scores[#scores + 1] = ARGV[3 * k + 3]
     scores[#scores + 1] = id
     if not earliest or score < earliest then
       earliest = score

@@ -9,7 +9,7 @@ use super::fenced;
 use super::outcomes::after_failure;
 use super::{
     Advanced, Claimed, End, FailedDelivery, RedisAck, RedisCancel, RedisNack, RedisSchedule,
-    TickResult, TOMBSTONE_MS,
+    TickResult,
 };
 use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
@@ -92,7 +92,7 @@ impl RedisSchedule {
                 limit.to_string(),
                 k.ready_prefix(shard),
                 epoch.to_string(),
-                TOMBSTONE_MS.to_string(),
+                super::tombstone_ms().to_string(),
                 k.ready_channel(shard),
                 self.node.to_string(),
             ],

@@ -44,6 +44,23 @@ pub struct RedisSchedule {
 /// takes between reading a journal page and writing it to Redis.
 pub const TOMBSTONE_MS: i64 = 120_000;
 
+/// [`TOMBSTONE_MS`], or the fault `tombstone_ms`'s (see [`crate::faults`]).
+pub fn tombstone_ms() -> i64 {
+    crate::faults::millis("tombstone_ms").map_or(TOMBSTONE_MS, |ms| ms as i64)
+}
+
+/// The oldest reading (of the journal, or a push's commit) schedule.lua
+/// writes into Redis: half the two minutes that tombstones and moves guard
+/// a reading, so a process frozen between its reading and its write (a
+/// stopped or paused machine) cannot bring back what was cancelled, nor
+/// put a message at a time it was moved from, after those windows closed.
+pub const STALE_READING_MS: i64 = TOMBSTONE_MS / 2;
+
+/// [`STALE_READING_MS`]: half of [`tombstone_ms`].
+pub fn stale_reading_ms() -> i64 {
+    tombstone_ms() / 2
+}
+
 /// How long a node's word that its journal is behind counts.
 pub const BEHIND_FRESH_MS: i64 = 5_000;
 
@@ -165,6 +182,7 @@ impl RedisSchedule {
     pub async fn schedule(
         &self,
         messages: &[(Message, i32)],
+        read_at: i64,
     ) -> Result<Vec<Scheduled>, RedisError> {
         let replies: Vec<(Vec<usize>, Vec<i64>)> = self
             .per_shard(
@@ -175,11 +193,12 @@ impl RedisSchedule {
                     let items = idx.iter().map(|&i| &messages[i]);
                     (
                         self.schedule_keys(shard),
-                        self.schedule_args(shard, 0, items),
+                        self.schedule_args(shard, 0, read_at, items),
                     )
                 },
             )
-            .await?;
+            .await
+            .map_err(stale_reading)?;
         let mut outcome = vec![Scheduled::Present; messages.len()];
         for (idx, flags) in replies {
             for (i, o) in idx.into_iter().zip(outcomes_of(flags)) {
@@ -197,19 +216,20 @@ impl RedisSchedule {
         &self,
         shard: u32,
         epoch: i64,
+        read_at: i64,
         messages: &[(Message, i32)],
     ) -> Result<Vec<Scheduled>, RedisError> {
         let cmd = evalsha(
             &self.scripts.schedule,
             &self.schedule_keys(shard),
-            &self.schedule_args(shard, epoch.max(1), messages.iter()),
+            &self.schedule_args(shard, epoch.max(1), read_at, messages.iter()),
         );
         let flags: Vec<i64> = match self
             .scripts
             .run("schedule", &mut self.con.clone(), &cmd)
             .await
         {
-            Err(e) => return Err(fenced(e, shard)),
+            Err(e) => return Err(stale_reading(fenced(e, shard))),
             Ok(v) => v,
         };
         Ok(outcomes_of(flags))
@@ -230,9 +250,15 @@ impl RedisSchedule {
         &self,
         shard: u32,
         epoch: i64,
+        read_at: i64,
         messages: impl Iterator<Item = &'a (Message, i32)>,
     ) -> Vec<String> {
-        let mut args = vec![self.keys.wake_channel(shard), epoch.to_string()];
+        let mut args = vec![
+            self.keys.wake_channel(shard),
+            epoch.to_string(),
+            read_at.to_string(),
+            stale_reading_ms().to_string(),
+        ];
         for (m, attempts) in messages {
             args.push(m.id.to_string());
             args.push((score(m.due_time, m.priority) as i64).to_string());
@@ -257,7 +283,7 @@ impl RedisSchedule {
         }
         let _: () = pipe.query_async(&mut self.con.clone()).await?;
         let batch: Vec<(Message, i32)> = messages.iter().map(|m| (m.clone(), 0)).collect();
-        self.schedule(&batch).await
+        self.schedule(&batch, now_ms()).await
     }
 
     /// Which of these messages does Redis hold already?
@@ -282,6 +308,21 @@ pub(in crate::redis) fn fenced(e: redis::RedisError, shard: u32) -> RedisError {
         .and_then(|n| n.parse().ok())
         .unwrap_or(i64::MAX);
     RedisError::StaleEpoch { shard, stored }
+}
+
+/// A refusal of schedule.lua's for a reading older than
+/// [`STALE_READING_MS`], read as [`RedisError::StaleReading`].
+fn stale_reading(e: RedisError) -> RedisError {
+    match e {
+        RedisError::Redis(r) if r.code() == Some("STALE_READING") => RedisError::StaleReading {
+            age_ms: r
+                .detail()
+                .and_then(|d| d.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        },
+        e => e,
+    }
 }
 
 /// schedule.lua's flags (then the time it ran) as outcomes.

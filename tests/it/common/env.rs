@@ -20,6 +20,7 @@ use super::{
 pub struct EnvBuilder {
     backend: Backend,
     extra_args: Vec<String>,
+    envs: Vec<(String, String)>,
     journal_url: Option<String>,
     redis_url: Option<String>,
 }
@@ -37,6 +38,12 @@ impl EnvBuilder {
     /// left idle.
     pub fn redis_url(mut self, url: &str) -> Self {
         self.redis_url = Some(url.to_string());
+        self
+    }
+
+    /// An environment variable of the server's process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -62,7 +69,7 @@ impl EnvBuilder {
             key_prefix: prefix.clone(),
             extra_args: self.extra_args,
             log_dir: dir.path().to_path_buf(),
-            env: Vec::new(),
+            env: self.envs,
         };
         let server = Server::start(&config, 1).await;
         let http = reqwest::Client::builder()
@@ -108,6 +115,7 @@ impl Env {
         EnvBuilder {
             backend,
             extra_args: Vec::new(),
+            envs: Vec::new(),
             journal_url: None,
             redis_url: None,
         }
