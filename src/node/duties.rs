@@ -114,6 +114,8 @@ pub(super) async fn reconcile_periodically(
                 finished_in_journal = r.finished_in_journal.count,
                 status_mismatch = r.status_mismatch.count,
                 unknown = r.unknown.count,
+                unjournaled = r.unjournaled.count,
+                journaled = r.unjournaled.repaired,
                 elapsed_ms = r.elapsed_ms,
                 "reconciled: the journal and Redis differed; messages Redis lost are scheduled again \
                  (GET /admin/reconcile?repair=true puts the rest right)"

@@ -33,7 +33,7 @@
 //! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead | removed from Redis, leaving a tombstone (purge.lua) |
 //! | `statusMismatch` | both hold it live, in different statuses | the journal follows Redis (the live state): a status change is recorded |
 //! | `unknown` | Redis holds it; the journal has no such row | reported only: the journal may have lost the row (a database restored from a backup) and Redis holds the only copy |
-//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back |
+//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back (an end the journal refuses, a trigger or a constraint, stays in Redis: counted, not repaired, and the run goes on) |
 //!
 //! The leader runs it every `--reconcile-interval` and repairs by itself
 //! what keeps messages from being delivered (`missing`, `unscheduled`) and
