@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::actors::journal::Journal;
 use crate::cluster::ClusterHandle;
+use crate::queue::QueueError;
 use crate::reconcile::{Reconciler, Repair};
 use crate::redis::inspect::evicts;
 use crate::redis::schedule::RedisSchedule;
@@ -120,6 +121,9 @@ pub(super) async fn reconcile_periodically(
                 "reconciled: the journal and Redis differed; messages Redis lost are scheduled again \
                  (GET /admin/reconcile?repair=true puts the rest right)"
             ),
+            Err(QueueError::JournalBehind(nodes)) => {
+                tracing::info!(?nodes, "a node's journal is behind; reconciling later")
+            }
             Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
         }
     }

@@ -66,7 +66,8 @@ impl Reconciler {
         let _one_at_a_time = self.running.lock().await;
         // A repair trusts the journal's live rows to be live: not while a
         // node's journal is behind (the periodic run, the API, the
-        // dashboard and the command line alike).
+        // dashboard and the command line alike). Checked again before each
+        // batch of repairs (`settle`).
         if repair != Repair::None {
             let behind = self.redis.journals_behind().await?;
             if !behind.is_empty() {
@@ -290,6 +291,12 @@ impl Reconciler {
             }
         }
         if !to_repair.is_empty() {
+            // A run can take minutes: a journal that fell behind since it
+            // started (see `run`) stops the repairs before this batch.
+            let behind = self.redis.journals_behind().await?;
+            if !behind.is_empty() {
+                return Err(QueueError::JournalBehind(behind));
+            }
             self.repair(&to_repair, report).await?;
         }
         Ok(())

@@ -18,6 +18,7 @@ backend_tests!(
     a_repair_waits_while_a_journal_is_behind,
     rows_changed_within_the_grace_period_are_left_out,
     a_difference_gone_by_the_second_look_is_not_reported,
+    a_journal_falling_behind_mid_run_stops_the_repairs,
     a_refused_end_does_not_stop_the_reconciler
 );
 
@@ -201,6 +202,64 @@ async fn a_difference_gone_by_the_second_look_is_not_reported(b: Backend) {
         reports.push(report);
     }
     panic!("a difference put back before the second look was reported each time: {reports:?}");
+}
+
+/// A journal that falls behind while a run is under way (another node says
+/// so after the run's first page, as its writes start failing) stops the
+/// run's repairs: the check is made before each batch of repairs, not only
+/// when the run starts. `delayq reconcile --repair` fails naming the node
+/// and leaves the lost message alone; once the node has caught up, the
+/// next run schedules it again.
+async fn a_journal_falling_behind_mid_run_stops_the_repairs(b: Backend) {
+    let env = reconciling_env(b).start().await;
+    let lost = env
+        .push(json!({"topic": "midrun", "body": "lost", "delay": 60_000}))
+        .await;
+    env.wait_scheduled(&lost).await;
+    let s = shard(&env, &lost);
+    redis_cmd::<i64>(&env, &["HDEL", &env.keys.messages(s), &lost]);
+    redis_cmd::<i64>(&env, &["ZREM", &env.keys.delay(s), &lost]);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let behind = env.keys.journal_behind();
+    let mut child = env
+        .tool(&["reconcile", "--repair", "--reconcile-grace", GRACE])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start delayq reconcile");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut fell_behind = false;
+    let mut said = String::new();
+    for line in stderr.lines().map_while(Result::ok) {
+        // The run found the lost message on the journal's page; its second
+        // look and repair come half a second later.
+        if !fell_behind && line.starts_with("reconcile: journal rows") {
+            let now = now_ms().to_string();
+            redis_cmd::<i64>(&env, &["ZADD", &behind, &now, "slow-node"]);
+            fell_behind = true;
+        }
+        said.push_str(&line);
+        said.push('\n');
+    }
+    let out = child.wait_with_output().expect("delayq reconcile ends");
+    assert!(
+        fell_behind,
+        "no progress line after the journal's page:\n{said}"
+    );
+    assert!(
+        !out.status.success(),
+        "repaired with a journal behind: {}\n{said}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(said.contains("slow-node"), "{said}");
+    assert!(!holds(&env, &lost), "repaired while a journal was behind");
+
+    // The node caught up: the next run repairs.
+    redis_cmd::<i64>(&env, &["ZREM", &behind, "slow-node"]);
+    let (report, _) = env.run_tool_report(&["reconcile", "--repair", "--reconcile-grace", GRACE]);
+    assert_eq!(report["missing"]["repaired"], 1, "{report}");
+    assert!(holds(&env, &lost));
 }
 
 /// A change the journal refuses does not stop the periodic reconciler.
