@@ -383,6 +383,20 @@ impl Reconciler {
 
         let finished = of(|k| matches!(k, Kind::FinishedInJournal));
         if !finished.is_empty() {
+            // Read once more right before the purge: a dead letter requeued
+            // since the second look is live again, and stays.
+            let ended: HashSet<i64> = self
+                .journal
+                .states_of(finished.iter().map(|id| id.0).collect())
+                .await?
+                .into_iter()
+                .filter(|r| r.status().is_terminal())
+                .map(|r| r.id)
+                .collect();
+            let finished: Vec<MessageId> = finished
+                .into_iter()
+                .filter(|id| ended.contains(&id.0))
+                .collect();
             let removed = self.redis.purge(&finished).await?;
             report.finished_in_journal.repaired += removed.iter().filter(|&&p| p).count() as u64;
         }
