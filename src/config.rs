@@ -290,8 +290,9 @@ pub struct ServeArgs {
     /// journal catches up after. 0 keeps the process's priority.
     #[arg(long, env = "DELAYQ_JOURNAL_NICE", default_value_t = crate::actors::journal::DEFAULT_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub journal_nice: i32,
-    /// How often the leader compares the journal with Redis and schedules
-    /// again what Redis lost (e.g. 60s, 5m; 0 turns it off).
+    /// How often the leader compares the journal with Redis, schedules
+    /// again what Redis lost and takes out of Redis what the journal ended
+    /// (e.g. 60s, 5m; 0 turns it off).
     #[arg(long, env = "DELAYQ_RECONCILE_INTERVAL", default_value = "60s", value_parser = parse_interval)]
     pub reconcile_interval: Duration,
     /// How long a Consumed or Deleted message stays in the journal (with

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::actors::journal::Journal;
 use crate::cluster::ClusterHandle;
+use crate::queue::QueueError;
 use crate::reconcile::{Reconciler, Repair};
 use crate::redis::inspect::evicts;
 use crate::redis::schedule::RedisSchedule;
@@ -74,9 +75,9 @@ async fn leader_turn(cluster: &ClusterHandle, every: Duration) {
     }
 }
 
-/// Every `every`, the leader compares the journal with Redis and schedules
-/// again what Redis lost with its data set marker intact (see
-/// [`crate::reconcile`]). While the marker is missing the data set watch
+/// Every `every`, the leader compares the journal with Redis, schedules
+/// again what Redis lost with its data set marker intact and takes out
+/// what the journal ended (see [`crate::reconcile`]). While the marker is missing the data set watch
 /// restores everything instead.
 pub(super) async fn reconcile_periodically(
     reconciler: Reconciler,
@@ -113,12 +114,19 @@ pub(super) async fn reconcile_periodically(
                 unscheduled = r.unscheduled.count,
                 put_back = r.unscheduled.repaired,
                 finished_in_journal = r.finished_in_journal.count,
+                purged = r.finished_in_journal.repaired,
                 status_mismatch = r.status_mismatch.count,
                 unknown = r.unknown.count,
+                unjournaled = r.unjournaled.count,
+                journaled = r.unjournaled.repaired,
                 elapsed_ms = r.elapsed_ms,
                 "reconciled: the journal and Redis differed; messages Redis lost are scheduled again \
+                 and those the journal ended are taken out of Redis \
                  (GET /admin/reconcile?repair=true puts the rest right)"
             ),
+            Err(QueueError::JournalBehind(nodes)) => {
+                tracing::info!(?nodes, "a node's journal is behind; reconciling later")
+            }
             Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again next time"),
         }
     }

@@ -30,14 +30,15 @@
 //! |---|---|---|
 //! | `missing` | live in the journal; Redis has no record and no tombstone | scheduled again like a restore (`Schedule`: idempotent, tombstone-aware; an overdue one is due at once), recorded Delaying |
 //! | `unscheduled` | Redis holds the record, but in no delay zset, ready queue or in-flight zset | put back in its delay zset with its record's score (replace.lua) |
-//! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead | removed from Redis, leaving a tombstone (purge.lua) |
+//! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead (Redis lost an ack's or a cancel's write, its data set marker intact) | removed from Redis, leaving a tombstone (purge.lua); the journal's row is read once more right before, so a dead letter requeued meanwhile stays |
 //! | `statusMismatch` | both hold it live, in different statuses | the journal follows Redis (the live state): a status change is recorded |
 //! | `unknown` | Redis holds it; the journal has no such row | reported only: the journal may have lost the row (a database restored from a backup) and Redis holds the only copy |
-//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back |
+//! | `unjournaled` | Redis ended it (acked, cancelled, dead: its end waits in `{P:s}:unjournaled`) and the journal never heard: the node that made the change stopped first | the end is written to the journal, so nothing brings the message back (an end the journal refuses, a trigger or a constraint, stays in Redis: counted, not repaired, and the run goes on) |
 //!
 //! The leader runs it every `--reconcile-interval` and repairs by itself
 //! what keeps messages from being delivered (`missing`, `unscheduled`) and
-//! what would bring an ended one back (`unjournaled`);
+//! what would bring an ended one back (`unjournaled`, `finishedInJournal`),
+//! each seen twice (the second look);
 //! `GET /admin/reconcile?repair=true` and `delayq reconcile --repair`
 //! repair every kind but `unknown`.
 //!
@@ -75,7 +76,8 @@ pub enum Repair {
     /// Report only.
     None,
     /// What keeps messages from being delivered (`missing`,
-    /// `unscheduled`) or would bring an ended one back (`unjournaled`).
+    /// `unscheduled`) or would bring an ended one back (`unjournaled`,
+    /// `finishedInJournal`).
     Delivery,
     /// Every kind but `unknown`.
     All,
@@ -87,7 +89,7 @@ impl Repair {
             Repair::None => false,
             Repair::Delivery => matches!(
                 kind,
-                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_)
+                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_) | Kind::FinishedInJournal
             ),
             Repair::All => !matches!(kind, Kind::Unknown),
         }

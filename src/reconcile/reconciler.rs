@@ -9,7 +9,7 @@ use actix::Addr;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
-use crate::error::RedisError;
+use crate::error::{JournalError, RedisError};
 use crate::journal::store::RowState;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
@@ -66,7 +66,8 @@ impl Reconciler {
         let _one_at_a_time = self.running.lock().await;
         // A repair trusts the journal's live rows to be live: not while a
         // node's journal is behind (the periodic run, the API, the
-        // dashboard and the command line alike).
+        // dashboard and the command line alike). Checked again before each
+        // batch of repairs (`settle`).
         if repair != Repair::None {
             let behind = self.redis.journals_behind().await?;
             if !behind.is_empty() {
@@ -290,6 +291,12 @@ impl Reconciler {
             }
         }
         if !to_repair.is_empty() {
+            // A run can take minutes: a journal that fell behind since it
+            // started (see `run`) stops the repairs before this batch.
+            let behind = self.redis.journals_behind().await?;
+            if !behind.is_empty() {
+                return Err(QueueError::JournalBehind(behind));
+            }
             self.repair(&to_repair, report).await?;
         }
         Ok(())
@@ -352,9 +359,20 @@ impl Reconciler {
                     StatusChange::ended(*id, end.status, end.attempts, end.at, shard.clone())
                 })
                 .collect();
-            self.journal.record_durable(changes).await?;
-            let ids: Vec<MessageId> = ended.iter().map(|(id, _)| *id).collect();
-            self.redis.journaled(&ids).await?;
+            // An end the journal refuses stays in Redis, counted and not
+            // repaired; the ends it took are forgotten there all the same.
+            let recorded = self
+                .record(changes, "unjournaled", |row, _| row.status().is_terminal())
+                .await?;
+            let ids: Vec<MessageId> = ended
+                .iter()
+                .zip(recorded)
+                .filter(|(_, recorded)| *recorded)
+                .map(|((id, _), _)| *id)
+                .collect();
+            if !ids.is_empty() {
+                self.redis.journaled(&ids).await?;
+            }
             report.unjournaled.repaired += ids.len() as u64;
         }
 
@@ -366,6 +384,20 @@ impl Reconciler {
 
         let finished = of(|k| matches!(k, Kind::FinishedInJournal));
         if !finished.is_empty() {
+            // Read once more right before the purge: a dead letter requeued
+            // since the second look is live again, and stays.
+            let ended: HashSet<i64> = self
+                .journal
+                .states_of(finished.iter().map(|id| id.0).collect())
+                .await?
+                .into_iter()
+                .filter(|r| r.status().is_terminal())
+                .map(|r| r.id)
+                .collect();
+            let finished: Vec<MessageId> = finished
+                .into_iter()
+                .filter(|id| ended.contains(&id.0))
+                .collect();
             let removed = self.redis.purge(&finished).await?;
             report.finished_in_journal.repaired += removed.iter().filter(|&&p| p).count() as u64;
         }
@@ -391,10 +423,66 @@ impl Reconciler {
                     })
                 })
                 .collect();
-            let n = changes.len() as u64;
-            self.journal.record_durable(changes).await?;
-            report.status_mismatch.repaired += n;
+            let recorded = self
+                .record(changes, "statusMismatch", |row, ch| {
+                    row.status() == ch.status
+                })
+                .await?;
+            report.status_mismatch.repaired += recorded.iter().filter(|&&r| r).count() as u64;
         }
         Ok(())
+    }
+
+    /// Records a repair's status changes (of differences of `kind`):
+    /// whether the journal holds each, in input order. A change the
+    /// journal refuses while it answers (a trigger, a constraint) must not
+    /// stop the run, or it would stop every run after it: the journal
+    /// splits a refused batch down to single changes, writes the others,
+    /// sets the refused ones aside (`GET /admin/journal`) and answers the
+    /// whole batch refused. The rows are then read again, and a change
+    /// counts as recorded when its row `shows` it (recording them again
+    /// one by one would write the flow rows of those written twice). Any
+    /// other error (the journal unreachable, or slow) stops the run.
+    async fn record(
+        &self,
+        changes: Vec<StatusChange>,
+        kind: &str,
+        shows: fn(&RowState, &StatusChange) -> bool,
+    ) -> Result<Vec<bool>, QueueError> {
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let why = match self.journal.record_durable(changes.clone()).await {
+            Ok(()) => return Ok(vec![true; changes.len()]),
+            Err(JournalError::Refused(why)) => why,
+            Err(e) => return Err(e.into()),
+        };
+        let rows: HashMap<i64, RowState> = self
+            .journal
+            .states_of(changes.iter().map(|c| c.id.0).collect())
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        let recorded: Vec<bool> = changes
+            .iter()
+            .map(|c| rows.get(&c.id.0).is_some_and(|r| shows(r, c)))
+            .collect();
+        let refused: Vec<MessageId> = changes
+            .iter()
+            .zip(&recorded)
+            .filter(|(_, &r)| !r)
+            .map(|(c, _)| c.id)
+            .collect();
+        tracing::warn!(
+            kind,
+            refused = refused.len(),
+            recorded = changes.len() - refused.len(),
+            ids = ?&refused[..refused.len().min(SAMPLE)],
+            error = %why,
+            "the journal refuses some of the reconciler's repairs; they are left as they are \
+             (GET /admin/journal lists them) and the rest goes on"
+        );
+        Ok(recorded)
     }
 }

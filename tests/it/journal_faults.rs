@@ -26,7 +26,7 @@ fn sql(env: &Env, text: &str) {
 
 /// Makes the database refuse to insert messages of topic `refused` and to
 /// update messages of topic `poison`.
-fn add_refusing_triggers(env: &Env, b: Backend) {
+pub(crate) fn add_refusing_triggers(env: &Env, b: Backend) {
     match b {
         Backend::Sqlite => sql(
             env,

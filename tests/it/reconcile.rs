@@ -3,7 +3,9 @@
 //! of difference is planted by hand, reported by `GET /admin/reconcile`,
 //! repaired with `repair=true`, and gone from the next report; a server
 //! with a short `--reconcile-interval` delivers every accepted message after
-//! Redis lost some of its keys, without an operator; `GET /admin/restore`
+//! Redis lost some of its keys, without an operator, and takes out again
+//! what the journal ended once Redis lost an ack's or a cancel's write (a
+//! dead letter requeued meanwhile stays); `GET /admin/restore`
 //! shows a restore's progress, and a restore resumes after the cursor an
 //! interrupted one left; `delayq reconcile` runs as a process; `/ready`
 //! warns about a Redis that may evict keys.
@@ -11,7 +13,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::common::{now_ms, parse_id, status, Backend, Env, SHARDS};
+use crate::common::{now_ms, parse_id, status, wait_until, Backend, Env, SHARDS};
 use delayq::journal::schema::message;
 use delayq::redis::keys::score;
 use delayq::redis::record;
@@ -23,6 +25,7 @@ backend_tests!(
     report_and_repair_each_kind,
     a_lost_message_in_flight_is_delivered_again,
     lost_keys_are_delivered_without_an_operator,
+    lost_acks_and_cancels_are_purged_without_an_operator,
     restore_progress_and_resume,
     a_killed_restore_resumes,
     cli_reconcile
@@ -324,6 +327,202 @@ async fn lost_keys_are_delivered_without_an_operator(b: Backend) {
         log.contains("the journal and Redis differed"),
         "no reconciliation in the log"
     );
+}
+
+/// Redis loses an ack's and a cancel's writes with its data set marker
+/// intact (the acked message is back in flight, the cancelled one back in
+/// its delay zset, neither has a tombstone) while the journal recorded
+/// both ends: the periodic reconciler takes them out of Redis, leaving
+/// tombstones, long before the acked one's ack deadline would hand it out
+/// again.
+async fn lost_acks_and_cancels_are_purged_without_an_operator(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--reconcile-interval")
+        .arg("1s")
+        .arg("--reconcile-grace")
+        .arg(GRACE)
+        .start()
+        .await;
+    let topic = "rc-undone";
+    let acked = env
+        .push(json!({"topic": topic, "body": "acked", "ttl": 30_000}))
+        .await;
+    let cancelled = env
+        .push(json!({"topic": topic, "body": "cancelled", "delay": 60_000}))
+        .await;
+    assert_eq!(env.receive_one(topic).await.id(), acked);
+    env.ack(&acked).await.assert_ok();
+    env.wait_scheduled(&cancelled).await;
+    assert_eq!(
+        env.delete(&cancelled).await.assert_ok()["result"],
+        "deleted"
+    );
+    env.wait_status(&acked, status::CONSUMED).await;
+    env.wait_status(&cancelled, status::DELETED).await;
+    env.wait_journaled().await;
+
+    // Redis loses both writes.
+    let k = &env.keys;
+    let a = env.journal.row(&acked).unwrap();
+    let s = shard(&env, &acked);
+    let deadline = (now_ms() + 30_000).to_string();
+    redis_cmd::<i64>(&env, &["ZREM", &k.finished(s), &acked]);
+    redis_cmd::<i64>(
+        &env,
+        &[
+            "HSET",
+            &k.messages(s),
+            &acked,
+            &record::encode(&a.message(), 1),
+        ],
+    );
+    redis_cmd::<i64>(&env, &["ZADD", &k.inflight(s), &deadline, &acked]);
+    let c = env.journal.row(&cancelled).unwrap();
+    let s = shard(&env, &cancelled);
+    let due = (score(c.due_time, 0) as i64).to_string();
+    redis_cmd::<i64>(&env, &["ZREM", &k.finished(s), &cancelled]);
+    redis_cmd::<i64>(
+        &env,
+        &[
+            "HSET",
+            &k.messages(s),
+            &cancelled,
+            &record::encode(&c.message(), 0),
+        ],
+    );
+    redis_cmd::<i64>(&env, &["ZADD", &k.delay(s), &due, &cancelled]);
+    assert!(holds(&env, &acked) && holds(&env, &cancelled));
+
+    let what = "the periodic reconciler to take both out of Redis";
+    wait_until(what, Duration::from_secs(15), || async {
+        let left: Vec<&String> = [&acked, &cancelled]
+            .into_iter()
+            .filter(|id| holds(&env, id))
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still in Redis: {left:?}"))
+        }
+    })
+    .await;
+    for id in [&acked, &cancelled] {
+        let s = shard(&env, id);
+        let tomb: Option<f64> = redis_cmd(&env, &["ZSCORE", &k.finished(s), id]);
+        assert!(tomb.is_some(), "no tombstone for {id}");
+        let in_flight: Option<f64> = redis_cmd(&env, &["ZSCORE", &k.inflight(s), id]);
+        assert!(in_flight.is_none(), "{id} still in flight");
+    }
+    assert_eq!(env.journal.row(&acked).unwrap().status, status::CONSUMED);
+    assert_eq!(env.journal.row(&cancelled).unwrap().status, status::DELETED);
+    env.assert_nothing(topic, 1).await;
+    let log = env.server.log_tail(1_000);
+    assert!(
+        log.contains("the journal and Redis differed"),
+        "no reconciliation in the log"
+    );
+}
+
+/// A dead letter Redis still holds (finishedInJournal) and requeued between
+/// the reconciler's second look and its purge is live again: the repair
+/// reads the journal once more right before purging and leaves it. The
+/// requeue is made while the repair is held: PostgreSQL keeps the row of
+/// another message, whose end the same repair records first, locked by
+/// the test.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_requeued_during_a_repair_is_not_purged() {
+    use diesel::connection::SimpleConnection;
+    use diesel::dsl::sql;
+    use diesel::sql_types::BigInt;
+
+    let env = reconciling_env(Backend::Postgres).start().await;
+    let k = &env.keys;
+    // A dead letter, back in Redis (as a copy a promoted replica held).
+    let dead = env
+        .push(json!({"topic": "rc-dead", "body": "d", "maxAttempts": 1}))
+        .await;
+    assert_eq!(env.receive_one("rc-dead").await.id(), dead);
+    let r = env
+        .send(env.http.post(env.url(&format!("/nack/{dead}?delay=1000"))))
+        .await;
+    assert_eq!(r.assert_ok()["status"], "Dead", "{}", r.text);
+    env.wait_status(&dead, status::DEAD).await;
+    env.wait_journaled().await;
+    let row = env.journal.row(&dead).unwrap();
+    let s = shard(&env, &dead);
+    let far = (score(now_ms() + 600_000, 0) as i64).to_string();
+    redis_cmd::<i64>(&env, &["ZREM", &k.finished(s), &dead]);
+    redis_cmd::<i64>(
+        &env,
+        &[
+            "HSET",
+            &k.messages(s),
+            &dead,
+            &record::encode(&row.message(), 1),
+        ],
+    );
+    redis_cmd::<i64>(&env, &["ZADD", &k.delay(s), &far, &dead]);
+    // A message cancelled in Redis by a node that stopped before its
+    // journal heard: its end is recorded by the same repair, before the
+    // purge.
+    let ended = env
+        .push(json!({"topic": "rc-dead", "body": "e", "delay": 60_000}))
+        .await;
+    env.wait_scheduled(&ended).await;
+    let e = shard(&env, &ended);
+    let now = now_ms().to_string();
+    let end = format!("{}|0|{now}", status::DELETED);
+    redis_cmd::<i64>(&env, &["HDEL", &k.messages(e), &ended]);
+    redis_cmd::<i64>(&env, &["ZREM", &k.delay(e), &ended]);
+    redis_cmd::<i64>(&env, &["ZADD", &k.finished(e), &now, &ended]);
+    redis_cmd::<i64>(&env, &["HSET", &k.unjournaled(e), &ended, &end]);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let pg = || PgConnection::establish(&env.journal.url).expect("connect to PostgreSQL");
+    let mut lock = pg();
+    lock.batch_execute(&format!(
+        "BEGIN; SELECT id FROM message WHERE id = {} FOR UPDATE",
+        parse_id(&ended).0
+    ))
+    .unwrap();
+    let mut monitor = pg();
+    let waiting = "(SELECT count(*) FROM pg_stat_activity \
+                   WHERE wait_event_type = 'Lock' AND datname = current_database())";
+    let repair = env.get_path("/admin/reconcile?repair=true");
+    let requeue = async {
+        let began = std::time::Instant::now();
+        while diesel::select(sql::<BigInt>(waiting))
+            .get_result::<i64>(&mut monitor)
+            .expect("pg_stat_activity")
+            == 0
+        {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "the repair never waited for the locked row"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let r = env
+            .post_json(&format!("/dead/{dead}/requeue"), &json!({}))
+            .await;
+        r.assert_ok();
+        lock.batch_execute("ROLLBACK").unwrap();
+        r
+    };
+    let (report, requeued) = tokio::join!(repair, requeue);
+    let report = report.assert_ok().clone();
+    eprintln!("requeue: {}", requeued.text);
+    assert_eq!(report["unjournaled"]["repaired"], 1, "{report}");
+    assert_eq!(report["finishedInJournal"]["count"], 1, "{report}");
+    assert_eq!(report["finishedInJournal"]["repaired"], 0, "{report}");
+    assert_eq!(env.journal.row(&ended).unwrap().status, status::DELETED);
+    assert!(
+        env.journal.row(&dead).unwrap().status < status::CONSUMED,
+        "not requeued"
+    );
+    assert!(holds(&env, &dead), "the requeued dead letter was purged");
+    let tomb: Option<f64> = redis_cmd(&env, &["ZSCORE", &k.finished(s), &dead]);
+    assert!(tomb.is_none(), "the requeued dead letter has a tombstone");
 }
 
 async fn restore_progress_and_resume(b: Backend) {

@@ -9,15 +9,17 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::{status, wait_until, Backend, Env};
-use crate::journal_faults::{allow_flow_writes, refuse_flow_writes};
+use crate::common::{now_ms, status, wait_until, Backend, Env};
+use crate::journal_faults::{add_refusing_triggers, allow_flow_writes, refuse_flow_writes};
 use crate::reconcile::{counts, holds, reconcile, reconciling_env, redis_cmd, shard, GRACE};
 use serde_json::{json, Value};
 
 backend_tests!(
     a_repair_waits_while_a_journal_is_behind,
     rows_changed_within_the_grace_period_are_left_out,
-    a_difference_gone_by_the_second_look_is_not_reported
+    a_difference_gone_by_the_second_look_is_not_reported,
+    a_journal_falling_behind_mid_run_stops_the_repairs,
+    a_refused_end_does_not_stop_the_reconciler
 );
 
 /// Lines of the server's log that say the periodic reconciler waited for a
@@ -200,4 +202,162 @@ async fn a_difference_gone_by_the_second_look_is_not_reported(b: Backend) {
         reports.push(report);
     }
     panic!("a difference put back before the second look was reported each time: {reports:?}");
+}
+
+/// A journal that falls behind while a run is under way (another node says
+/// so after the run's first page, as its writes start failing) stops the
+/// run's repairs: the check is made before each batch of repairs, not only
+/// when the run starts. `delayq reconcile --repair` fails naming the node
+/// and leaves the lost message alone; once the node has caught up, the
+/// next run schedules it again.
+async fn a_journal_falling_behind_mid_run_stops_the_repairs(b: Backend) {
+    let env = reconciling_env(b).start().await;
+    let lost = env
+        .push(json!({"topic": "midrun", "body": "lost", "delay": 60_000}))
+        .await;
+    env.wait_scheduled(&lost).await;
+    let s = shard(&env, &lost);
+    redis_cmd::<i64>(&env, &["HDEL", &env.keys.messages(s), &lost]);
+    redis_cmd::<i64>(&env, &["ZREM", &env.keys.delay(s), &lost]);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let behind = env.keys.journal_behind();
+    let mut child = env
+        .tool(&["reconcile", "--repair", "--reconcile-grace", GRACE])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start delayq reconcile");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut fell_behind = false;
+    let mut said = String::new();
+    for line in stderr.lines().map_while(Result::ok) {
+        // The run found the lost message on the journal's page; its second
+        // look and repair come half a second later.
+        if !fell_behind && line.starts_with("reconcile: journal rows") {
+            let now = now_ms().to_string();
+            redis_cmd::<i64>(&env, &["ZADD", &behind, &now, "slow-node"]);
+            fell_behind = true;
+        }
+        said.push_str(&line);
+        said.push('\n');
+    }
+    let out = child.wait_with_output().expect("delayq reconcile ends");
+    assert!(
+        fell_behind,
+        "no progress line after the journal's page:\n{said}"
+    );
+    assert!(
+        !out.status.success(),
+        "repaired with a journal behind: {}\n{said}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(said.contains("slow-node"), "{said}");
+    assert!(!holds(&env, &lost), "repaired while a journal was behind");
+
+    // The node caught up: the next run repairs.
+    redis_cmd::<i64>(&env, &["ZREM", &behind, "slow-node"]);
+    let (report, _) = env.run_tool_report(&["reconcile", "--repair", "--reconcile-grace", GRACE]);
+    assert_eq!(report["missing"]["repaired"], 1, "{report}");
+    assert!(holds(&env, &lost));
+}
+
+/// A change the journal refuses does not stop the periodic reconciler.
+/// The database refuses every update of a message (a trigger); the message
+/// is acked: Redis ends it, the journal sets the end aside, and the end
+/// stays in `{P:s}:unjournaled`, found by every run and refused each time.
+/// In the same run another message's end (acked in Redis by a node that
+/// stopped before its journal heard) is recorded and Redis forgets it, and
+/// a message whose schedule entry Redis lost is put back. A report counts
+/// the refused end as unjournaled and not repaired.
+async fn a_refused_end_does_not_stop_the_reconciler(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--reconcile-interval")
+        .arg("1s")
+        .arg("--reconcile-grace")
+        .arg(GRACE)
+        .start()
+        .await;
+    let k = &env.keys;
+    let unscheduled = env
+        .push(json!({"topic": "rf-later", "body": "u", "delay": 60_000}))
+        .await;
+    let good = env.push(json!({"topic": "rf-good", "body": "g"})).await;
+    env.wait_scheduled(&unscheduled).await;
+    assert_eq!(env.receive_one("rf-good").await.id(), good);
+    env.wait_status(&good, status::CONSUMING).await;
+
+    add_refusing_triggers(&env, b);
+    let poison = env.push(json!({"topic": "poison", "body": "p"})).await;
+    assert_eq!(env.receive_one("poison").await.id(), poison);
+    env.ack(&poison).await;
+    let ps = shard(&env, &poison);
+    let what = "the poison message's end to be set aside, kept in Redis";
+    wait_until(what, Duration::from_secs(20), || async {
+        let kept: i64 = redis_cmd(&env, &["HEXISTS", &k.unjournaled(ps), &poison]);
+        let j = env.get_path("/admin/journal").await;
+        let j = j.assert_ok();
+        (kept == 1 && j["pending"] == 0 && j["refused"].as_u64() > Some(0)).then_some(())
+    })
+    .await;
+
+    // The good message was acked in Redis by a node that stopped before
+    // its journal recorded the end; the other lost its schedule entry.
+    let s = shard(&env, &good);
+    let now = now_ms().to_string();
+    let end = format!("{}|1|{now}", status::CONSUMED);
+    redis_cmd::<i64>(&env, &["HDEL", &k.messages(s), &good]);
+    redis_cmd::<i64>(&env, &["ZREM", &k.inflight(s), &good]);
+    redis_cmd::<i64>(&env, &["ZADD", &k.finished(s), &now, &good]);
+    redis_cmd::<i64>(&env, &["HSET", &k.unjournaled(s), &good, &end]);
+    let us = shard(&env, &unscheduled);
+    redis_cmd::<i64>(&env, &["ZREM", &k.delay(us), &unscheduled]);
+
+    let what = "the periodic reconciler to record the good end and put the other back";
+    wait_until(what, Duration::from_secs(20), || async {
+        let back: Option<f64> = redis_cmd(&env, &["ZSCORE", &k.delay(us), &unscheduled]);
+        let kept: i64 = redis_cmd(&env, &["HEXISTS", &k.unjournaled(s), &good]);
+        let row = env.journal.row(&good).unwrap();
+        if back.is_some() && kept == 0 && row.status == status::CONSUMED {
+            Ok(())
+        } else {
+            Err(format!(
+                "put back: {}, good end kept in Redis: {}, good row: {}",
+                back.is_some(),
+                kept == 1,
+                row.status
+            ))
+        }
+    })
+    .await;
+    let kept: i64 = redis_cmd(&env, &["HEXISTS", &k.unjournaled(ps), &poison]);
+    assert_eq!(kept, 1, "the refused end left Redis");
+    let row = env.journal.row(&poison).unwrap();
+    assert!(row.status < status::CONSUMED, "{}", row.status);
+    let log = env.server.log_tail(5_000);
+    assert!(!log.contains("reconciliation failed"), "{log}");
+    assert!(
+        log.contains("refuses some of the reconciler's repairs"),
+        "{log}"
+    );
+
+    // A repair through the API goes on too, and says what it left.
+    let what = "a repair run (the journal is behind a moment after each refusal)";
+    let report = wait_until(what, Duration::from_secs(15), || async {
+        let r = env.get_path("/admin/reconcile?repair=true").await;
+        if r.status == 200 {
+            Ok(r.json.clone())
+        } else {
+            Err(format!("{} {}", r.status, r.text))
+        }
+    })
+    .await;
+    assert_eq!(report["unjournaled"]["count"], 1, "{report}");
+    assert_eq!(report["unjournaled"]["repaired"], 0, "{report}");
+    assert_eq!(
+        report["unjournaled"]["sample"][0]["id"].as_str(),
+        Some(poison.as_str()),
+        "{report}"
+    );
+    assert_eq!(counts(&report), [0; 5], "{report}");
 }
