@@ -14,7 +14,8 @@ backend_tests!(
     messages_in_flight_or_ended_are_left_alone,
     bad_reschedules_change_nothing,
     a_message_waiting_beyond_the_horizon_moves_too,
-    a_recurring_series_moves_as_a_whole
+    a_recurring_series_moves_as_a_whole,
+    messages_acked_or_in_flight_are_never_rescheduled
 );
 
 async fn reschedule(env: &Env, body: Value) -> Value {
@@ -405,4 +406,222 @@ async fn a_recurring_series_moves_as_a_whole(b: Backend) {
         },
     )
     .await;
+}
+
+/// Messages whose ack was answered (200) before a reschedule of them was
+/// sent are `already_consumed`; those acked while it runs `in_flight` or
+/// `already_consumed`; those in flight `in_flight`: never `rescheduled`,
+/// however the move's journal read and its Redis step interleave with the
+/// acks' journal writes (each request carries 900 ids in flight ahead of
+/// the acked ones, so its Redis step lasts; the acks sent while it runs
+/// are spread over the time the request before took). None is handed out
+/// again, and no move is left in Redis for any of them.
+async fn messages_acked_or_in_flight_are_never_rescheduled(b: Backend) {
+    use futures::future::join_all;
+    use tokio::time::Instant;
+
+    const FRONT: usize = 900;
+    const ROUNDS: usize = 8;
+    /// Acked before each request, and as many while it runs.
+    const EACH: usize = 25;
+    let env = Env::start(b).await;
+    let batch = |topic: &str, n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"topic": topic, "body": format!("{i}"), "ttl": 600_000}))
+            .collect()
+    };
+    let front = env.push_batch(batch("front", FRONT)).await;
+    let acked = env.push_batch(batch("acked", ROUNDS * 2 * EACH)).await;
+    for (topic, n) in [("front", FRONT), ("acked", acked.len())] {
+        let got = env.collect(topic, n, Duration::from_secs(60)).await;
+        assert_eq!(got.len(), n, "{topic}: all handed out");
+    }
+    env.wait_statuses(&acked, status::CONSUMING).await;
+
+    // (id, which, result, ms from its ack's answer to the request sent).
+    let mut wrong: Vec<(String, &str, String, i64)> = Vec::new();
+    let mut answered = std::collections::BTreeMap::<String, usize>::new();
+    let mut took = Duration::from_millis(300);
+    for round in acked.chunks(2 * EACH) {
+        let (before, during) = round.split_at(EACH);
+        for a in join_all(before.iter().map(|id| env.ack(id))).await {
+            a.assert_ok();
+        }
+        let acked_at = now_ms();
+        let mut ids = front.clone();
+        ids.extend(round.iter().cloned());
+        let began = Instant::now();
+        let sent = now_ms();
+        let (reply, ()) = tokio::join!(
+            reschedule(&env, json!({"ids": ids, "delay": 60_000})),
+            async {
+                for (i, id) in during.iter().enumerate() {
+                    tokio::time::sleep_until(began + took * i as u32 / during.len() as u32).await;
+                    env.ack(id).await.assert_ok();
+                }
+            }
+        );
+        took = began.elapsed();
+        let results = reply["results"].as_array().expect("results");
+        assert_eq!(results.len(), ids.len(), "{reply}");
+        for (i, r) in results.iter().enumerate() {
+            let (which, fine): (&str, &[&str]) = if i < FRONT {
+                ("in flight", &["in_flight"])
+            } else if i < FRONT + EACH {
+                ("acked before", &["already_consumed"])
+            } else {
+                ("acked while", &["in_flight", "already_consumed"])
+            };
+            let result = r["result"].as_str().unwrap();
+            assert_eq!(r["id"], ids[i]);
+            *answered.entry(result.to_string()).or_default() += 1;
+            if !fine.contains(&result) {
+                wrong.push((ids[i].clone(), which, result.to_string(), sent - acked_at));
+            }
+        }
+    }
+    let mut by_kind = std::collections::BTreeMap::<(&str, &str), usize>::new();
+    for (_, which, result, _) in &wrong {
+        *by_kind.entry((*which, result.as_str())).or_default() += 1;
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers of {} ({by_kind:?}; all answers {answered:?}), e.g. {:?}",
+        wrong.len(),
+        ROUNDS * (FRONT + 2 * EACH),
+        &wrong[..wrong.len().min(5)]
+    );
+    env.wait_statuses(&acked, status::CONSUMED).await;
+    env.assert_nothing("acked", 1).await;
+    let mut con = env.redis.con();
+    for s in 0..crate::common::SHARDS {
+        let left: i64 = redis::cmd("HLEN")
+            .arg(env.keys.moved(s))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(left, 0, "moves left in shard {s} for messages Redis ended");
+    }
+}
+
+/// On PostgreSQL, a message acked between the move's read of its journal
+/// row and the move's update of it is `already_consumed`, even when the
+/// ack's end is journaled (and Redis forgot the end it kept for the
+/// journal) before the move reaches Redis. Each step is held by a database
+/// lock, so the interleaving is the same on every run:
+///
+/// 1. L1 locks A's row (FOR SHARE): the ack's journal write of A waits on
+///    it, then the move (of A, then of the other ids) waits behind it.
+/// 2. L2 locks the last other id's row, so the move stays in its journal
+///    transaction once past A.
+/// 3. L1 commits: the ack's end reaches the journal, Redis drops its copy
+///    of the end (its tombstone stays); only then does L2 commit and the
+///    move go on to Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_a_message_acked_while_its_move_reads_the_journal_is_not_rescheduled() {
+    use diesel::connection::SimpleConnection;
+    use diesel::dsl::sql;
+    use diesel::prelude::*;
+    use diesel::sql_types::BigInt;
+
+    let env = Env::start(Backend::Postgres).await;
+    let others = env
+        .push_batch(
+            (0..50)
+                .map(|i| json!({"topic": "later", "body": format!("{i}"), "delay": 600_000}))
+                .collect(),
+        )
+        .await;
+    let acked = env
+        .push(json!({"topic": "t", "body": "a", "ttl": 600_000}))
+        .await;
+    assert_eq!(env.receive_one("t").await.id(), acked);
+    env.wait_status(&acked, status::CONSUMING).await;
+    env.wait_statuses(&others, status::DELAYING).await;
+    let pg = || PgConnection::establish(&env.journal.url).expect("connect to PostgreSQL");
+    let mut monitor = pg();
+    let waiting = |monitor: &mut PgConnection| -> i64 {
+        diesel::select(sql::<BigInt>(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock')",
+        ))
+        .get_result(monitor)
+        .expect("pg_stat_activity")
+    };
+    let wait_for = |monitor: &mut PgConnection, n: i64, what: &str| {
+        let began = std::time::Instant::now();
+        while waiting(monitor) != n {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "{what}: {} sessions wait on a lock, not {n}",
+                waiting(monitor)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let last = others.last().unwrap();
+    let mut l1 = pg();
+    l1.batch_execute(&format!(
+        "BEGIN; SELECT id FROM message WHERE id = {acked} FOR SHARE"
+    ))
+    .unwrap();
+    let mut l2 = pg();
+    l2.batch_execute(&format!(
+        "BEGIN; SELECT id FROM message WHERE id = {last} FOR SHARE"
+    ))
+    .unwrap();
+
+    // 1. The ack is answered; its journal write waits on L1.
+    env.ack(&acked).await.assert_ok();
+    wait_for(&mut monitor, 1, "the ack's journal write waits on A");
+    let mut ids = vec![acked.clone()];
+    ids.extend(others.iter().cloned());
+    let move_all = tokio::spawn(
+        env.http
+            .post(env.url("/reschedule"))
+            .json(&json!({"ids": ids, "delay": 60_000}))
+            .send(),
+    );
+    wait_for(&mut monitor, 2, "the move waits on A too");
+
+    // 3. The ack's end is journaled, and Redis forgets its copy of it.
+    l1.batch_execute("COMMIT").unwrap();
+    env.wait_status(&acked, status::CONSUMED).await;
+    let shard = env.keys.shard_of(crate::common::parse_id(&acked));
+    wait_until(
+        "Redis to forget the end the journal has",
+        Duration::from_secs(10),
+        || async {
+            let kept: bool = redis::cmd("HEXISTS")
+                .arg(env.keys.unjournaled(shard))
+                .arg(&acked)
+                .query(&mut env.redis.con())
+                .unwrap();
+            if kept {
+                Err("still kept".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    wait_for(&mut monitor, 1, "the move waits on the last id");
+    l2.batch_execute("COMMIT").unwrap();
+
+    let reply = move_all.await.unwrap().expect("the reschedule answered");
+    assert_eq!(reply.status(), 200);
+    let reply: Value = reply.json().await.unwrap();
+    let results = reply["results"].as_array().expect("results");
+    assert_eq!(
+        (results[0]["id"].as_str(), results[0]["result"].as_str()),
+        (Some(acked.as_str()), Some("already_consumed")),
+        "{reply}"
+    );
+    assert_eq!(reply["rescheduled"], others.len(), "{reply}");
+    let moved: bool = redis::cmd("HEXISTS")
+        .arg(env.keys.moved(shard))
+        .arg(&acked)
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert!(!moved, "a move is left for a message Redis ended");
+    assert_eq!(env.journal.row(&acked).unwrap().status, status::CONSUMED);
 }
