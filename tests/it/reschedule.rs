@@ -625,3 +625,153 @@ async fn postgres_a_message_acked_while_its_move_reads_the_journal_is_not_resche
     assert!(!moved, "a move is left for a message Redis ended");
     assert_eq!(env.journal.row(&acked).unwrap().status, status::CONSUMED);
 }
+
+/// What a move's Redis step answers and leaves behind, from the script
+/// itself: a message in flight is left alone; one acked whose end the
+/// journal has (Redis keeps its tombstone alone) is `Ended`, and nothing is
+/// left for it; one Redis does not hold (on its way) gets its move left,
+/// indexed by when, in keys that expire within two minutes. The schedule
+/// of that message takes the move (the score, and both entries leave), and
+/// moves past their two minutes leave at the next move left or the next
+/// schedule looking for moves in their shard.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_is_left_only_for_a_message_on_its_way_and_not_for_long() {
+    use delayq::message::{Message, MessageId};
+    use delayq::redis::keys::score;
+    use delayq::redis::schedule::{RedisMove, RedisSchedule};
+
+    let env = Env::start(Backend::Sqlite).await;
+    let con = delayq::redis::connect(&env.redis.url()).await.unwrap();
+    let redis = RedisSchedule::new(con, env.keys.clone(), "test")
+        .await
+        .unwrap();
+    let flying = env
+        .push(json!({"topic": "t", "body": "f", "ttl": 600_000}))
+        .await;
+    assert_eq!(env.receive_one("t").await.id(), flying);
+    let acked = env.push(json!({"topic": "t", "body": "a"})).await;
+    assert_eq!(env.receive_one("t").await.id(), acked);
+    env.ack(&acked).await.assert_ok();
+    env.wait_status(&acked, status::CONSUMED).await;
+    let k = env.keys.clone();
+    let mut con = env.redis.con();
+    let id_of = |id: &str| crate::common::parse_id(id);
+    let acked_shard = k.shard_of(id_of(&acked));
+    wait_until(
+        "Redis to forget the end the journal has",
+        Duration::from_secs(10),
+        || async {
+            let kept: bool = redis::cmd("HEXISTS")
+                .arg(k.unjournaled(acked_shard))
+                .arg(&acked)
+                .query(&mut env.redis.con())
+                .unwrap();
+            if kept {
+                Err("still kept".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let due = now_ms() + 60_000;
+    let new_score = score(due, 0) as i64;
+    let move_to_due = |id: MessageId| redis.reschedule(id, Some(due), None, (due, 0), None);
+    let moves_of = |con: &mut redis::Connection, shard: u32| -> Vec<String> {
+        redis::cmd("HKEYS").arg(k.moved(shard)).query(con).unwrap()
+    };
+
+    assert_eq!(
+        move_to_due(id_of(&flying)).await.unwrap(),
+        RedisMove::InFlight
+    );
+    assert_eq!(move_to_due(id_of(&acked)).await.unwrap(), RedisMove::Ended);
+    assert_eq!(
+        moves_of(&mut con, acked_shard),
+        Vec::<String>::new(),
+        "a move left for a message Redis ended"
+    );
+
+    // Ids Redis never held, in one shard: messages on their way.
+    let shard = 2;
+    let mut absent = (1_000_i64..)
+        .map(MessageId)
+        .filter(|&id| k.shard_of(id) == shard);
+    let (on_way, other, stale, stale2) = (
+        absent.next().unwrap(),
+        absent.next().unwrap(),
+        absent.next().unwrap(),
+        absent.next().unwrap(),
+    );
+    assert_eq!(move_to_due(on_way).await.unwrap(), RedisMove::Absent);
+    let left: Option<String> = redis::cmd("HGET")
+        .arg(k.moved(shard))
+        .arg(on_way.to_string())
+        .query(&mut con)
+        .unwrap();
+    let left = left.expect("the move left for the message on its way");
+    let (score_left, at) = left.split_once('|').unwrap();
+    assert_eq!(score_left, new_score.to_string());
+    let indexed: Option<i64> = redis::cmd("ZSCORE")
+        .arg(k.moved_at(shard))
+        .arg(on_way.to_string())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(indexed, Some(at.parse().unwrap()));
+    for key in [k.moved(shard), k.moved_at(shard)] {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+        assert!((1..=120_000).contains(&ttl), "{key} expires in {ttl} ms");
+    }
+
+    // A move three minutes old, as one left before an older version's
+    // hash had an index would be too: the next move left drops it.
+    let plant = |con: &mut redis::Connection, id: MessageId| {
+        let at = now_ms() - 180_000;
+        let _: () = redis::pipe()
+            .hset(k.moved(shard), id.to_string(), format!("{new_score}|{at}"))
+            .zadd(k.moved_at(shard), id.to_string(), at)
+            .query(con)
+            .unwrap();
+    };
+    plant(&mut con, stale);
+    assert_eq!(move_to_due(other).await.unwrap(), RedisMove::Absent);
+    let mut left = moves_of(&mut con, shard);
+    left.sort();
+    let mut want = vec![on_way.to_string(), other.to_string()];
+    want.sort();
+    assert_eq!(left, want, "the stale move stays");
+    let indexed: i64 = redis::cmd("ZCARD")
+        .arg(k.moved_at(shard))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(indexed, 2);
+
+    // The schedule of the message on its way (at its old time, read from
+    // the journal before the move) takes the move, and drops the stale.
+    plant(&mut con, stale2);
+    let message: Message = serde_json::from_value(json!({
+        "id": on_way.to_string(), "topic": "way", "body": "b", "priority": 0,
+        "ttl": 30_000, "delay": 5_000, "createTime": now_ms(), "dueTime": now_ms() + 5_000
+    }))
+    .unwrap();
+    redis.schedule(&[(message, 0)]).await.unwrap();
+    let scheduled: Option<i64> = redis::cmd("ZSCORE")
+        .arg(k.delay(shard))
+        .arg(on_way.to_string())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(scheduled, Some(new_score), "scheduled at the move's time");
+    assert_eq!(moves_of(&mut con, shard), vec![other.to_string()]);
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(k.moved_at(shard))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(indexed, vec![other.to_string()]);
+    let _: () = redis::pipe()
+        .zrem(k.delay(shard), on_way.to_string())
+        .hdel(k.messages(shard), on_way.to_string())
+        .query(&mut con)
+        .unwrap();
+}

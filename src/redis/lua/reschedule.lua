@@ -1,7 +1,7 @@
 -- Move a message not handed out yet to a new due time and/or priority.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset,
--- KEYS[4] unjournaled hash, KEYS[5] moved hash, KEYS[6] finished zset
--- (tombstones)
+-- KEYS[4] unjournaled hash, KEYS[5] moved hash, KEYS[6] its index (see
+-- moved.lua, prepended), KEYS[7] finished zset (tombstones)
 -- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] the new due time (ms; ''
 -- keeps it), ARGV[4] the new priority ('' keeps it), ARGV[5] the shard's
 -- wake channel, ARGV[6] the message's whole new score as the journal has it
@@ -47,10 +47,14 @@ if not rec then
   if ended then
     return { 'finished', ended }
   end
-  if redis.call('ZSCORE', KEYS[6], id) then
+  if redis.call('ZSCORE', KEYS[7], id) then
     return { 'finished', '' }
   end
+  drop_old_moves(KEYS[5], KEYS[6], now)
   redis.call('HSET', KEYS[5], id, ARGV[6] .. '|' .. string.format('%d', now))
+  redis.call('ZADD', KEYS[6], now, id)
+  redis.call('PEXPIRE', KEYS[5], MOVE_MS)
+  redis.call('PEXPIRE', KEYS[6], MOVE_MS)
   return { 'absent' }
 end
 if (ARGV[7] or '') ~= '' then

@@ -74,6 +74,7 @@ impl RedisSchedule {
                 k.inflight(shard),
                 k.unjournaled(shard),
                 k.moved(shard),
+                k.moved_at(shard),
                 k.finished(shard),
             ],
             &[
