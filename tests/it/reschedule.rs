@@ -775,3 +775,104 @@ async fn a_move_is_left_only_for_a_message_on_its_way_and_not_for_long() {
         .query(&mut con)
         .unwrap();
 }
+
+/// `delayq reshard` takes the moves left for messages on their way to
+/// Redis to each message's shard under the new count (score, time and
+/// index, still expiring), and drops those past their two minutes.
+#[tokio::test(flavor = "multi_thread")]
+async fn moves_left_for_messages_on_their_way_follow_a_reshard() {
+    use delayq::message::MessageId;
+    use delayq::redis::keys::{shard_of, Keys};
+
+    let mut env = Env::builder(Backend::Sqlite)
+        .arg("--redis-horizon")
+        .arg("10s")
+        .start()
+        .await;
+    // Beyond the horizon: in the journal alone, moved while Redis does
+    // not hold them.
+    let far = env
+        .push_batch(
+            (0..12)
+                .map(|i| json!({"topic": "far", "body": format!("{i}"), "delay": 3_600_000}))
+                .collect(),
+        )
+        .await;
+    let reply = reschedule(&env, json!({"ids": far, "delay": 3_000_000})).await;
+    assert_eq!(reply["rescheduled"], far.len(), "{reply}");
+    let old = env.keys.clone();
+    let mut con = env.redis.con();
+    let left: Vec<(MessageId, String, i64)> = far
+        .iter()
+        .map(|id| {
+            let s = old.shard_of(crate::common::parse_id(id));
+            let (value, at): (Option<String>, Option<i64>) = redis::pipe()
+                .hget(old.moved(s), id)
+                .zscore(old.moved_at(s), id)
+                .query(&mut con)
+                .unwrap();
+            (
+                crate::common::parse_id(id),
+                value.expect("a move left"),
+                at.expect("indexed"),
+            )
+        })
+        .collect();
+    let stale = MessageId(7);
+    let at = now_ms() - 180_000;
+    let s = old.shard_of(stale);
+    let _: () = redis::pipe()
+        .hset(old.moved(s), stale.to_string(), format!("1|{at}"))
+        .zadd(old.moved_at(s), stale.to_string(), at)
+        .query(&mut con)
+        .unwrap();
+    env.stop_server();
+
+    let out = env.run_tool(&["reshard", "--shards", "8"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changing = left
+        .iter()
+        .filter(|(id, _, _)| shard_of(*id, 8) != old.shard_of(*id))
+        .count();
+    assert!(changing > 0, "every id keeps its shard: pick others");
+    assert_eq!(report["moves"], changing, "{report}");
+    assert_eq!(report["movesDropped"], 1, "{report}");
+    let new = Keys::new(&env.config.key_prefix, 8);
+    for (id, value, at) in &left {
+        let n = new.shard_of(*id);
+        let (moved, indexed, ttl): (Option<String>, Option<i64>, i64) = redis::pipe()
+            .hget(new.moved(n), id.to_string())
+            .zscore(new.moved_at(n), id.to_string())
+            .pttl(new.moved(n))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(moved.as_ref(), Some(value), "{id} in shard {n} of 8");
+        assert_eq!(indexed, Some(*at));
+        assert!(ttl > 0, "{id}'s moves never expire");
+        let o = old.shard_of(*id);
+        if o != n {
+            let (gone, unindexed): (bool, Option<i64>) = redis::pipe()
+                .hexists(old.moved(o), id.to_string())
+                .zscore(old.moved_at(o), id.to_string())
+                .query(&mut con)
+                .unwrap();
+            assert!(!gone && unindexed.is_none(), "{id} left in shard {o}");
+        }
+    }
+    for shard in 0..8 {
+        let (there, indexed): (bool, Option<i64>) = redis::pipe()
+            .hexists(new.moved(shard), stale.to_string())
+            .zscore(new.moved_at(shard), stale.to_string())
+            .query(&mut con)
+            .unwrap();
+        assert!(
+            !there && indexed.is_none(),
+            "the stale move kept in {shard}"
+        );
+    }
+}
