@@ -6,8 +6,9 @@
 //! tool moves every message Redis holds (scheduled, ready, in flight) to
 //! the shard its id hashes to under the new count, each in the same place
 //! with the same score (so due times, priorities and ack deadlines stay),
-//! and with it the tombstones and the ends waiting for the journal. The
-//! journal is not touched. Each shard's epoch is raised to the highest
+//! and with it the tombstones and the ends waiting for the journal, and the
+//! moves left for messages on their way to Redis (`{P:s}:moved`, within
+//! their two minutes; older ones are dropped). The journal is not touched. Each shard's epoch is raised to the highest
 //! epoch of the old shards, so fencing stays monotonic.
 //!
 //! It is resumable: `{P}:resharding` says `FROM>TO` while it runs (nodes
@@ -40,6 +41,11 @@ pub struct ReshardReport {
     pub stayed: u64,
     /// Tombstones and pending journal ends moved.
     pub tombstones: u64,
+    /// Moves left for messages on their way to Redis (reschedules of
+    /// messages Redis did not hold) moved to another shard.
+    pub moves: u64,
+    /// Such moves dropped: past their two minutes, no schedule takes them.
+    pub moves_dropped: u64,
     /// Whether this run finished one an earlier run left.
     pub resumed: bool,
     pub elapsed_ms: u64,
@@ -157,6 +163,9 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
     }
     let epochs: Vec<Option<i64>> = epoch_pipe.query_async(&mut con).await?;
     let top = epochs.into_iter().flatten().max().unwrap_or(0);
+    // Redis's clock, which the moves' times are by.
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut con).await?;
+    let now = secs * 1000 + micros / 1000;
 
     for s in 0..from {
         let mut cursor = 0u64;
@@ -260,6 +269,9 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
             cursor = next;
         }
         report.tombstones += move_tombstones(&mut con, &old, &new, s, page).await?;
+        let (moves, dropped) = move_moves(&mut con, &old, &new, s, page, now).await?;
+        report.moves += moves;
+        report.moves_dropped += dropped;
     }
     drop(shown);
     let mut finish = redis::pipe();
@@ -338,4 +350,91 @@ async fn move_tombstones(
         }
     }
     Ok(moved)
+}
+
+/// How long a move waits for the message it was left for (as moved.lua).
+const MOVE_MS: i64 = 120_000;
+
+/// Moves shard `s`'s moves (`{P:s}:moved`, `id → score|at`, and the index
+/// scoring each id by `at`) that belong to another shard under the new
+/// count, and drops those past their time (`now - at >= MOVE_MS`, Redis's
+/// clock) wherever they belong; how many of each.
+async fn move_moves(
+    con: &mut crate::redis::Conn,
+    old: &Keys,
+    new: &Keys,
+    s: u32,
+    page: usize,
+    now: i64,
+) -> anyhow::Result<(u64, u64)> {
+    let to = new.shards();
+    let (hash, index) = (old.moved(s), old.moved_at(s));
+    let (mut moved, mut dropped) = (0, 0);
+    let mut cursor = 0u64;
+    loop {
+        let (next, flat): (u64, Vec<String>) = redis::cmd("HSCAN")
+            .arg(&hash)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(page)
+            .query_async(con)
+            .await?;
+        let mut copy = redis::pipe();
+        let mut remove = redis::pipe();
+        for pair in flat.chunks(2).filter(|p| p.len() == 2) {
+            let (field, value) = (&pair[0], &pair[1]);
+            let at = value
+                .rsplit_once('|')
+                .and_then(|(_, at)| at.parse::<i64>().ok());
+            let n = field
+                .parse::<crate::message::MessageId>()
+                .ok()
+                .map(|id| shard_of(id, to));
+            match (at, n) {
+                (Some(at), Some(n)) if now - at < MOVE_MS => {
+                    if n == s {
+                        continue;
+                    }
+                    copy.hset(new.moved(n), field, value)
+                        .ignore()
+                        .zadd(new.moved_at(n), field, at)
+                        .ignore()
+                        .pexpire(new.moved(n), MOVE_MS)
+                        .ignore()
+                        .pexpire(new.moved_at(n), MOVE_MS)
+                        .ignore();
+                    moved += 1;
+                }
+                // Past its time, or unreadable: no schedule takes it.
+                _ => dropped += 1,
+            }
+            remove
+                .hdel(&hash, field)
+                .ignore()
+                .zrem(&index, field)
+                .ignore();
+        }
+        if copy.cmd_iter().next().is_some() {
+            let _: () = copy.query_async(con).await?;
+        }
+        if remove.cmd_iter().next().is_some() {
+            let _: () = remove.query_async(con).await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    // A shard the new count does not have keeps nothing (an index entry
+    // whose move is gone included).
+    if s >= to {
+        let _: () = redis::pipe()
+            .del(&hash)
+            .ignore()
+            .del(&index)
+            .ignore()
+            .query_async(con)
+            .await?;
+    }
+    Ok((moved, dropped))
 }

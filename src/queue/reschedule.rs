@@ -3,7 +3,9 @@
 //! answered, and a restore never brings back the old time), then Redis,
 //! whose answer decides the outcome: a message handed out meanwhile is
 //! `in_flight` and keeps its delivery (its journal row's due time moved,
-//! which only a failed delivery or a restore reads, and both set it anew).
+//! which only a failed delivery or a restore reads, and both set it anew);
+//! one ended meanwhile (acked, cancelled, dead: Redis's tombstone) is
+//! answered as it ended, never `rescheduled`.
 //! A message waiting in the journal beyond the Redis horizon moves there
 //! alone; the horizon loader schedules it when its new time comes near.
 
@@ -150,6 +152,20 @@ async fn move_one(
                     "the record of {id} changed {SERIES_TRIES} times while its series was moved"
                 ))))
             }
+            // Ended in Redis since the journal's move read it live (acked,
+            // cancelled or dead, and journaled since): the journal says
+            // how. Live there, it is a dead message brought back whose
+            // tombstone is about to go: Redis is asked again.
+            RedisMove::Ended => match state.journal.states_of(vec![id.0]).await?.first() {
+                None => return Ok(MoveOutcome::NotFound),
+                Some(row) if row.status().is_terminal() => {
+                    return Ok(MoveOutcome::ended(row.status()))
+                }
+                Some(_) if tries + 1 < SERIES_TRIES => tries += 1,
+                // Still guarded: whatever schedules it next (a restore once
+                // the tombstone is gone) reads the journal's new time.
+                Some(_) => break RedisMove::Absent,
+            },
             other => break other,
         }
     };
@@ -176,11 +192,14 @@ async fn move_one(
             (moved, Some(change))
         }
         RedisMove::InFlight => (MoveOutcome::InFlight, None),
-        RedisMove::Changed => unreachable!("read again above"),
+        RedisMove::Changed | RedisMove::Ended => unreachable!("answered above"),
         RedisMove::Finished(end) => (MoveOutcome::ended(end.status), None),
         // Waiting in the journal beyond the horizon, on its way to Redis
         // (the move's score waits for it there), or lost from Redis (the
-        // reconciler restores it at the journal's new time).
+        // reconciler restores it at the journal's new time): the journal
+        // moved its row while it was live (`JournalMove::Moved`, the row
+        // held from that read to the update), and Redis has not ended it
+        // since (no tombstone), so it is rescheduled.
         // A series waiting in the journal alone moves there.
         RedisMove::Absent => {
             let change = (status == Status::WaitPut).then(|| {

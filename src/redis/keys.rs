@@ -14,7 +14,8 @@
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
 //! | `{P:s}:applied` | hash | `run`: the Redis process (run id) on which the journal's ends were last known applied to the shard, `at`: when (ms); while another process serves the shard (a restart, a failover: Redis may have lost its last writes) the shard hands nothing out until the journal's ends are re-applied (see [`crate::redis::fence`]) |
 //! | `{P:s}:fence-lock` | string | the node re-applying the journal's ends to a fenced shard (a lease) |
-//! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it; the next schedule of it takes that score (within two minutes) |
+//! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it (nor its tombstone); the next schedule of it takes that score (within two minutes); the key expires two minutes after the last such move |
+//! | `{P:s}:moved-at` | zset | the ids of `{P:s}:moved`, scored by `at` (ms): the scripts that leave or take moves drop those past their two minutes, a batch at a time; expires with it |
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
 //! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
@@ -116,6 +117,12 @@ impl Keys {
     /// reschedule.lua and schedule.lua).
     pub fn moved(&self, shard: u32) -> String {
         format!("{}:moved", self.tag(shard))
+    }
+
+    /// The ids of [`Keys::moved`] scored by when the move was left (ms),
+    /// so the stale ones are found without reading the hash.
+    pub fn moved_at(&self, shard: u32) -> String {
+        format!("{}:moved-at", self.tag(shard))
     }
 
     /// The rate limit bucket of `topic` in shard `s` (on one Redis, shard
@@ -280,6 +287,8 @@ mod tests {
         assert_eq!(k.epoch(7), "{dq:7}:epoch");
         assert_eq!(k.finished(2), "{dq:2}:finished");
         assert_eq!(k.unjournaled(2), "{dq:2}:unjournaled");
+        assert_eq!(k.moved(2), "{dq:2}:moved");
+        assert_eq!(k.moved_at(2), "{dq:2}:moved-at");
         assert_eq!(k.shard_count(), "{dq}:shards");
         assert_eq!(k.dataset_marker(), "{dq}:dataset");
         assert_eq!(k.restore_cursor(), "{dq}:restore");

@@ -53,6 +53,7 @@ impl Scripts {
             schedule: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
+                include_str!("lua/moved.lua"),
                 include_str!("lua/schedule.lua"),
             ]),
             tick: lua(&[
@@ -105,6 +106,7 @@ impl Scripts {
             pause: lua(&[include_str!("lua/pause.lua")]),
             reschedule: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/moved.lua"),
                 include_str!("lua/reschedule.lua"),
             ]),
             probe: lua(&[include_str!("lua/fence.lua"), include_str!("lua/probe.lua")]),

@@ -29,6 +29,59 @@ pub enum JournalMove {
     NotFound,
 }
 
+/// A row about to move: status, due time, priority, occurrence.
+type MoveRow = (i16, i64, i32, Option<i32>);
+
+/// The row of a message about to move, read so that it stays as read until
+/// the update: `Moved` means the row was live when it moved. MySQL and
+/// PostgreSQL read it locking: an end another writer committed is seen
+/// (MySQL's plain read would see the transaction's first snapshot), and
+/// one still being written is waited for (PostgreSQL's plain read would
+/// not wait, and the update after it would then find the row ended and
+/// move nothing). SQLite has one writer at a time, so a plain read holds.
+trait MoveRead {
+    fn move_read(&mut self, id: i64) -> QueryResult<Option<MoveRow>>;
+}
+
+macro_rules! locking_move_read {
+    ($($conn:ty),*) => {$(
+        impl MoveRead for $conn {
+            fn move_read(&mut self, id: i64) -> QueryResult<Option<MoveRow>> {
+                message::table
+                    .filter(message::id.eq(id))
+                    .select(MOVE_ROW)
+                    .for_update()
+                    .first(self)
+                    .optional()
+            }
+        }
+    )*};
+}
+
+locking_move_read!(diesel::mysql::MysqlConnection, diesel::pg::PgConnection);
+
+impl MoveRead for diesel::sqlite::SqliteConnection {
+    fn move_read(&mut self, id: i64) -> QueryResult<Option<MoveRow>> {
+        message::table
+            .filter(message::id.eq(id))
+            .select(MOVE_ROW)
+            .first(self)
+            .optional()
+    }
+}
+
+const MOVE_ROW: (
+    message::status,
+    message::due_time,
+    message::priority,
+    message::occurrence,
+) = (
+    message::status,
+    message::due_time,
+    message::priority,
+    message::occurrence,
+);
+
 /// Moves each of `ids` that is live to `due` and/or `priority` (`None`
 /// keeps it), in one transaction. A series moved as a whole takes its new
 /// time by the series with the status change that Redis's answer makes
@@ -43,16 +96,7 @@ pub fn move_messages(
     with_conn!(conn, c => c.transaction(|c| {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let row: Option<(i16, i64, i32, Option<i32>)> = message::table
-                .filter(message::id.eq(id.0))
-                .select((
-                    message::status,
-                    message::due_time,
-                    message::priority,
-                    message::occurrence,
-                ))
-                .first(c)
-                .optional()?;
+            let row = c.move_read(id.0)?;
             let Some((code, old_due, old_priority, occurrence)) = row else {
                 out.push(JournalMove::NotFound);
                 continue;

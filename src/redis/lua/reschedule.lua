@@ -1,6 +1,7 @@
 -- Move a message not handed out yet to a new due time and/or priority.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset,
--- KEYS[4] unjournaled hash, KEYS[5] moved hash
+-- KEYS[4] unjournaled hash, KEYS[5] moved hash, KEYS[6] its index (see
+-- moved.lua, prepended), KEYS[7] finished zset (tombstones)
 -- ARGV[1] id, ARGV[2] ready key prefix, ARGV[3] the new due time (ms; ''
 -- keeps it), ARGV[4] the new priority ('' keeps it), ARGV[5] the shard's
 -- wake channel, ARGV[6] the message's whole new score as the journal has it
@@ -15,16 +16,19 @@
 -- delaying that is due now stays there for the shard's next scan, whose
 -- owner is woken when it comes before everything the shard held (as
 -- schedule.lua does).
--- A message Redis does not hold may be on its way (a push, a restore, the
--- horizon loader, each scheduling what it read from the journal before the
--- move): its new score is left in the moved hash as 'score|now', which
--- schedule.lua takes instead of the one it was given (see there).
+-- A message Redis does not hold and that did not end here lately (no
+-- tombstone) may be on its way (a push, a restore, the horizon loader,
+-- each scheduling what it read from the journal before the move): its new
+-- score is left in the moved hash as 'score|now', which schedule.lua takes
+-- instead of the one it was given (see there). One with a tombstone ended
+-- (acked, cancelled, dead) and no schedule brings it back: nothing is left
+-- for it.
 -- Returns { 'moved', due, priority, 'delaying' or 'ready' (where it
 -- waits now), the time the script ran (Redis's clock, ms) },
 -- { 'changed' } (the record is not the one the caller read: read it again),
--- { 'in_flight' }, { 'finished', end } (this shard ended it and the
--- journal has not heard yet: end is 'status|attempts|at'), or { 'absent' }
--- (not in this shard's Redis).
+-- { 'in_flight' }, { 'finished', end } (this shard ended it lately: end is
+-- 'status|attempts|at' while the journal has not heard of it, '' once it
+-- has), or { 'absent' } (not in this shard's Redis).
 local id = ARGV[1]
 local now = now_ms()
 local function new_score(old)
@@ -34,17 +38,24 @@ local function new_score(old)
   if ARGV[4] ~= '' then priority = tonumber(ARGV[4]) end
   return due * 256 + (255 - priority), due, priority
 end
+if redis.call('ZSCORE', KEYS[3], id) then
+  return { 'in_flight' }
+end
 local rec = redis.call('HGET', KEYS[2], id)
 if not rec then
   local ended = redis.call('HGET', KEYS[4], id)
   if ended then
     return { 'finished', ended }
   end
+  if redis.call('ZSCORE', KEYS[7], id) then
+    return { 'finished', '' }
+  end
+  drop_old_moves(KEYS[5], KEYS[6], now)
   redis.call('HSET', KEYS[5], id, ARGV[6] .. '|' .. string.format('%d', now))
+  redis.call('ZADD', KEYS[6], now, id)
+  redis.call('PEXPIRE', KEYS[5], MOVE_MS)
+  redis.call('PEXPIRE', KEYS[6], MOVE_MS)
   return { 'absent' }
-end
-if redis.call('ZSCORE', KEYS[3], id) then
-  return { 'in_flight' }
 end
 if (ARGV[7] or '') ~= '' then
   if rec ~= ARGV[7] then

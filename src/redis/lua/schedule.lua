@@ -1,6 +1,7 @@
 -- Schedule messages into one shard, idempotently, and wake its owner.
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] finished zset (tombstones),
--- KEYS[4] the shard's epoch, KEYS[5] the shard's moved hash
+-- KEYS[4] the shard's epoch, KEYS[5] the shard's moved hash, KEYS[6] its
+-- index (see moved.lua, prepended)
 -- ARGV[1] the shard's wake channel, ARGV[2] the caller's epoch ('0': any
 -- node may schedule), ARGV[3] when the caller read what it schedules (the
 -- journal's rows, a push's commit; ms, '0': just now), ARGV[4] how old
@@ -18,9 +19,10 @@
 -- sleeps until the earliest due time and must wake earlier.
 -- A message rescheduled while Redis did not hold it (reschedule.lua) is
 -- added at the score the move left in the moved hash, not the one given,
--- which its caller may have read from the journal before the move; a
--- move's score older than two minutes is stale (every caller reading the
--- journal since read the moved row) and dropped.
+-- which its caller may have read from the journal before the move; the
+-- move is taken (it leaves the hash). A move older than MOVE_MS is stale
+-- (every caller reading the journal since read the moved row): it is not
+-- taken, and leaves the hash all the same.
 -- A reading older than ARGV[4] fails the call with 'STALE_READING <age>'
 -- and changes nothing: the tombstones and moves that guard a reading from
 -- the journal last two minutes, and a process frozen since its reading
@@ -74,6 +76,12 @@ for k, id in ipairs(ids) do
   end
 end
 if #records > 0 and redis.call('HLEN', KEYS[5]) > 0 then
+  local now = now_ms()
+  drop_old_moves(KEYS[5], KEYS[6], now)
+  -- A hash an older version left without an expiry goes like the others.
+  if redis.call('PTTL', KEYS[5]) == -1 then
+    redis.call('PEXPIRE', KEYS[5], MOVE_MS)
+  end
   local added_ids = {}
   for i = 1, #records, 2 do
     added_ids[#added_ids + 1] = records[i]
@@ -83,7 +91,7 @@ if #records > 0 and redis.call('HLEN', KEYS[5]) > 0 then
   for k, m in ipairs(moved) do
     if m then
       local score, at = string.match(m, '^([^|]*)|(%d+)$')
-      if score and now_ms() - tonumber(at) < 120000 then
+      if score and now - tonumber(at) < MOVE_MS then
         local rec = records[2 * k]
         local head, old = string.match(rec, '^([^|]*|%d+|%d+|)([^|]*)|')
         if head then
@@ -98,6 +106,7 @@ if #records > 0 and redis.call('HLEN', KEYS[5]) > 0 then
     end
   end
   bulk('HDEL', KEYS[5], seen)
+  bulk('ZREM', KEYS[6], seen)
 end
 bulk('HSET', KEYS[2], records)
 bulk('ZADD', KEYS[1], scores)

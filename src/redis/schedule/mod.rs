@@ -243,6 +243,7 @@ impl RedisSchedule {
             k.finished(shard),
             k.epoch(shard),
             k.moved(shard),
+            k.moved_at(shard),
         ]
     }
 

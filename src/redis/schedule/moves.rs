@@ -25,7 +25,12 @@ pub enum RedisMove {
     /// Not held: this shard ended it lately and the journal has not
     /// recorded the end yet.
     Finished(End),
-    /// Not in Redis (waiting in the journal beyond the horizon, or lost).
+    /// Not held: this shard ended it lately (its tombstone) and the journal
+    /// has recorded the end, which says how.
+    Ended,
+    /// Not in Redis and not ended there lately (waiting in the journal
+    /// beyond the horizon, on its way to Redis, or lost): the move waits
+    /// in the shard's moved hash for the call that schedules it.
     Absent,
     /// A series moved as a whole: the record changed since the caller read
     /// it (handed out and acked meanwhile, say); nothing moved.
@@ -69,6 +74,8 @@ impl RedisSchedule {
                 k.inflight(shard),
                 k.unjournaled(shard),
                 k.moved(shard),
+                k.moved_at(shard),
+                k.finished(shard),
             ],
             &[
                 id.to_string(),
@@ -98,7 +105,7 @@ impl RedisSchedule {
             Some("changed") => RedisMove::Changed,
             Some("finished") => match part(1)?.as_deref().and_then(End::parse) {
                 Some(end) => RedisMove::Finished(end),
-                None => RedisMove::Absent,
+                None => RedisMove::Ended,
             },
             Some("absent") => RedisMove::Absent,
             _ => return Err(bad()),

@@ -147,7 +147,8 @@ impl Redis {
             // The node's own lease bookkeeping: how far ahead its worker id
             // is reserved moves forward every few seconds, whatever the
             // requests did.
-            if key.contains("}:worker-reserved:") {
+            // And its word, each second, that it runs.
+            if key.contains("}:worker-reserved:") || key.ends_with("}:alive") {
                 continue;
             }
             let kind: String = redis::cmd("TYPE").arg(&key).query(&mut con).unwrap();
