@@ -258,6 +258,10 @@ pub fn apply_changes(
             at: ch.at,
             due: ch.due,
             attempts: attempts.get(&id).copied(),
+            // A promotion with no count comes before the first delivery.
+            delivery: ch
+                .attempts
+                .or((ch.status == Status::Ready && ch.due.is_none()).then_some(0)),
         })
         .collect();
     // Series moved by a reschedule: the latest per message.
