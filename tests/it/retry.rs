@@ -428,7 +428,7 @@ async fn nack_right_after_its_poll_leaves_the_journal_delaying(b: Backend) {
     let marker = env.push(json!({"topic": "marker", "body": "m"})).await;
     assert_eq!(env.receive_one("marker").await.id(), marker);
     env.wait_status(&marker, status::CONSUMING).await;
-    let mut consuming = Vec::new();
+    let (mut consuming, mut misordered) = (Vec::new(), Vec::new());
     let mut same_ms = 0;
     for id in &ids {
         let history = env.journal.history(id);
@@ -440,11 +440,33 @@ async fn nack_right_after_its_poll_leaves_the_journal_delaying(b: Backend) {
             same_ms += usize::from(h.flow_time == n.flow_time);
         }
         let row = env.journal.row(id).expect("in the journal");
-        let shown = env.message(id).await["message"]["status"].clone();
-        if row.status != status::DELAYING || shown != "Delaying" {
+        let shown = env.message(id).await;
+        if row.status != status::DELAYING || shown["message"]["status"] != "Delaying" {
+            let shown = &shown["message"]["status"];
             consuming.push(format!("{id}: row {} shown {shown}", row.status));
         }
+        // Its history tells it in the order it happened, in one
+        // millisecond too: handed out, then nacked.
+        let told: Vec<(&str, i64)> = shown["history"]
+            .as_array()
+            .expect("history")
+            .iter()
+            .map(|h| {
+                (
+                    h["status"].as_str().unwrap(),
+                    h["attempts"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        if !told.ends_with(&[("Consuming", 1), ("Delaying", 1)]) {
+            misordered.push(format!("{id}: {told:?}"));
+        }
     }
+    assert!(
+        misordered.is_empty(),
+        "{} of {TRIES} histories end out of order: {misordered:?}",
+        misordered.len()
+    );
     assert!(
         now_ms() < started + DELAY,
         "the check ran after the first nack's delay ended"
