@@ -58,11 +58,12 @@ pub type PrefixCounts = (usize, std::collections::BTreeMap<&'static str, u64>);
 /// it; the journal may never have heard of it (its write was refused, or
 /// lost with the node that made it), and without this only the reconciler
 /// would tell it. Recorded twice it changes nothing: an ended row keeps
-/// its end. Once written, Redis forgets the entry.
+/// its end and its history (see [`StatusChange::kept`]). Once written,
+/// Redis forgets the entry.
 fn kept_end(redis: &RedisSchedule, id: MessageId, end: End) -> StatusChange {
     let keys = redis.keys();
     let shard = keys.unjournaled(keys.shard_of(id));
-    StatusChange::ended(id, end.status, end.attempts, end.at, shard.into())
+    StatusChange::kept_end(id, end.status, end.attempts, end.at, shard.into())
 }
 
 /// The live message holding `(topic, bizKey)`: its id, or none.

@@ -580,4 +580,34 @@ async fn a_retried_ack_or_cancel_journals_the_end_redis_kept(b: Backend) {
     assert_eq!(r.assert_ok()["result"], "deleted", "{}", r.text);
     assert_eq!(env.journal.row(&single).unwrap().status, status::CONSUMED);
     assert_eq!(env.journal.row(&cancelled).unwrap().status, status::DELETED);
+
+    // An end the journal has while Redis still keeps it (the node stopped
+    // between the write and telling Redis): acked again, Redis forgets it,
+    // and the history tells the end once.
+    let row = env.journal.row(&single).unwrap();
+    let shard = env.keys.shard_of(crate::common::parse_id(&single));
+    let end = format!("{}|{}|{}", status::CONSUMED, row.attempts, row.updated_time);
+    redis::cmd("HSET")
+        .arg(env.keys.unjournaled(shard))
+        .arg(&single)
+        .arg(end)
+        .query::<()>(&mut env.redis.con())
+        .unwrap();
+    let r = env.ack(&single).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    env.wait_journaled().await;
+    for id in [&single, &batch, &cancelled] {
+        let ends: Vec<i16> = env
+            .journal
+            .flow_codes(id)
+            .into_iter()
+            .filter(|&s| s >= status::CONSUMED)
+            .collect();
+        assert_eq!(ends.len(), 1, "the history of {id} ends once: {ends:?}");
+    }
+    let now = env.journal.row(&single).unwrap();
+    assert_eq!(
+        (now.status, now.attempts, now.updated_time),
+        (row.status, row.attempts, row.updated_time)
+    );
 }
