@@ -7,7 +7,7 @@ use super::{Queue, QueueError};
 use crate::error::JournalError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
-use crate::redis::schedule::RedisCancel;
+use crate::redis::schedule::{End, RedisCancel};
 
 /// Cancels in flight at once within one request.
 const CONCURRENCY: usize = 32;
@@ -45,20 +45,32 @@ impl From<CancelOutcome> for delayq_proto::CancelOutcome {
     }
 }
 
+/// What a cancel leaves for the journal.
+#[derive(Debug, Clone, Copy)]
+enum Journaled {
+    Nothing,
+    /// Cancelled now, after this many deliveries.
+    Deleted(i32),
+    /// Ended before (acked, cancelled, dead), the end kept in Redis for
+    /// the journal: recorded with this cancel (one sent again because the
+    /// first one's end never reached the journal).
+    Kept(End),
+}
+
 /// Where cancelling one message stands after the Redis step: its outcome
-/// and, when it was cancelled now, its delivery count for the journal.
-type Settled = (CancelOutcome, Option<i32>);
+/// and what the journal is to record.
+type Settled = (CancelOutcome, Journaled);
 
 /// The outcome of what Redis said of a cancel; `None` when Redis does not
 /// hold the message and only the journal can tell.
 fn from_redis(r: RedisCancel) -> Option<Settled> {
     match r {
-        RedisCancel::InFlight => Some((CancelOutcome::InFlight, None)),
+        RedisCancel::InFlight => Some((CancelOutcome::InFlight, Journaled::Nothing)),
         // Ended in Redis, the journal not told yet: the end says how.
-        RedisCancel::Finished(end) => Some((ended(end.status), None)),
+        RedisCancel::Finished(end) => Some((ended(end.status), Journaled::Kept(end))),
         // A recurring message in flight: that delivery is its last.
         RedisCancel::Deleted { attempts } | RedisCancel::Stopped { attempts } => {
-            Some((CancelOutcome::Deleted, Some(attempts)))
+            Some((CancelOutcome::Deleted, Journaled::Deleted(attempts)))
         }
         RedisCancel::Absent => None,
     }
@@ -69,12 +81,12 @@ fn from_redis(r: RedisCancel) -> Option<Settled> {
 async fn cancel_absent(state: &Queue, id: MessageId) -> Result<Settled, QueueError> {
     let redis = &state.redis;
     Ok(match state.journal.find_waiting(id).await? {
-        None => (CancelOutcome::NotFound, None),
+        None => (CancelOutcome::NotFound, Journaled::Nothing),
         Some((row, _)) => match row.status() {
-            Status::Consumed => (CancelOutcome::AlreadyConsumed, None),
-            Status::Deleted => (CancelOutcome::Deleted, None),
-            Status::Dead => (CancelOutcome::Dead, None),
-            Status::Consuming => (CancelOutcome::InFlight, None),
+            Status::Consumed => (CancelOutcome::AlreadyConsumed, Journaled::Nothing),
+            Status::Deleted => (CancelOutcome::Deleted, Journaled::Nothing),
+            Status::Dead => (CancelOutcome::Dead, Journaled::Nothing),
+            Status::Consuming => (CancelOutcome::InFlight, Journaled::Nothing),
             // Live, yet not in Redis: its push has not reached Redis yet
             // (or met an outage), or Redis lost it. Cancel again with a
             // tombstone, so neither that push nor a restore brings it back.
@@ -82,7 +94,7 @@ async fn cancel_absent(state: &Queue, id: MessageId) -> Result<Settled, QueueErr
                 match from_redis(redis.cancel(id, true).await?) {
                     Some(settled) => settled,
                     // Cancelled now, its tombstone set.
-                    None => (CancelOutcome::Deleted, Some(row.attempts)),
+                    None => (CancelOutcome::Deleted, Journaled::Deleted(row.attempts)),
                 }
             }
         },
@@ -109,10 +121,11 @@ async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCa
 }
 
 /// The second step, the journal's: the ones Redis does not hold are
-/// looked up, and every one cancelled now is committed (one commit for
-/// all). An outcome or error per id; the outer error is the commit's, for
-/// every id (a cancel is answered once the journal has it, and an answer
-/// without a change waits its turn behind the changes queued before it).
+/// looked up, and every one cancelled now is committed, with any end Redis
+/// kept for the journal (one commit for all). An outcome or error per id;
+/// the outer error is the commit's, for every id (a cancel is answered
+/// once the journal has it, and an answer without a change waits its turn
+/// behind the changes queued before it).
 async fn settle(
     state: &Queue,
     ids: &[MessageId],
@@ -132,22 +145,26 @@ async fn settle(
     let now = now_ms();
     let mut outcomes = Vec::with_capacity(ids.len());
     let mut changes = Vec::new();
+    let mut cancelled = 0;
     for (&id, r) in ids.iter().zip(results) {
-        outcomes.push(r.map(|(outcome, attempts)| {
-            if let Some(attempts) = attempts {
-                changes.push(StatusChange::deleted(
-                    id,
-                    attempts,
-                    now,
-                    keys.delay(keys.shard_of(id)).into(),
-                ));
+        outcomes.push(r.map(|(outcome, journaled)| {
+            match journaled {
+                Journaled::Nothing => {}
+                Journaled::Deleted(attempts) => {
+                    cancelled += 1;
+                    changes.push(StatusChange::deleted(
+                        id,
+                        attempts,
+                        now,
+                        keys.delay(keys.shard_of(id)).into(),
+                    ));
+                }
+                Journaled::Kept(end) => changes.push(super::kept_end(&state.redis, id, end)),
             }
             outcome
         }));
     }
-    crate::metrics::metrics()
-        .cancelled
-        .inc_by(changes.len() as u64);
+    crate::metrics::metrics().cancelled.inc_by(cancelled);
     // What was cancelled in Redis reaches the journal even when another id
     // met an outage; cancelling again finds each one finished.
     state.journal.record_durable(changes).await?;

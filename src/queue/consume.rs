@@ -506,11 +506,16 @@ async fn ack_rounds(
                         None => AckOutcome::Stale(now),
                     }
                 }
-                // Ended in Redis and not journaled yet: the end says how.
-                RedisAck::Finished(Some(end)) => match end.status {
-                    Status::Consumed => AckOutcome::Consumed,
-                    other => AckOutcome::NotInFlight(Some(other)),
-                },
+                // Ended in Redis and not journaled yet: the end says how,
+                // and is recorded with this ack (an ack sent again because
+                // the first one's end never reached the journal).
+                RedisAck::Finished(Some(end)) => {
+                    changes.push(super::kept_end(&state.redis, id, end));
+                    match end.status {
+                        Status::Consumed => AckOutcome::Consumed,
+                        other => AckOutcome::NotInFlight(Some(other)),
+                    }
+                }
                 RedisAck::Absent | RedisAck::Finished(None) if lookups == Lookups::Defer => {
                     deferred.push(i);
                     continue;

@@ -22,9 +22,10 @@ use actix::Addr;
 use crate::actors::journal::Journal;
 use crate::actors::router::RouterActor;
 use crate::error::{JournalError, RedisError};
+use crate::journal::StatusChange;
 use crate::message::{IdGenerator, MessageId, NoWorkerId};
 use crate::notify::Topics;
-use crate::redis::schedule::RedisSchedule;
+use crate::redis::schedule::{End, RedisSchedule};
 
 /// The handles the rules work with; cheap to clone.
 #[derive(Clone)]
@@ -50,6 +51,20 @@ const PREFIX_PAGE: i64 = 500;
 /// What acting on a bizKey prefix came to: how many live messages matched,
 /// and how many came to each outcome (by its name on the wire).
 pub type PrefixCounts = (usize, std::collections::BTreeMap<&'static str, u64>);
+
+/// The end of `id` Redis keeps for the journal (`{P:s}:unjournaled`),
+/// found by an ack or a cancel of a message that ended already, as the
+/// change to record with it. Until the journal has that end, Redis keeps
+/// it; the journal may never have heard of it (its write was refused, or
+/// lost with the node that made it), and without this only the reconciler
+/// would tell it. Recorded twice it changes nothing: an ended row keeps
+/// its end and its history (see [`StatusChange::kept`]). Once written,
+/// Redis forgets the entry.
+fn kept_end(redis: &RedisSchedule, id: MessageId, end: End) -> StatusChange {
+    let keys = redis.keys();
+    let shard = keys.unjournaled(keys.shard_of(id));
+    StatusChange::kept_end(id, end.status, end.attempts, end.at, shard.into())
+}
 
 /// The live message holding `(topic, bizKey)`: its id, or none.
 async fn live_holder(state: &Queue, topic: &str, key: &str) -> Result<Vec<MessageId>, QueueError> {

@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 backend_tests!(
     refused_rows_are_set_aside_and_the_rest_is_written,
     an_outage_of_ids_sets_nothing_aside,
-    a_database_refusing_every_write_is_an_outage
+    a_database_refusing_every_write_is_an_outage,
+    a_retried_ack_or_cancel_journals_the_end_redis_kept
 );
 
 /// Runs SQL on the test's journal database.
@@ -445,4 +446,168 @@ async fn acks_nacks_and_cancels_while_the_database_is_down() {
     }
     let r = env.ack(&batch).await;
     assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+}
+
+/// Makes the database refuse to end messages of topic `held` (Consumed or
+/// Deleted), while it takes every other write.
+fn refuse_ends(env: &Env, b: Backend) {
+    match b {
+        Backend::Sqlite => sql(
+            env,
+            "CREATE TRIGGER refuse_ends BEFORE UPDATE ON message \
+             WHEN NEW.topic = 'held' AND NEW.status IN (4, 5) \
+             BEGIN SELECT RAISE(ABORT, 'no ends'); END;",
+        ),
+        Backend::Mariadb => sql(
+            env,
+            "CREATE TRIGGER refuse_ends BEFORE UPDATE ON message FOR EACH ROW \
+             BEGIN IF NEW.topic = 'held' AND NEW.status IN (4, 5) THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no ends'; END IF; END",
+        ),
+        Backend::Postgres => sql(
+            env,
+            "CREATE FUNCTION refuse_ends() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.topic = 'held' AND NEW.status IN (4, 5) THEN RAISE EXCEPTION 'no ends'; END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER refuse_ends BEFORE UPDATE ON message \
+               FOR EACH ROW EXECUTE FUNCTION refuse_ends();",
+        ),
+    }
+}
+
+/// Undoes [`refuse_ends`].
+fn allow_ends(env: &Env, b: Backend) {
+    match b {
+        Backend::Postgres => sql(env, "DROP TRIGGER refuse_ends ON message"),
+        _ => sql(env, "DROP TRIGGER refuse_ends"),
+    }
+}
+
+/// Whether Redis keeps an end of `id` for the journal.
+fn end_kept(env: &Env, id: &str) -> bool {
+    let shard = env.keys.shard_of(crate::common::parse_id(id));
+    redis::cmd("HEXISTS")
+        .arg(env.keys.unjournaled(shard))
+        .arg(id)
+        .query(&mut env.redis.con())
+        .unwrap()
+}
+
+/// An ack (single or batch) or a cancel applied in Redis whose end the
+/// journal refused (set aside): Redis keeps the end for the journal. Once
+/// the database takes it again, the same ack or cancel sent again finds
+/// the end in Redis and records it, without a reconciler (off here), and
+/// answers as the first did.
+async fn a_retried_ack_or_cancel_journals_the_end_redis_kept(b: Backend) {
+    let env = Env::builder(b)
+        .arg("--reconcile-interval")
+        .arg("0")
+        .start()
+        .await;
+    let cancelled = env
+        .push(json!({"topic": "held", "body": "c", "delay": 600_000}))
+        .await;
+    let ids = env
+        .push_batch(
+            (0..2)
+                .map(|i| json!({"topic": "held", "body": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    let got = env.collect("held", 2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2);
+    let [single, batch] = [got[0].id(), got[1].id()].map(str::to_string);
+    env.wait_statuses(&ids, status::CONSUMING).await;
+    env.wait_scheduled(&cancelled).await;
+
+    refuse_ends(&env, b);
+    // A single ack answers once Redis let go; its end is refused later.
+    let r = env.ack(&single).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    // The batch ack and the cancel answer once the journal has them: the
+    // journal refused them.
+    let r = env.post_json("/ack", &json!({ "ids": [batch] })).await;
+    r.assert_error(500, "journal_refused");
+    env.delete(&cancelled)
+        .await
+        .assert_error(500, "journal_refused");
+    let what = "the three ends to be set aside";
+    let every = Duration::from_millis(100);
+    wait_every(what, Duration::from_secs(20), every, || async {
+        let j = admin_journal(&env).await;
+        let refused: HashSet<&str> = j["recentRefused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap())
+            .collect();
+        if [&single, &batch, &cancelled]
+            .iter()
+            .all(|id| refused.contains(id.as_str()))
+            && j["pending"] == 0
+        {
+            Ok(())
+        } else {
+            Err(j)
+        }
+    })
+    .await;
+    allow_ends(&env, b);
+    for id in [&single, &batch, &cancelled] {
+        assert!(end_kept(&env, id), "Redis keeps the end of {id}");
+    }
+    assert_eq!(env.journal.row(&single).unwrap().status, status::CONSUMING);
+    assert_eq!(
+        env.journal.row(&cancelled).unwrap().status,
+        status::DELAYING
+    );
+
+    // Sent again: answered as the first time, and journaled.
+    let r = env.ack(&single).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    let r = env.post_json("/ack", &json!({ "ids": [batch] })).await;
+    assert_eq!(r.assert_ok()["acked"], 1, "{}", r.text);
+    let r = env.delete(&cancelled).await;
+    assert_eq!(r.assert_ok()["result"], "deleted", "{}", r.text);
+    env.wait_status(&single, status::CONSUMED).await;
+    env.wait_status(&batch, status::CONSUMED).await;
+    env.wait_status(&cancelled, status::DELETED).await;
+    // Redis was told: it keeps no end for the journal any more.
+    env.wait_journaled().await;
+    // Acked and cancelled again: nothing changes.
+    env.ack(&single).await.assert_ok();
+    let r = env.delete(&cancelled).await;
+    assert_eq!(r.assert_ok()["result"], "deleted", "{}", r.text);
+    assert_eq!(env.journal.row(&single).unwrap().status, status::CONSUMED);
+    assert_eq!(env.journal.row(&cancelled).unwrap().status, status::DELETED);
+
+    // An end the journal has while Redis still keeps it (the node stopped
+    // between the write and telling Redis): acked again, Redis forgets it,
+    // and the history tells the end once.
+    let row = env.journal.row(&single).unwrap();
+    let shard = env.keys.shard_of(crate::common::parse_id(&single));
+    let end = format!("{}|{}|{}", status::CONSUMED, row.attempts, row.updated_time);
+    redis::cmd("HSET")
+        .arg(env.keys.unjournaled(shard))
+        .arg(&single)
+        .arg(end)
+        .query::<()>(&mut env.redis.con())
+        .unwrap();
+    let r = env.ack(&single).await;
+    assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    env.wait_journaled().await;
+    for id in [&single, &batch, &cancelled] {
+        let ends: Vec<i16> = env
+            .journal
+            .flow_codes(id)
+            .into_iter()
+            .filter(|&s| s >= status::CONSUMED)
+            .collect();
+        assert_eq!(ends.len(), 1, "the history of {id} ends once: {ends:?}");
+    }
+    let now = env.journal.row(&single).unwrap();
+    assert_eq!(
+        (now.status, now.attempts, now.updated_time),
+        (row.status, row.attempts, row.updated_time)
+    );
 }

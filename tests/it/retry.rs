@@ -13,7 +13,8 @@ backend_tests!(
     expired_ttl_counts_as_an_attempt_and_the_last_one_is_dead,
     batch_nack_answers_per_id,
     dead_letters_are_listed_and_requeued,
-    bad_nacks_change_nothing
+    bad_nacks_change_nothing,
+    nack_right_after_its_poll_leaves_the_journal_delaying
 );
 
 async fn nack(env: &Env, id: &str, query: &str) -> crate::common::Reply {
@@ -367,4 +368,116 @@ async fn bad_nacks_change_nothing(b: Backend) {
     // Still in flight, untouched.
     assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMING);
     env.ack(&id).await.assert_ok();
+}
+
+/// A nack that reaches Redis the moment its message was handed out: the
+/// hand-out's Consuming and the nack's Delaying reach the journal by
+/// different ways (the nack's is committed before it answers, the
+/// hand-out's follows within a few ms), often stamped with the same
+/// millisecond of Redis's clock. Whatever order they land in, the journal
+/// ends Delaying, long before the nack's delay ends: never in flight
+/// (`GET /messages/{id}`, the row). The consumer nacks the message as soon
+/// as the server takes it (a poll answered, then a nack at once, takes a
+/// debug build a few ms; a faster server, less): a few nacks are sent
+/// meanwhile, each on its own keep-alive connection, until one is taken.
+async fn nack_right_after_its_poll_leaves_the_journal_delaying(b: Backend) {
+    const TRIES: usize = 40;
+    const DELAY: i64 = 30_000;
+    const NACKERS: usize = 2;
+    let env = std::sync::Arc::new(Env::start(b).await);
+    let started = now_ms();
+    let mut ids = Vec::new();
+    for i in 0..TRIES {
+        let id = env
+            .push(json!({"topic": "quick", "body": i.to_string()}))
+            .await;
+        env.wait_ready("quick", std::slice::from_ref(&id)).await;
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let nackers: Vec<_> = (0..NACKERS)
+            .map(|_| {
+                let (env, id, taken) = (env.clone(), id.clone(), taken.clone());
+                tokio::spawn(async move {
+                    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+                    let url = env.url(&format!("/nack/{id}?delay={DELAY}"));
+                    while !taken.load(std::sync::atomic::Ordering::Acquire) {
+                        let r = env.send(client.post(&url)).await;
+                        if r.status == 200 {
+                            taken.store(true, std::sync::atomic::Ordering::Release);
+                            return true;
+                        }
+                        r.assert_error(409, "not_in_flight");
+                    }
+                    false
+                })
+            })
+            .collect();
+        let got = env.poll("quick", 5, 1).await;
+        assert_eq!(
+            got.iter().map(|g| g.id()).collect::<Vec<_>>(),
+            [id.as_str()]
+        );
+        let mut nacked = 0;
+        for n in nackers {
+            nacked += usize::from(n.await.unwrap());
+        }
+        assert_eq!(nacked, 1, "one nack of {id} taken");
+        ids.push(id);
+    }
+    // The hand-outs' changes are written in the order they were made: once
+    // a later hand-out is journaled, the journal caught up with these.
+    let marker = env.push(json!({"topic": "marker", "body": "m"})).await;
+    assert_eq!(env.receive_one("marker").await.id(), marker);
+    env.wait_status(&marker, status::CONSUMING).await;
+    let (mut consuming, mut misordered) = (Vec::new(), Vec::new());
+    let mut same_ms = 0;
+    for id in &ids {
+        let history = env.journal.history(id);
+        let handed = history.iter().find(|f| f.status == status::CONSUMING);
+        let nacked = history
+            .iter()
+            .find(|f| f.status == status::DELAYING && f.attempts == 1);
+        if let (Some(h), Some(n)) = (handed, nacked) {
+            same_ms += usize::from(h.flow_time == n.flow_time);
+        }
+        let row = env.journal.row(id).expect("in the journal");
+        let shown = env.message(id).await;
+        if row.status != status::DELAYING || shown["message"]["status"] != "Delaying" {
+            let shown = &shown["message"]["status"];
+            consuming.push(format!("{id}: row {} shown {shown}", row.status));
+        }
+        // Its history tells it in the order it happened, in one
+        // millisecond too: handed out, then nacked.
+        let told: Vec<(&str, i64)> = shown["history"]
+            .as_array()
+            .expect("history")
+            .iter()
+            .map(|h| {
+                (
+                    h["status"].as_str().unwrap(),
+                    h["attempts"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        if !told.ends_with(&[("Consuming", 1), ("Delaying", 1)]) {
+            misordered.push(format!("{id}: {told:?}"));
+        }
+    }
+    assert!(
+        misordered.is_empty(),
+        "{} of {TRIES} histories end out of order: {misordered:?}",
+        misordered.len()
+    );
+    assert!(
+        now_ms() < started + DELAY,
+        "the check ran after the first nack's delay ended"
+    );
+    assert!(
+        consuming.is_empty(),
+        "{} of {TRIES} nacked messages not Delaying in the journal ({same_ms} nacked in the \
+         millisecond of their hand-out): {consuming:?}",
+        consuming.len()
+    );
+    eprintln!(
+        "{TRIES} nacks right after their hand-out, {same_ms} in its millisecond: all Delaying"
+    );
 }

@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use diesel::connection::SimpleConnection as _;
+use diesel::dsl::sql;
 use diesel::prelude::*;
+use diesel::sql_types::Bool;
 
 use crate::journal::models::{NewFlow, NewMessage};
 use crate::journal::schema::{message, message_flow};
@@ -36,13 +38,45 @@ pub(super) struct Update {
     pub due: Option<i64>,
     /// The highest delivery count the batch saw, when it saw one.
     pub attempts: Option<i32>,
+    /// The delivery the change itself belongs to (its own count), when it
+    /// names one: it orders the change against the row's within `at`'s
+    /// millisecond (see [`not_older`]).
+    pub delivery: Option<i32>,
+}
+
+/// Whether a live row's last change is not newer than a change of
+/// `status` made at `at` for the delivery `delivery`: SQL over the row's
+/// `updated_time`, `attempts` and `status`, holding only numbers.
+///
+/// Changes of one message reach the journal by two lanes (the hand-outs'
+/// and the changes callers wait for), so a later change may be written
+/// first: an earlier millisecond never turns the row back. Within one
+/// millisecond of Redis's clock (a nack sent the moment its poll answered)
+/// the delivery decides: a delivery's hand-out (Consuming) comes after
+/// everything of earlier deliveries, and its end (a failed delivery's
+/// Delaying or Ready, or the promotion that follows it) after its hand-out.
+/// So a row ranks `2 × attempts`, plus one unless it is Consuming; a
+/// Consuming change of delivery `d` ranks `2d`, any other change `2d + 1`,
+/// and takes the row when it ranks no lower (a first promotion names
+/// delivery 0). A change that names no delivery (a push scheduled or
+/// restored, a reschedule) goes by time alone.
+pub(super) fn not_older(status: Status, delivery: Option<i32>, at: i64) -> String {
+    match delivery {
+        None => format!("updated_time <= {at}"),
+        Some(d) if status == Status::Consuming => format!(
+            "(updated_time < {at} OR (updated_time = {at} AND (attempts < {d} OR \
+             (attempts = {d} AND status = {consuming}))))",
+            consuming = Status::Consuming.code()
+        ),
+        Some(d) => format!("(updated_time < {at} OR (updated_time = {at} AND attempts <= {d}))"),
+    }
 }
 
 /// Writes a batch's flow rows and row updates, inside the caller's
 /// transaction. Two rules make the order of batches irrelevant where it
 /// matters: a message already Consumed, Deleted or Dead keeps that status,
-/// and a change older than the row's last one (`updated_time`) does not
-/// turn it back; `attempts` only grows, and a recurring message past its
+/// and a change older than the row's last one (`updated_time`, then within
+/// its millisecond the delivery: [`not_older`]) does not turn it back; `attempts` only grows, and a recurring message past its
 /// first occurrence takes counts only from changes not older than its row.
 pub(super) trait ChangeWriter {
     /// New messages' rows; a bizKey already live refuses the whole call.
@@ -103,14 +137,8 @@ static MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| MESSAGE_LAYOUT.insert_sq
 /// message past its first occurrence, when the change is not older than
 /// the row (which it is not once the row takes the status). The text holds
 /// only numbers this function writes.
-fn sqlite_group_update(
-    status: Status,
-    attempts: Option<i32>,
-    at: i64,
-    due: Option<i64>,
-    ids: &[i64],
-) -> String {
-    let mut sql = group_update(status, attempts, at, due);
+fn sqlite_group_update(g: &Group, ids: &[i64]) -> String {
+    let mut sql = group_update(g);
     sql.push_str("id IN (");
     push_ids(&mut sql, ids);
     sql
@@ -118,13 +146,15 @@ fn sqlite_group_update(
 
 /// [`sqlite_group_update`] up to the ids, which follow as `id IN (…)` (SQLite)
 /// or `id = ANY($1)` (PostgreSQL, the ids bound as one array).
-fn group_update(status: Status, attempts: Option<i32>, at: i64, due: Option<i64>) -> String {
+fn group_update(g: &Group) -> String {
+    let &(status, attempts, at, due, delivery) = g;
     let takes = if status.is_terminal() {
         format!("status < {}", Status::FIRST_TERMINAL_CODE)
     } else {
         format!(
-            "(status < {} AND updated_time <= {at})",
-            Status::FIRST_TERMINAL_CODE
+            "(status < {} AND {})",
+            Status::FIRST_TERMINAL_CODE,
+            not_older(status, delivery, at)
         )
     };
     let count = attempts.map(|a| {
@@ -179,15 +209,18 @@ fn push_ids(sql: &mut String, ids: &[i64]) {
     sql.push(')');
 }
 
-/// Messages grouped by how they end the batch: (status, highest attempts,
-/// at, due again) → ids.
-type Groups = HashMap<(Status, Option<i32>, i64, Option<i64>), Vec<i64>>;
+/// How messages end a batch: (status, highest attempts, at, due again,
+/// the delivery of the change).
+type Group = (Status, Option<i32>, i64, Option<i64>, Option<i32>);
+
+/// Messages grouped by how they end the batch.
+type Groups = HashMap<Group, Vec<i64>>;
 
 fn groups(updates: &[Update]) -> Groups {
     let mut groups = Groups::new();
     for u in updates {
         groups
-            .entry((u.status, u.attempts, u.at, u.due))
+            .entry((u.status, u.attempts, u.at, u.due, u.delivery))
             .or_default()
             .push(u.id);
     }
@@ -239,9 +272,9 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
     }
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
-        for ((status, attempts, at, due), ids) in &groups(updates) {
+        for (group, ids) in &groups(updates) {
             for chunk in ids.chunks(INSERT_CHUNK) {
-                self.batch_execute(&sqlite_group_update(*status, *attempts, *at, *due, chunk))?;
+                self.batch_execute(&sqlite_group_update(group, chunk))?;
             }
         }
         Ok(())
@@ -373,8 +406,8 @@ impl ChangeWriter for diesel::pg::PgConnection {
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
         use diesel::sql_types::{Array, BigInt};
-        for ((status, attempts, at, due), ids) in &groups(updates) {
-            let mut sql = group_update(*status, *attempts, *at, *due);
+        for (group, ids) in &groups(updates) {
+            let mut sql = group_update(group);
             sql.push_str("id = ANY($1)");
             for chunk in ids.chunks(8 * INSERT_CHUNK) {
                 diesel::sql_query(&sql)
@@ -406,7 +439,8 @@ impl ChangeWriter for diesel::mysql::MysqlConnection {
     }
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
-        for ((status, attempts, at, due), ids) in &groups(updates) {
+        for (&(status, attempts, at, due, delivery), ids) in &groups(updates) {
+            let takes = not_older(status, delivery, at);
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -420,7 +454,7 @@ impl ChangeWriter for diesel::mysql::MysqlConnection {
                         ))
                         .execute(self)?;
                 } else if let Some(due) = due {
-                    diesel::update(target.filter(message::updated_time.le(at)))
+                    diesel::update(target.filter(sql::<Bool>(&takes)))
                         .set((
                             message::status.eq(status.code()),
                             message::updated_time.eq(at),
@@ -428,7 +462,7 @@ impl ChangeWriter for diesel::mysql::MysqlConnection {
                         ))
                         .execute(self)?;
                 } else {
-                    diesel::update(target.filter(message::updated_time.le(at)))
+                    diesel::update(target.filter(sql::<Bool>(&takes)))
                         .set((
                             message::status.eq(status.code()),
                             message::updated_time.eq(at),
@@ -536,16 +570,93 @@ mod tests {
 
     #[test]
     fn group_updates_name_only_numbers() {
-        let plain = sqlite_group_update(Status::Ready, None, 9, None, &[5, 6]);
+        let plain = sqlite_group_update(&(Status::Ready, None, 9, None, None), &[5, 6]);
         assert_eq!(
             plain,
             "UPDATE message SET status = 2, updated_time = 9 WHERE (status < 4 AND updated_time <= 9) AND id IN (5,6)"
         );
-        let ended = sqlite_group_update(Status::Consumed, Some(2), 9, None, &[5]);
+        let ended = sqlite_group_update(&(Status::Consumed, Some(2), 9, None, Some(2)), &[5]);
         assert!(
             ended.contains("live_biz_key = CASE WHEN status < 4 THEN NULL"),
             "{ended}"
         );
         assert!(ended.ends_with("id IN (5)"), "{ended}");
+    }
+
+    /// Where a message's row ends when `changes` (groups of one message)
+    /// are written one after the other, in every order: (status, attempts)
+    /// per order.
+    fn ends(from: (Status, i32, i64), changes: &[Group]) -> Vec<(i16, i32)> {
+        let mut orders = vec![changes.to_vec()];
+        if let [a, b] = changes {
+            orders.push(vec![*b, *a]);
+        }
+        orders
+            .into_iter()
+            .map(|order| {
+                let mut c = diesel::sqlite::SqliteConnection::establish(":memory:").expect("memory");
+                c.batch_execute(&format!(
+                    "CREATE TABLE message (id BIGINT PRIMARY KEY, status SMALLINT NOT NULL, \
+                     updated_time BIGINT NOT NULL, attempts INTEGER NOT NULL, due_time BIGINT NOT NULL, \
+                     occurrence INTEGER, live_biz_key TEXT); \
+                     INSERT INTO message VALUES (5, {}, {}, {}, 0, NULL, 'k')",
+                    from.0.code(),
+                    from.2,
+                    from.1
+                ))
+                .expect("table");
+                for g in &order {
+                    c.batch_execute(&sqlite_group_update(g, &[5])).expect("update");
+                }
+                message::table
+                    .select((message::status, message::attempts))
+                    .first(&mut c)
+                    .expect("row")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn changes_in_one_millisecond_land_in_any_order() {
+        let delaying = Status::Delaying.code();
+        // Handed out (its first delivery) and nacked in one millisecond.
+        let handed: Group = (Status::Consuming, Some(1), 100, None, Some(1));
+        let nacked: Group = (Status::Delaying, Some(1), 100, Some(5100), Some(1));
+        assert_eq!(
+            ends((Status::Ready, 0, 90), &[handed, nacked]),
+            [(delaying, 1), (delaying, 1)]
+        );
+        // Nacked without a wait (ready again), and handed out again.
+        let ready: Group = (Status::Ready, Some(1), 100, Some(100), Some(1));
+        let again: Group = (Status::Consuming, Some(2), 100, None, Some(2));
+        let consuming = Status::Consuming.code();
+        assert_eq!(
+            ends((Status::Consuming, 1, 90), &[ready, again]),
+            [(consuming, 2), (consuming, 2)]
+        );
+        // A redelivery's promotion (carrying the count of the delivery that
+        // failed) and the next hand-out.
+        let promoted: Group = (Status::Ready, Some(1), 100, None, Some(1));
+        assert_eq!(
+            ends((Status::Delaying, 1, 90), &[promoted, again]),
+            [(consuming, 2), (consuming, 2)]
+        );
+        // A first promotion and its hand-out.
+        let first: Group = (Status::Ready, None, 100, None, Some(0));
+        assert_eq!(
+            ends((Status::Delaying, 0, 90), &[first, handed]),
+            [(consuming, 1), (consuming, 1)]
+        );
+        // The same change written twice, and an earlier millisecond never
+        // turns the row back.
+        assert_eq!(
+            ends((Status::Delaying, 0, 90), &[first, first]),
+            [(Status::Ready.code(), 0), (Status::Ready.code(), 0)]
+        );
+        let earlier: Group = (Status::Consuming, Some(1), 99, None, Some(1));
+        assert_eq!(
+            ends((Status::Ready, 0, 90), &[earlier, nacked]),
+            [(delaying, 1), (delaying, 1)]
+        );
     }
 }

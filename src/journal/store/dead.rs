@@ -38,6 +38,7 @@ pub fn dead_page(
             message_flow::message_id.asc(),
             message_flow::flow_time.asc(),
             message_flow::attempts.asc(),
+            message_flow::status.ne(Status::Consuming.code()).asc(),
             message_flow::status.asc(),
             message_flow::id.asc(),
         ))

@@ -94,6 +94,11 @@ pub struct StatusChange {
     /// occurrence's new due time by the series. The row takes it unless it
     /// is at a later occurrence already.
     pub series: Option<Occurrence>,
+    /// An end Redis kept for the journal (`{P:s}:unjournaled`), recorded
+    /// again by the ack or cancel that found it there. The journal may
+    /// have it already (written, and Redis not told yet): then the row
+    /// keeps its end and no second flow row is written.
+    pub kept: bool,
 }
 
 impl StatusChange {
@@ -125,6 +130,21 @@ impl StatusChange {
     /// A message cancelled (or a dead one deleted): Deleted.
     pub fn deleted(id: MessageId, attempts: i32, at: i64, shard: Arc<str>) -> StatusChange {
         StatusChange::plain(id, Status::Deleted, Some(attempts), at, shard)
+    }
+
+    /// An end Redis kept for the journal, found by an ack or a cancel (see
+    /// [`StatusChange::kept`]).
+    pub fn kept_end(
+        id: MessageId,
+        status: Status,
+        attempts: i32,
+        at: i64,
+        shard: Arc<str>,
+    ) -> StatusChange {
+        StatusChange {
+            kept: true,
+            ..StatusChange::plain(id, status, Some(attempts), at, shard)
+        }
     }
 
     /// An end Redis recorded (acked, cancelled, dead) that the journal has
@@ -215,6 +235,7 @@ impl StatusChange {
             shard,
             occurrence: None,
             series: None,
+            kept: false,
         }
     }
 
@@ -229,6 +250,7 @@ impl StatusChange {
             "shard": &*self.shard,
             "occurrence": self.occurrence,
             "series": self.series,
+            "kept": self.kept,
         })
         .to_string()
     }
@@ -244,6 +266,7 @@ impl StatusChange {
             shard: v["shard"].as_str()?.into(),
             occurrence: serde_json::from_value(v["occurrence"].clone()).ok(),
             series: serde_json::from_value(v["series"].clone()).ok(),
+            kept: v["kept"].as_bool().unwrap_or(false),
         })
     }
 }

@@ -41,6 +41,8 @@ pub fn find_with_history(
             .order((
                 message_flow::flow_time.asc(),
                 message_flow::attempts.asc(),
+                // A delivery's hand-out before its end in one millisecond.
+                message_flow::status.ne(Status::Consuming.code()).asc(),
                 message_flow::status.asc(),
                 message_flow::id.asc(),
             ))

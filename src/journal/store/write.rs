@@ -1,7 +1,7 @@
 //! Writing the journal: messages inserted as WaitPut (a group commit), and
 //! status changes applied in batches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use diesel::prelude::*;
@@ -258,6 +258,10 @@ pub fn apply_changes(
             at: ch.at,
             due: ch.due,
             attempts: attempts.get(&id).copied(),
+            // A promotion with no count comes before the first delivery.
+            delivery: ch
+                .attempts
+                .or((ch.status == Status::Ready && ch.due.is_none()).then_some(0)),
         })
         .collect();
     // Series moved by a reschedule: the latest per message.
@@ -278,9 +282,36 @@ pub fn apply_changes(
     for ch in changes {
         flows.push(new_flow(ids.next_id()?, node, ch));
     }
+    // Ends Redis kept, recorded again (`StatusChange::kept`): no second
+    // flow row for a message whose end the journal has already, or that
+    // this batch writes another way.
+    let kept: Vec<i64> = changes.iter().filter(|c| c.kept).map(|c| c.id.0).collect();
+    let ending: HashSet<MessageId> = changes
+        .iter()
+        .filter(|c| c.status.is_terminal() && !c.kept)
+        .map(|c| c.id)
+        .collect();
 
     with_conn!(conn, c => c.transaction(|c| {
-        c.insert_flows(&flows)?;
+        if kept.is_empty() {
+            c.insert_flows(&flows)?;
+        } else {
+            let ended: HashSet<i64> = message::table
+                .filter(message::id.eq_any(&kept))
+                .filter(message::status.ge(Status::FIRST_TERMINAL_CODE))
+                .select(message::id)
+                .load::<i64>(c)?
+                .into_iter()
+                .collect();
+            let mut told = ending.clone();
+            let new: Vec<NewFlow> = flows
+                .iter()
+                .zip(changes)
+                .filter(|(_, ch)| !ch.kept || (!ended.contains(&ch.id.0) && told.insert(ch.id)))
+                .map(|(f, _)| f.clone())
+                .collect();
+            c.insert_flows(&new)?;
+        }
         // Occurrence moves first: whatever the order the changes arrive in,
         // the row never goes back to an earlier occurrence, and a move is
         // never lost behind a later change.
@@ -360,6 +391,7 @@ mod tests {
             shard: "".into(),
             occurrence: None,
             series: None,
+            kept: false,
         }
     }
 
