@@ -13,7 +13,8 @@
 //! masters' clocks ([`now_ms`], which errs late on every master):
 //!
 //! - every [`PROBE`] the node reads `TIME` on each shard's master (the
-//!   probe script, run on a key of the shard, names its master by run id)
+//!   probe script, run on a key of the shard, names its master by run id
+//!   and replication id)
 //!   and notes when, on the *monotonic* clock, it sent the request. Redis
 //!   read its clock after that instant, so `redis time + (monotonic now -
 //!   sent)` is never behind Redis's clock: an estimate that errs late, by
@@ -27,8 +28,9 @@
 //! - between samples the estimate moves with the monotonic clock, so a
 //!   node's wall clock that is wrong, or is stepped by NTP, changes
 //!   nothing;
-//! - a master not heard of for [`FORGET`] (a failover replaced it) is
-//!   forgotten, and a shard follows the master that answered for it last.
+//! - a shard follows the master that answered for it last; a master no
+//!   shard follows any more and not heard of for [`FORGET`] (a failover
+//!   replaced it) is forgotten.
 //!
 //! What is still assumed: Redis's own clock is right (consumers compare
 //! delivery times with due times on their clocks; run NTP on the Redis
@@ -109,7 +111,7 @@ struct Estimate {
     /// When the process started, on the monotonic clock: the origin of
     /// the `base` values.
     origin: Instant,
-    /// By master (its run id; [`ANY`] when unnamed).
+    /// By master (its run id and replication id; [`ANY`] when unnamed).
     masters: HashMap<String, Master>,
     /// The master that answered for each shard last.
     shards: HashMap<u32, String>,
@@ -120,10 +122,14 @@ struct Estimate {
 }
 
 impl Estimate {
+    /// Forgets masters not read for [`FORGET`] that no shard follows
+    /// (a shard follows its master until a probe names another for it, so
+    /// a master that cannot be read keeps its estimate for its shards).
     fn forget_old(&mut self, now: Instant) {
         let before = self.masters.len();
+        let followed: std::collections::HashSet<&String> = self.shards.values().collect();
         self.masters
-            .retain(|_, m| now.duration_since(m.last_seen) < FORGET);
+            .retain(|name, m| followed.contains(name) || now.duration_since(m.last_seen) < FORGET);
         if self.masters.len() != before {
             let masters = &self.masters;
             self.shards.retain(|_, m| masters.contains_key(m));
@@ -216,7 +222,8 @@ pub fn observe_shard(shard: u32, sent: Instant, redis_us: i64) {
     observe_master(master.as_deref().unwrap_or(ANY), None, sent, redis_us);
 }
 
-/// Notes a reading of the clock of `master` (its run id), read by a
+/// Notes a reading of the clock of `master` (its run id and replication
+/// id), read by a
 /// script on `shard`'s keys when one is given (the shard is then that
 /// master's).
 pub fn observe_master(master: &str, shard: Option<u32>, sent: Instant, redis_us: i64) {
@@ -287,7 +294,8 @@ pub fn offset_ms() -> Option<i64> {
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MasterClock {
-    /// The master's run id (empty for a plain reading of one Redis).
+    /// The master's run id and replication id, `RUN/REPLID` (empty for a
+    /// plain reading of one Redis).
     pub master: String,
     /// The shards it answered for last.
     pub shards: Vec<u32>,

@@ -56,17 +56,17 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
     loop {
         let attempt = async {
             let con = crate::redis::connect(&args.redis_url).await?;
-            RedisSchedule::new(con, keys.clone(), node_id)
+            let r = RedisSchedule::new(con, keys.clone(), node_id)
                 .await
-                .map(|r| r.with_horizon(args.redis_horizon))
+                .map(|r| r.with_horizon(args.redis_horizon))?;
+            // The cluster's clock is Redis's: read it (every master's)
+            // before anything is scheduled or stamped; a master failing
+            // over meanwhile is waited for like an unreachable Redis.
+            r.probe_clock().await?;
+            Ok::<_, crate::error::RedisError>(r)
         };
         match attempt.await {
-            Ok(r) => {
-                // The cluster's clock is Redis's: read it before anything
-                // is scheduled or stamped.
-                r.probe_clock().await?;
-                return Ok(r);
-            }
+            Ok(r) => return Ok(r),
             // A certificate delayq does not trust will not become trusted
             // by waiting.
             Err(e) if crate::tls::certificate_problem(&e.to_string()).is_some() => bail!(

@@ -331,7 +331,9 @@ fn spawn_duties(
     reconciler: &Reconciler,
 ) {
     actix::spawn(
-        crate::reconcile::fence::Fence::new(redis.clone(), journal.clone(), node_id).run(),
+        crate::reconcile::fence::Fence::new(redis.clone(), journal.clone(), node_id)
+            .with_retention(args.retain_finished, args.retain_dead)
+            .run(),
     );
     actix::spawn(watch_paused(redis.clone()));
     actix::spawn(

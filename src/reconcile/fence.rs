@@ -5,11 +5,12 @@
 //! `appendfsync everysec`, an older snapshot restored by an operator. Acks
 //! and cancels the journal committed seconds before would then be undone in
 //! Redis, and the messages handed out again. Every such loss has a new
-//! Redis process serve the shard (a restart, a failover), with a new run
-//! id; each shard's `{P:s}:applied` hash names the process on which the
-//! journal's ends were last known applied to it, and the hand-out scripts
-//! (take.lua, claim.lua) hand nothing out of a shard served by another
-//! process (see fence.lua).
+//! data set serve the shard: a restart (a new run id) or a promoted
+//! replica (a new replication id); each shard's `{P:s}:applied` hash names
+//! the data set (run id and replication id) on which the journal's ends
+//! were last known applied to it, and the hand-out scripts (take.lua,
+//! claim.lua) hand nothing out of a shard served by another (see
+//! fence.lua).
 //!
 //! Every node probes each shard every [`crate::clock::PROBE`] (the same
 //! call reads the shard's master's clock). A node that finds a shard
@@ -28,6 +29,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::actors::journal::Journal;
 use crate::message::MessageId;
@@ -47,6 +49,10 @@ pub struct Fence {
     pub node: String,
     /// Shards this process is re-applying.
     busy: Arc<Mutex<HashSet<u32>>>,
+    /// How long the journal keeps the rows of ended messages (None:
+    /// forever): a record of a message created before that which the
+    /// journal no longer holds ended long ago (an older snapshot).
+    retained: Option<Duration>,
 }
 
 impl Fence {
@@ -56,7 +62,17 @@ impl Fence {
             journal,
             node: node.to_string(),
             busy: Arc::default(),
+            retained: None,
         }
+    }
+
+    /// The same, knowing how long the journal keeps ended messages
+    /// (`--retain-finished`, `--retain-dead`; zero: forever).
+    pub fn with_retention(mut self, finished: Duration, dead: Duration) -> Self {
+        // A kind kept forever (zero) is never missing: nothing can be
+        // told apart then.
+        self.retained = (!finished.is_zero() && !dead.is_zero()).then(|| finished.min(dead));
+        self
     }
 
     /// Probes every [`crate::clock::PROBE`], for ever.
@@ -140,13 +156,25 @@ impl Fence {
             let ids: Vec<i64> = records.iter().map(|(id, _)| id.0).collect();
             walked += ids.len() as u64;
             if !ids.is_empty() {
-                let ended: Vec<MessageId> = self
-                    .journal
-                    .states_of(ids)
-                    .await?
+                // Ended, by the journal; or created before the journal's
+                // retention and no longer in it: it ended long ago (a
+                // snapshot older than the retention). A newer record the
+                // journal lacks stays (the journal may have lost the row:
+                // the reconciler reports it as `unknown`).
+                let old = self.retained.map(|r| {
+                    MessageId::first_at(crate::message::now_ms() - r.as_millis() as i64).0
+                });
+                let states = self.journal.states_of(ids.clone()).await?;
+                let known: HashSet<i64> = states.iter().map(|r| r.id).collect();
+                let ended: Vec<MessageId> = states
                     .into_iter()
                     .filter(|r| r.status().is_terminal())
                     .map(|r| MessageId(r.id))
+                    .chain(
+                        ids.iter()
+                            .filter(|id| !known.contains(id) && old.is_some_and(|o| **id < o))
+                            .map(|&id| MessageId(id)),
+                    )
                     .collect();
                 if !ended.is_empty() {
                     let gone = self.redis.purge(&ended).await?;

@@ -60,6 +60,7 @@ impl Scripts {
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
                 include_str!("lua/retry.lua"),
+                include_str!("lua/fence.lua"),
                 include_str!("lua/tick.lua"),
             ]),
             claim: lua(&[

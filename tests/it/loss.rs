@@ -143,3 +143,54 @@ async fn a_restore_frozen_past_the_tombstones_brings_back_no_ack() {
     );
     assert_eq!(env.journal.row(&id).unwrap().status, status::CONSUMED);
 }
+
+/// Redis comes back from a snapshot older than the journal's retention:
+/// a message it holds that ended long ago has no journal row any more
+/// (retention removed it). Created before the retention, it is taken out
+/// like an ended one; a record the journal lacks that is newer (the
+/// journal may have lost the row) is left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_older_than_the_retention_is_not_handed_out_after_a_loss() {
+    use crate::reconcile::redis_cmd;
+    use delayq::message::MessageId;
+    use delayq::redis::keys::score;
+    use delayq::redis::record;
+
+    let env = Env::start(Backend::Sqlite).await;
+    let id = env
+        .push(json!({"topic": "old", "body": "x", "delay": 600_000}))
+        .await;
+    env.wait_scheduled(&id).await;
+    let row = env.journal.row(&id).unwrap();
+    let k = env.keys.clone();
+    let now = crate::common::now_ms();
+    // Ended 30 days ago, its row gone with the journal's 7 days; and one
+    // created now whose row the journal lacks.
+    let old = MessageId::first_at(now - 30 * 86_400_000);
+    let new = MessageId::first_at(now);
+    for ghost in [old, new] {
+        let mut m = row.message();
+        m.id = ghost;
+        m.due_time = now;
+        let s = k.shard_of(ghost);
+        let (g, rec) = (ghost.to_string(), record::encode(&m, 0));
+        redis_cmd::<i64>(&env, &["HSET", &k.messages(s), &g, &rec]);
+        let sc = (score(now, 0) as i64).to_string();
+        redis_cmd::<i64>(&env, &["ZADD", &k.delay(s), &sc, &g]);
+    }
+    // Another data set serves every shard now (as after a loss).
+    for s in 0..k.shards() {
+        redis_cmd::<i64>(&env, &["DEL", &k.applied(s)]);
+    }
+    let got: Vec<String> = env
+        .collect("old", 2, Duration::from_secs(5))
+        .await
+        .iter()
+        .map(|r| r.id().to_string())
+        .collect();
+    assert_eq!(
+        got,
+        [new.to_string()],
+        "only the newer record the journal lacks is handed out"
+    );
+}

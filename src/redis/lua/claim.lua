@@ -7,7 +7,8 @@
 -- ARGV[1] how many to take from the head of the queue, ARGV[2] the topic,
 -- ARGV[3] the shard's share of its rate limit a second (0: none), ARGV[4]
 -- the shard's share of its concurrency cap (0: none), ARGV[5] how long
--- (ms) a poll the cap holds back waits before it looks again.
+-- (ms) a poll the cap holds back waits before it looks again, ARGV[6] how
+-- long (ms) a poll waits before it looks again at a fenced shard.
 -- A paused topic hands nothing out, nor does a shard fenced after a
 -- possible loss of Redis's last writes.
 -- Taking from the head (not chosen ids) lets concurrent consumers share a
@@ -20,8 +21,13 @@
 -- otherwise), then the time the script ran (Redis's clock, ms).
 local now = now_ms()
 local out = {}
-if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 or loss_fenced(KEYS[7]) then
+if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
   return { '0', tostring(now) }
+end
+-- A fenced shard is held back like a spent limit: the poll leaves it out
+-- of its next look and takes from the other shards meanwhile.
+if loss_fenced(KEYS[7]) then
+  return { ARGV[6], tostring(now) }
 end
 local want = tonumber(ARGV[1])
 local cap = tonumber(ARGV[4] or '0')

@@ -7,7 +7,13 @@
 -- journal has the end they guard (none waits in the unjournaled hash).
 -- "Due" and "passed" are by Redis's clock (clock.lua, prepended).
 -- KEYS[1] delay zset, KEYS[2] message hash, KEYS[3] in-flight zset, KEYS[4] epoch,
--- KEYS[5] finished zset, KEYS[6] unjournaled hash
+-- KEYS[5] finished zset, KEYS[6] unjournaled hash, KEYS[7] the shard's
+-- applied hash (fence.lua, prepended)
+-- A shard fenced after a possible loss of Redis's writes still promotes
+-- (nothing is handed out of it), but leaves its in-flight messages alone
+-- until the journal's ends are re-applied: an expired copy Redis brought
+-- back may be of a message acked since, or requeued from the dead letters
+-- (it would fail it again); it looks again in 100 ms.
 -- ARGV[1] batch limit, ARGV[2] ready key prefix, ARGV[3] the caller's epoch
 -- (its ownership token), ARGV[4] how long a tombstone lasts (ms),
 -- ARGV[5] ready channel, ARGV[6] the caller's node id
@@ -78,7 +84,11 @@ if #due > 0 then
 end
 
 local failed = {}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now), 'LIMIT', 0, limit)
+local fenced = loss_fenced(KEYS[7])
+local expired = {}
+if not fenced then
+  expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now), 'LIMIT', 0, limit)
+end
 if #expired > 0 then
   redis.call('ZREM', KEYS[3], unpack(expired))
   for _, id in ipairs(expired) do
@@ -108,4 +118,7 @@ end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or false
 local next_inflight = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2] or false
+if fenced and next_inflight and tonumber(next_inflight) <= now then
+  next_inflight = now + 100
+end
 return { moved, failed, next_due, next_inflight, now }

@@ -18,6 +18,11 @@ use crate::redis::record;
 use crate::redis::reply::{ids_and_topics, opt_score, parse_id, place_status, ran_at, text};
 use crate::redis::scripts::evalsha;
 
+/// How long (ms) a poll waits before it looks again at a shard fenced after
+/// a possible loss of Redis's writes (see `reconcile::fence`), when no
+/// other shard had anything for it.
+const FENCED_RECHECK_MS: u64 = 100;
+
 /// A receipt as the scripts compare it ('' for none). The fault
 /// `ignore_receipts` (see [`crate::faults`]) drops it: the planted bug a
 /// fault checker must catch.
@@ -87,6 +92,7 @@ impl RedisSchedule {
                 k.epoch(shard),
                 k.finished(shard),
                 k.unjournaled(shard),
+                k.applied(shard),
             ],
             &[
                 limit.to_string(),
@@ -204,6 +210,7 @@ impl RedisSchedule {
                     rate.to_string(),
                     cap.to_string(),
                     crate::limit::BUSY_RECHECK_MS.to_string(),
+                    FENCED_RECHECK_MS.to_string(),
                 ],
             ));
         }

@@ -13,7 +13,8 @@ use crate::redis::scripts::evalsha;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardProbe {
     pub shard: u32,
-    /// The run id of the Redis process serving the shard.
+    /// The data set serving the shard: its Redis process's run id and
+    /// replication id (`RUN/REPLID`).
     pub run: String,
     /// The process on which the journal's ends were last known applied
     /// to the shard (None: never).

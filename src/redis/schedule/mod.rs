@@ -254,6 +254,13 @@ impl RedisSchedule {
         read_at: i64,
         messages: impl Iterator<Item = &'a (Message, i32)>,
     ) -> Vec<String> {
+        // The reading's time on the clock of the shard's master (the
+        // callers stamp it on the latest master's).
+        let read_at = if read_at > 0 {
+            read_at - (crate::clock::now_ms() - crate::clock::now_ms_for(shard)).max(0)
+        } else {
+            0
+        };
         let mut args = vec![
             self.keys.wake_channel(shard),
             epoch.to_string(),
