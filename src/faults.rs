@@ -12,6 +12,9 @@
 //! | `tombstone_ms=MS` | tombstones (and so the oldest reading schedule.lua takes, half of it) last MS instead of two minutes, so a test can outlast them |
 //! | `restore_frozen=MS` | a restore waits MS after reading each page of the journal (a process frozen mid-restore) |
 //! | `sync_paused_slow` | a starting node waits 600 ms after reading the paused topics and again after bringing the shards in line (a slow node, to show that a pause made meanwhile is not undone) |
+//! | `spill_lock_ms=MS` | the lock of a journal spill replay lasts MS instead of a minute (renewed every third of it) |
+//! | `spill_page=N` | a journal spill replay reads N changes per page instead of 500 |
+//! | `spill_page_slow=MS` | a journal spill replay waits MS before writing each page (a slow journal) |
 //! | `ignore_receipts` | acks and nacks are applied as if they carried no receipt (a planted bug: a late consumer's ack or nack then touches the next delivery) |
 
 use std::sync::LazyLock;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::actors::journal::Journal;
+use crate::faults;
 use crate::redis::schedule::{LeaseOp, RedisSchedule};
 use crate::redis::spill as spill_list;
 
@@ -47,31 +48,42 @@ pub(super) async fn replay_spill(redis: &RedisSchedule, journal: &Journal, node_
         return;
     }
     // One node at a time: two reading the same page and each trimming it
-    // would trim a page nobody wrote.
+    // would trim a page nobody wrote. The lock is renewed while a page is
+    // written, and a page is removed only while the lock is still held.
     let lock = format!("{key}:lock");
-    match redis
-        .lease(
-            LeaseOp::Acquire,
-            &lock,
-            node_id,
-            SPILL_LOCK.as_millis() as u64,
-        )
-        .await
-    {
+    let lock_ms = spill_lock().as_millis() as u64;
+    match redis.lease(LeaseOp::Acquire, &lock, node_id, lock_ms).await {
         Ok((true, _)) => {}
         _ => return,
     }
-    replay_spill_pages(redis, journal, &key).await;
+    replay_spill_pages(redis, journal, &key, &lock, node_id).await;
     let _ = redis.lease(LeaseOp::Release, &lock, node_id, 0).await;
 }
 
-/// How long one node may hold the right to write spilled changes.
+/// How long one node may hold the right to write spilled changes without
+/// renewing it (`spill_lock_ms=MS` in a test).
 const SPILL_LOCK: Duration = Duration::from_secs(60);
 
-async fn replay_spill_pages(redis: &RedisSchedule, journal: &Journal, key: &str) {
+fn spill_lock() -> Duration {
+    faults::millis("spill_lock_ms").map_or(SPILL_LOCK, Duration::from_millis)
+}
+
+/// Spilled changes read per page (`spill_page=N` in a test).
+fn spill_page() -> isize {
+    faults::millis("spill_page").map_or(SPILL_PAGE, |n| n.max(1) as isize)
+}
+
+async fn replay_spill_pages(
+    redis: &RedisSchedule,
+    journal: &Journal,
+    key: &str,
+    lock: &str,
+    node_id: &str,
+) {
     let mut con = redis.connection();
+    let lock_ms = spill_lock().as_millis() as u64;
     loop {
-        let page: Vec<String> = match spill_list::first(&mut con, key, SPILL_PAGE).await {
+        let page: Vec<String> = match spill_list::first(&mut con, key, spill_page()).await {
             Ok(p) => p,
             Err(_) => return,
         };
@@ -88,17 +100,57 @@ async fn replay_spill_pages(redis: &RedisSchedule, journal: &Journal, key: &str)
                 change
             })
             .collect();
-        if let Err(e) = journal.record_durable(changes).await {
-            tracing::warn!(error = %e, "cannot write status changes kept in Redis yet; retrying later");
-            return;
+        let write = async {
+            faults::pause_here("spill_page_slow").await;
+            journal.record_durable(changes).await
+        };
+        match renewing(redis, lock, node_id, lock_ms, write).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot write status changes kept in Redis yet; retrying later");
+                return;
+            }
+            None => {
+                tracing::warn!("lost the right to write status changes kept in Redis; another node writes them");
+                return;
+            }
         }
-        let trimmed = spill_list::drop_first(&mut con, key, page.len()).await;
-        if trimmed.is_err() {
-            return;
+        match redis.trim_spill(lock, key, node_id, page.len()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!("lost the right to write status changes kept in Redis; another node writes them");
+                return;
+            }
+            Err(_) => return,
         }
         tracing::info!(
             changes = page.len(),
             "wrote status changes a stopped node kept in Redis to the journal"
         );
+    }
+}
+
+/// Runs `work` while renewing the lock `lock` every third of its time;
+/// None when the lock was lost meanwhile (the work is then abandoned).
+async fn renewing<T>(
+    redis: &RedisSchedule,
+    lock: &str,
+    holder: &str,
+    lock_ms: u64,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    let mut every = tokio::time::interval(Duration::from_millis((lock_ms / 3).max(1)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            done = &mut work => return Some(done),
+            _ = every.tick() => {
+                if let Ok((false, _)) = redis.lease(LeaseOp::Renew, lock, holder, lock_ms).await {
+                    return None;
+                }
+            }
+        }
     }
 }

@@ -34,6 +34,7 @@ pub struct Scripts {
     pub probe: Script,
     pub confirm: Script,
     pub pause_topic: Script,
+    pub spill_trim: Script,
 }
 
 impl Scripts {
@@ -116,6 +117,7 @@ impl Scripts {
                 include_str!("lua/confirm.lua"),
             ]),
             pause_topic: lua(&[include_str!("lua/pause_topic.lua")]),
+            spill_trim: lua(&[include_str!("lua/spill_trim.lua")]),
         }
     }
 }
@@ -143,7 +145,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 19] {
+    fn all(&self) -> [&Script; 20] {
         [
             &self.schedule,
             &self.tick,
@@ -164,6 +166,7 @@ impl Scripts {
             &self.probe,
             &self.confirm,
             &self.pause_topic,
+            &self.spill_trim,
         ]
     }
 

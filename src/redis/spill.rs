@@ -33,13 +33,3 @@ pub async fn first(con: &mut Conn, key: &str, count: isize) -> redis::RedisResul
         .query_async(con)
         .await
 }
-
-/// Removes the first `count` lines of the list at `key` (LTRIM count -1).
-pub async fn drop_first(con: &mut Conn, key: &str, count: usize) -> redis::RedisResult<()> {
-    redis::cmd("LTRIM")
-        .arg(key)
-        .arg(count)
-        .arg(-1)
-        .query_async(con)
-        .await
-}

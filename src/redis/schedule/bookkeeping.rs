@@ -289,6 +289,28 @@ impl RedisSchedule {
         Ok((held == 1, cur))
     }
 
+    /// Removes the first `count` lines of the journal spill list `key`,
+    /// only while `holder` still has the replay lock `lock` (see
+    /// spill_trim.lua): whether it did.
+    pub async fn trim_spill(
+        &self,
+        lock: &str,
+        key: &str,
+        holder: &str,
+        count: usize,
+    ) -> Result<bool, RedisError> {
+        let cmd = evalsha(
+            &self.scripts.spill_trim,
+            &[lock, key],
+            &[holder, &count.to_string()],
+        );
+        let trimmed: i64 = self
+            .scripts
+            .run("spill_trim", &mut self.con.clone(), &cmd)
+            .await?;
+        Ok(trimmed == 1)
+    }
+
     /// Raises worker `worker`'s reserved millisecond to at least `ms`;
     /// returns (reserved before, reserved now).
     pub async fn reserve(&self, worker: u16, ms: i64) -> Result<(i64, i64), RedisError> {

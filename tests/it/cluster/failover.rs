@@ -469,3 +469,118 @@ async fn waiting_messages_move_with_the_shards() {
         .collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
 }
+
+/// The leader replaying the journal spill is paused past its replay lock;
+/// the other node leads and replays meanwhile, and the paused one resumes
+/// mid-page and dies soon after. A replay that lost the lock must not
+/// remove a page (it may be the page the other is writing, and the other
+/// then removes one the dead node took and never wrote), and the one
+/// replaying renews the lock through slow pages: every spilled change
+/// reaches the journal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spill_replay_paused_past_its_lock_drops_no_page() {
+    let mut c = Cluster::builder()
+        .env_all(
+            "DELAYQ_FAULTS",
+            "spill_lock_ms=1000,spill_page=10,spill_page_slow=1500",
+        )
+        .start()
+        .await;
+    let every = Duration::from_millis(100);
+    let what = "both nodes to see the same leader";
+    let leader_name = wait_every(what, Duration::from_secs(30), every, || async {
+        let (a, b) = (c.admin(0).await, c.admin(1).await);
+        match (a["leader"].as_str(), b["leader"].as_str()) {
+            (Some(x), Some(y)) if x == y => Ok(x.to_string()),
+            _ => Err(format!("{} / {}", a["leader"], b["leader"])),
+        }
+    })
+    .await;
+    let leader = Cluster::index_of(&leader_name);
+    let other = 1 - leader;
+
+    // Changes a stopped node kept in Redis: Ready, for messages due in an
+    // hour (nothing else makes them Ready), six pages of ten.
+    let topic = format!("sp{}", random_hex(6));
+    let ids = c.push_batch(0, messages(&topic, 60, 3_600_000, 10)).await;
+    let lines: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            json!({"id": id, "status": status::READY, "attempts": null, "at": now_ms(),
+                   "due": null, "shard": "spill-test"})
+            .to_string()
+        })
+        .collect();
+    let key = c.keys.journal_spill();
+    let lock = format!("{key}:lock");
+    let holder = |c: &Cluster| -> Option<String> {
+        redis::cmd("GET")
+            .arg(&lock)
+            .query(&mut c.redis.con())
+            .unwrap()
+    };
+    let _: () = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg(&lines)
+        .query(&mut c.redis.con())
+        .unwrap();
+
+    // The leader replays: paused mid-page, past its lock.
+    let what = "the leader to take the replay lock";
+    wait_every(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async { (holder(&c).as_deref() == Some(leader_name.as_str())).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    c.node(leader).signal("STOP");
+    let other_name = Cluster::node_name(other);
+    let what = "the other node to take the replay lock";
+    wait_every(what, c.session() * 3, Duration::from_millis(20), || async {
+        (holder(&c).as_deref() == Some(other_name.as_str())).then_some(())
+    })
+    .await;
+    // Mid-page of the other's replay, the paused one resumes.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.node(leader).signal("CONT");
+    // It dies soon after: a page it took is never written by it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    c.kill9(leader);
+
+    let what = "the spill list to empty";
+    wait_every(
+        what,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let left: i64 = redis::cmd("LLEN")
+                .arg(&key)
+                .query(&mut c.redis.con())
+                .unwrap();
+            (left == 0)
+                .then_some(())
+                .ok_or(format!("{left} changes still in Redis"))
+        },
+    )
+    .await;
+    let what = "every spilled change in the journal";
+    wait_every(
+        what,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+        || async {
+            let missing = ids
+                .iter()
+                .filter(|id| !c.journal.flow_codes(id).contains(&status::READY))
+                .count();
+            (missing == 0).then_some(()).ok_or(format!(
+                "the list is empty but {missing} of {} spilled changes never reached the journal",
+                ids.len()
+            ))
+        },
+    )
+    .await;
+    c.stop(other);
+}
