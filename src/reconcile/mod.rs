@@ -29,7 +29,7 @@
 //! | kind | what | repair |
 //! |---|---|---|
 //! | `missing` | live in the journal; Redis has no record and no tombstone | scheduled again like a restore (`Schedule`: idempotent, tombstone-aware; an overdue one is due at once), recorded Delaying |
-//! | `unscheduled` | Redis holds the record, but in no delay zset, ready queue or in-flight zset | put back in its delay zset with its record's score (replace.lua) |
+//! | `unscheduled` | Redis holds the record, but in no delay zset, ready queue or in-flight zset | put back in its delay zset with its record's score, or at the journal's due time when that is later (a failed delivery's retry time, which the record does not keep) (replace.lua) |
 //! | `finishedInJournal` | Redis holds it; the journal says Consumed, Deleted or Dead (Redis lost an ack's or a cancel's write, its data set marker intact) | removed from Redis, leaving a tombstone (purge.lua); the journal's row is read once more right before, so a dead letter requeued meanwhile stays |
 //! | `statusMismatch` | both hold it live, in different statuses | the journal follows Redis (the live state): a status change is recorded |
 //! | `unknown` | Redis holds it; the journal has no such row | reported only: the journal may have lost the row (a database restored from a backup) and Redis holds the only copy |

@@ -378,6 +378,20 @@ impl Reconciler {
 
         let unscheduled = of(|k| matches!(k, Kind::Unscheduled));
         if !unscheduled.is_empty() {
+            // Never earlier than the journal says: a message waiting out a
+            // failed delivery's retry is due then, not at its record's due
+            // time (which its record keeps, see replace.lua).
+            let due: HashMap<i64, i64> = self
+                .journal
+                .states_of(unscheduled.iter().map(|id| id.0).collect())
+                .await?
+                .into_iter()
+                .map(|r| (r.id, r.due_time))
+                .collect();
+            let unscheduled: Vec<(MessageId, Option<i64>)> = unscheduled
+                .into_iter()
+                .map(|id| (id, due.get(&id.0).copied()))
+                .collect();
             let put_back = self.redis.replace(&unscheduled).await?;
             report.unscheduled.repaired += put_back.iter().filter(|&&p| p).count() as u64;
         }

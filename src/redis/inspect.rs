@@ -224,21 +224,31 @@ impl RedisSchedule {
     }
 
     /// Puts messages whose record sits nowhere back in their delay zsets
-    /// (replace.lua): whether each was put back.
-    pub async fn replace(&self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
-        let by_shard = self.by_shard(ids.iter().copied());
+    /// (replace.lua), each due at its record's due time or at the one the
+    /// journal holds (`None`: not known), whichever is later: whether each
+    /// was put back.
+    pub async fn replace(
+        &self,
+        messages: &[(MessageId, Option<i64>)],
+    ) -> Result<Vec<bool>, RedisError> {
+        let by_shard = self.by_shard(messages.iter().map(|(id, _)| *id));
         let k = &self.keys;
         let mut pipe = redis::pipe();
         for (&shard, idx) in &by_shard {
             let mut args = vec![k.ready_prefix(shard), k.wake_channel(shard)];
-            args.extend(idx.iter().map(|&i| ids[i].to_string()));
+            for &i in idx {
+                let (id, due) = messages[i];
+                args.push(id.to_string());
+                args.push(due.map_or(String::new(), |d| d.to_string()));
+            }
             pipe.add_command(evalsha(
                 &self.scripts.replace,
                 &[k.delay(shard), k.messages(shard), k.inflight(shard)],
                 &args,
             ));
         }
-        self.flags("replace", ids.len(), &by_shard, &pipe).await
+        self.flags("replace", messages.len(), &by_shard, &pipe)
+            .await
     }
 
     async fn flags(

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 backend_tests!(
     report_and_repair_each_kind,
     a_lost_message_in_flight_is_delivered_again,
+    an_unscheduled_retry_is_put_back_at_its_retry_time,
     lost_keys_are_delivered_without_an_operator,
     lost_acks_and_cancels_are_purged_without_an_operator,
     restore_progress_and_resume,
@@ -135,6 +136,61 @@ async fn a_lost_message_in_flight_is_delivered_again(b: Backend) {
     assert_eq!(again.id(), id);
     env.ack(&id).await.assert_ok();
     env.wait_status(&id, status::CONSUMED).await;
+}
+
+/// A message waiting out a nack's delay whose delay zset entry Redis lost
+/// (its record kept): the record's score is still its first due time, long
+/// past, while its retry time was the entry's score alone. The repair puts
+/// it back at the retry time the journal holds, not at once.
+async fn an_unscheduled_retry_is_put_back_at_its_retry_time(b: Backend) {
+    let env = reconciling_env(b).start().await;
+    let id = env.push(json!({"topic": "rc-retry", "body": "r"})).await;
+    assert_eq!(env.receive_one("rc-retry").await.id(), id);
+    let r = env
+        .send(env.http.post(env.url(&format!("/nack/{id}?delay=5000"))))
+        .await;
+    let due = r.assert_ok()["dueTime"].as_i64().unwrap();
+    let row = env.wait_status(&id, status::DELAYING).await;
+    assert_eq!(row.due_time, due, "the journal keeps the retry time");
+    let k = &env.keys;
+    let s = shard(&env, &id);
+    assert_eq!(redis_cmd::<i64>(&env, &["ZREM", &k.delay(s), &id]), 1);
+    assert!(holds(&env, &id));
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let report = reconcile(&env, true).await;
+    assert_eq!(
+        (
+            sampled(&report, "unscheduled"),
+            report["unscheduled"]["repaired"].as_u64()
+        ),
+        (vec![id.clone()], Some(1)),
+        "{report}"
+    );
+    // Where it was put back: its due time in the delay zset (None: handed
+    // on already), shown if it comes early.
+    let placed: Option<f64> = redis_cmd(&env, &["ZSCORE", &k.delay(s), &id]);
+    let placed = placed.map(delayq::redis::keys::due_of_score);
+    // Not handed out before its retry time; then with its second attempt.
+    let got = env
+        .collect(
+            "rc-retry",
+            1,
+            Duration::from_millis((due - now_ms()).max(0) as u64 + 10_000),
+        )
+        .await;
+    assert_eq!(got.len(), 1, "not delivered again: {got:?}");
+    assert_eq!(
+        (got[0].id(), got[0].msg["attempts"].as_i64()),
+        (id.as_str(), Some(2))
+    );
+    assert!(
+        got[0].at >= due,
+        "handed out {} ms before its retry time (put back due at {placed:?})",
+        due - got[0].at
+    );
+    assert_eq!(placed, Some(due), "put back at another time");
+    env.ack(&id).await.assert_ok();
 }
 
 async fn report_and_repair_each_kind(b: Backend) {

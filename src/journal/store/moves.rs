@@ -1,6 +1,7 @@
 //! Rescheduling in the journal: a live message's due time and priority
-//! change in its row (and in the waiting list when it waits there), so a
-//! restore schedules it at its new time. Its status is left alone (the
+//! change in its row (and in the waiting list when it waits there: a row
+//! still WaitPut is listed at its new time if it was not), so a restore or
+//! the horizon loader schedules it at its new time. Its status is left alone (the
 //! hand-outs and acks that change it are Redis's); the move's flow row
 //! comes with the status change Redis's answer makes (see
 //! [`crate::queue::reschedule`]).
@@ -118,9 +119,26 @@ pub fn move_messages(
                 (None, None) => 0,
             };
             if let Some(d) = due {
-                diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
-                    .set(message_waiting::due_time.eq(d))
-                    .execute(c)?;
+                let listed = diesel::update(
+                    message_waiting::table.filter(message_waiting::id.eq(id.0)),
+                )
+                .set(message_waiting::due_time.eq(d))
+                .execute(c)?;
+                // Waiting and not listed (a push due near whose schedule
+                // never reached Redis): listed at its new time, so the
+                // horizon loader schedules it as it comes near (at once
+                // when it is near already); the move alone leaves its
+                // score in Redis for whatever schedules it next, and
+                // nothing else would. One Redis holds already is left as
+                // it is by the loader's schedule.
+                if listed == 0 && status == Status::WaitPut {
+                    diesel::insert_into(message_waiting::table)
+                        .values((
+                            message_waiting::due_time.eq(d),
+                            message_waiting::id.eq(id.0),
+                        ))
+                        .execute(c)?;
+                }
             }
             out.push(JournalMove::Moved {
                 status,
