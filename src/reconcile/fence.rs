@@ -40,6 +40,9 @@ use crate::redis::schedule::{LeaseOp, RedisSchedule, ShardProbe};
 const PAGE: usize = 1_000;
 /// The fence lease: renewed after each page.
 const LEASE_MS: u64 = 30_000;
+/// A shard whose re-application keeps failing is logged at most this
+/// often.
+const WARN_EVERY: Duration = Duration::from_secs(30);
 
 /// Probes the shards and lifts their fences.
 #[derive(Clone)]
@@ -49,6 +52,8 @@ pub struct Fence {
     pub node: String,
     /// Shards this process is re-applying.
     busy: Arc<Mutex<HashSet<u32>>>,
+    /// When a failed re-application of each shard was last logged.
+    warned: Arc<Mutex<std::collections::HashMap<u32, std::time::Instant>>>,
     /// How long the journal keeps the rows of ended messages (None:
     /// forever): a record of a message created before that which the
     /// journal no longer holds ended long ago (an older snapshot).
@@ -62,6 +67,7 @@ impl Fence {
             journal,
             node: node.to_string(),
             busy: Arc::default(),
+            warned: Arc::default(),
             retained: None,
         }
     }
@@ -102,8 +108,23 @@ impl Fence {
             actix::spawn(async move {
                 let shard = p.shard;
                 if let Err(e) = me.reapply(&p).await {
-                    tracing::warn!(shard, error = %e,
-                        "cannot re-apply the journal's ends to a fenced shard yet (it hands nothing out meanwhile); trying again");
+                    // Once per shard every WARN_EVERY: it is tried again
+                    // at every probe.
+                    let due = {
+                        let mut warned = me.warned.lock().unwrap();
+                        let last = warned.get(&shard).copied();
+                        let due = last.is_none_or(|t| t.elapsed() >= WARN_EVERY);
+                        if due {
+                            warned.insert(shard, std::time::Instant::now());
+                        }
+                        due
+                    };
+                    if due {
+                        tracing::warn!(shard, error = %e,
+                            "cannot re-apply the journal's ends to a fenced shard yet (it hands nothing out meanwhile); trying again at every probe");
+                    } else {
+                        tracing::debug!(shard, error = %e, "cannot re-apply the journal's ends yet");
+                    }
                 }
                 me.busy.lock().unwrap().remove(&shard);
             });
@@ -134,7 +155,12 @@ impl Fence {
     async fn walk(&self, p: &ShardProbe) -> Result<u64, QueueError> {
         let shard = p.shard;
         let started = std::time::Instant::now();
+        // Said once per fence, not at every retry.
+        let retrying = self.warned.lock().unwrap().contains_key(&shard);
         match &p.applied {
+            _ if retrying => {
+                tracing::debug!(shard, run = %p.run, "re-applying the journal's ends again")
+            }
             Some(before) => tracing::warn!(
                 shard,
                 run = %p.run,
@@ -201,6 +227,7 @@ impl Fence {
             )));
         }
         crate::metrics::metrics().ends_reapplied(removed);
+        self.warned.lock().unwrap().remove(&shard);
         tracing::warn!(
             shard,
             run = %p.run,
