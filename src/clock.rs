@@ -58,7 +58,7 @@ pub const WINDOW: Duration = Duration::from_secs(2);
 pub const SKEW_WARN_MS: i64 = 500;
 /// A master not read for this long is forgotten.
 pub const FORGET: Duration = Duration::from_secs(10);
-/// The master of samples that name none (a plain `TIME` on one Redis).
+/// The master of a shard's samples before a probe named its master.
 const ANY: &str = "";
 
 /// One master's clock, as samples bound it.
@@ -206,13 +206,6 @@ pub fn now_us_for(shard: u32) -> i64 {
 /// [`now_us_for`] in ms.
 pub fn now_ms_for(shard: u32) -> i64 {
     now_us_for(shard) / 1000
-}
-
-/// Notes a reading of Redis's clock that names no master (one Redis):
-/// `redis_us` (epoch µs) was read by Redis after `sent` (this process's
-/// monotonic clock).
-pub fn observe(sent: Instant, redis_us: i64) {
-    observe_master(ANY, None, sent, redis_us);
 }
 
 /// Notes a reading of a shard's clock; its master is the one that

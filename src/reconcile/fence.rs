@@ -94,12 +94,11 @@ impl Fence {
     }
 
     /// One probe: each fenced shard's re-application started (in the
-    /// background) unless under way here. Returns the fenced shards.
-    pub async fn probe_once(&self) -> Result<Vec<u32>, QueueError> {
+    /// background) unless under way here.
+    async fn probe_once(&self) -> Result<(), QueueError> {
         let probes = self.redis.probe().await?;
         let fenced: Vec<ShardProbe> = probes.into_iter().filter(ShardProbe::fenced).collect();
         crate::metrics::metrics().shards_fenced(fenced.len() as u64);
-        let shards = fenced.iter().map(|p| p.shard).collect();
         for p in fenced {
             if !self.busy.lock().unwrap().insert(p.shard) {
                 continue;
@@ -129,7 +128,7 @@ impl Fence {
                 me.busy.lock().unwrap().remove(&shard);
             });
         }
-        Ok(shards)
+        Ok(())
     }
 
     /// Re-applies the journal's ends to one fenced shard, under its lease,

@@ -22,18 +22,7 @@ impl RedisSchedule {
     /// whether this call paused it. A resume after it (a higher number)
     /// wins on every shard, whichever reaches a shard first.
     pub async fn pause(&self, topic: &str) -> Result<(i64, bool), RedisError> {
-        let (seq, at, changed): (i64, i64, bool) = self
-            .scripts
-            .run(
-                "pause_topic",
-                &mut self.con.clone(),
-                &evalsha(
-                    &self.scripts.pause_topic,
-                    &[self.keys.paused_topics(), self.keys.pause_seq()],
-                    &["pause", topic, &now_ms().to_string()],
-                ),
-            )
-            .await?;
+        let (seq, at, changed): (i64, i64, bool) = self.pause_word("pause", topic).await?;
         self.set_shards_paused(topic, true, seq).await?;
         Ok((at, changed))
     }
@@ -43,20 +32,26 @@ impl RedisSchedule {
     /// every node. Answers whether the topic was paused. A pause after it
     /// wins on every shard.
     pub async fn resume(&self, topic: &str) -> Result<bool, RedisError> {
-        let (seq, was): (i64, bool) = self
-            .scripts
-            .run(
-                "pause_topic",
-                &mut self.con.clone(),
-                &evalsha(
-                    &self.scripts.pause_topic,
-                    &[self.keys.paused_topics(), self.keys.pause_seq()],
-                    &["resume", topic, &now_ms().to_string()],
-                ),
-            )
-            .await?;
+        let (seq, was): (i64, bool) = self.pause_word("resume", topic).await?;
         self.set_shards_paused(topic, false, seq).await?;
         Ok(was)
+    }
+
+    /// One call of pause_topic.lua: `op` is `pause`, `resume` or `read`.
+    async fn pause_word<T: redis::FromRedisValue>(
+        &self,
+        op: &str,
+        topic: &str,
+    ) -> Result<T, RedisError> {
+        let cmd = evalsha(
+            &self.scripts.pause_topic,
+            &[self.keys.paused_topics(), self.keys.pause_seq()],
+            &[op, topic, &now_ms().to_string()],
+        );
+        Ok(self
+            .scripts
+            .run("pause_topic", &mut self.con.clone(), &cmd)
+            .await?)
     }
 
     async fn set_shards_paused(
@@ -104,18 +99,7 @@ impl RedisSchedule {
     /// on any shard, at any moment.
     pub async fn sync_paused(&self) -> Result<(), RedisError> {
         let mut con = self.con.clone();
-        let read: Vec<String> = self
-            .scripts
-            .run(
-                "pause_topic",
-                &mut con,
-                &evalsha(
-                    &self.scripts.pause_topic,
-                    &[self.keys.paused_topics(), self.keys.pause_seq()],
-                    &["read", "", "0"],
-                ),
-            )
-            .await?;
+        let read: Vec<String> = self.pause_word("read", "").await?;
         let seq: i64 = read.first().and_then(|s| s.parse().ok()).unwrap_or(0);
         let paused: BTreeSet<String> = read.iter().skip(1).step_by(2).cloned().collect();
         crate::faults::pause_here("sync_paused_slow").await;
