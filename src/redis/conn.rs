@@ -33,8 +33,17 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A multiplexed, self-reconnecting connection to one Redis or a cluster.
 #[derive(Clone)]
 pub enum Conn {
-    Single(ConnectionManager),
+    Single(Single),
     Cluster(Cluster),
+}
+
+/// A connection to one server, and the scripts loaded through it.
+#[derive(Clone)]
+pub struct Single {
+    con: ConnectionManager,
+    /// The scripts loaded through this connection, to load again when the
+    /// server answers NOSCRIPT (see [`Single::send`]).
+    scripts: Arc<Mutex<Vec<redis::Script>>>,
 }
 
 /// A cluster connection, and when it last asked the cluster to redraw its
@@ -143,9 +152,10 @@ pub async fn connect(url: &str) -> RedisResult<Conn> {
                 .set_response_timeout(Some(RESPONSE_TIMEOUT))
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500));
-            Ok(Conn::Single(
-                ConnectionManager::new_with_config(client, config).await?,
-            ))
+            Ok(Conn::Single(Single {
+                con: ConnectionManager::new_with_config(client, config).await?,
+                scripts: Arc::default(),
+            }))
         }
         Target::Cluster { seeds, tls } => Ok(Conn::Cluster(Cluster {
             con: cluster_client(&seeds, tls, None)?
@@ -165,10 +175,11 @@ impl Conn {
     /// Notes the scripts loaded through this connection (a cluster loads
     /// them again where a master lost them).
     pub fn remember_scripts<'a>(&self, scripts: impl IntoIterator<Item = &'a redis::Script>) {
-        if let Conn::Cluster(c) = self {
-            let mut known = c.scripts.lock().unwrap_or_else(|p| p.into_inner());
-            *known = scripts.into_iter().cloned().collect();
-        }
+        let known = match self {
+            Conn::Single(c) => &c.scripts,
+            Conn::Cluster(c) => &c.scripts,
+        };
+        *known.lock().unwrap_or_else(|p| p.into_inner()) = scripts.into_iter().cloned().collect();
     }
 }
 
@@ -222,7 +233,7 @@ where
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(c) => c.con.req_packed_command(cmd),
             Conn::Cluster(c) => async move {
                 let result = unless_refused(|| {
                     let mut con = c.con.clone();
@@ -242,7 +253,13 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Single(c) => {
+                if pipeline.is_transaction() {
+                    c.con.req_packed_commands(pipeline, offset, count)
+                } else {
+                    c.send(pipeline).boxed()
+                }
+            }
             Conn::Cluster(c) => async move {
                 let result = by_slot(c, pipeline, offset, count).await;
                 c.after(result)
@@ -253,7 +270,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Conn::Single(c) => c.con.get_db(),
             Conn::Cluster(_) => 0,
         }
     }
@@ -415,35 +432,81 @@ async fn send_part(c: &Cluster, part: &Pipeline) -> RedisResult<Vec<Value>> {
         .await
     }
     let mut values = send(&c.con, part).await?;
-    let missing: Vec<usize> = values
+    let missing = unrun_calls(&values);
+    if missing.is_empty() {
+        return Ok(values);
+    }
+    load_again(&mut c.con.clone(), &c.scripts, missing.len()).await?;
+    let again = send(&c.con, &calls_again(part, &missing)).await?;
+    put_back(&mut values, &missing, again);
+    Ok(values)
+}
+
+impl Single {
+    /// Sends a pipeline. A server that lost the scripts between two of
+    /// its commands (`SCRIPT FLUSH`, a restart under the connection) ran
+    /// the commands before and none of the script calls after: as on a
+    /// cluster ([`send_part`]), only the calls that answered NOSCRIPT are
+    /// sent again, so nothing runs twice.
+    async fn send(&self, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+        let mut con = self.con.clone();
+        let mut values = con.req_packed_commands(pipeline, 0, pipeline.len()).await?;
+        let missing = unrun_calls(&values);
+        if missing.is_empty() {
+            return Ok(values);
+        }
+        load_again(&mut con, &self.scripts, missing.len()).await?;
+        let again = calls_again(pipeline, &missing);
+        let replies = con.req_packed_commands(&again, 0, again.len()).await?;
+        put_back(&mut values, &missing, replies);
+        Ok(values)
+    }
+}
+
+/// The indexes of the calls that answered NOSCRIPT (and so did not run).
+fn unrun_calls(values: &[Value]) -> Vec<usize> {
+    values
         .iter()
         .enumerate()
         .filter(|(_, v)| {
             matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
         })
         .map(|(i, _)| i)
-        .collect();
-    if missing.is_empty() {
-        return Ok(values);
-    }
-    let scripts = c.scripts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut con = c.con.clone();
+        .collect()
+}
+
+/// Loads the scripts known to the connection again through `con`.
+async fn load_again(
+    con: &mut impl ConnectionLike,
+    scripts: &Mutex<Vec<redis::Script>>,
+    calls: usize,
+) -> RedisResult<()> {
+    let scripts = scripts.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for script in &scripts {
-        script.prepare_invoke().load_async(&mut con).await?;
+        script.prepare_invoke().load_async(con).await?;
     }
     tracing::info!(
-        calls = missing.len(),
-        "a Redis Cluster master had lost delayq's scripts; loaded them again"
+        calls,
+        "Redis had lost delayq's scripts; loaded them again and sending again only the calls that did not run"
     );
+    Ok(())
+}
+
+/// The commands of `part` at `missing`, as a pipeline of their own.
+fn calls_again(part: &Pipeline, missing: &[usize]) -> Pipeline {
     let cmds: Vec<&Cmd> = part.cmd_iter().collect();
     let mut again = redis::pipe();
-    for &i in &missing {
+    for &i in missing {
         again.add_command(cmds[i].clone());
     }
-    for (&i, v) in missing.iter().zip(send(&c.con, &again).await?) {
+    again
+}
+
+/// Puts the replies of the calls sent again in their places.
+fn put_back(values: &mut [Value], missing: &[usize], replies: Vec<Value>) {
+    for (&i, v) in missing.iter().zip(replies) {
         values[i] = v;
     }
-    Ok(values)
 }
 
 /// Indexes of the commands, grouped by the slot of their first key, in the

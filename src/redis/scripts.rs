@@ -206,16 +206,10 @@ impl Scripts {
         pipe: &Pipeline,
     ) -> RedisResult<T> {
         let began = Instant::now();
-        let result = match pipe.query_async(con).await {
-            // A cluster loads them again per master and sends again only
-            // the calls that did not run (redis::conn); sending the whole
-            // pipeline again would run twice what ran elsewhere.
-            Err(e) if is_noscript(&e) && !con.is_cluster() => {
-                self.load(con).await?;
-                pipe.query_async(con).await
-            }
-            other => other,
-        };
+        // A call that answered NOSCRIPT did not run: the connection loads
+        // the scripts again and sends only those calls again (redis::conn);
+        // sending the whole pipeline again would run twice what ran.
+        let result = pipe.query_async(con).await;
         metrics().script_took(name, began);
         result
     }

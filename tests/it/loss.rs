@@ -194,3 +194,42 @@ async fn a_record_older_than_the_retention_is_not_handed_out_after_a_loss() {
         "only the newer record the journal lacks is handed out"
     );
 }
+
+/// One Redis loses delayq's scripts between two commands of a pipeline (a
+/// `SCRIPT FLUSH` landing between two reads of a large pipeline): the
+/// commands before it ran, the script calls after it answered NOSCRIPT
+/// and did not. The scripts are loaded again and only the calls that did
+/// not run are sent again, so nothing in the pipeline runs twice (red
+/// with the whole pipeline sent again: the counter read 2).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_lost_the_scripts_mid_pipeline_runs_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::common::Redis::start(dir.path());
+    let mut con = delayq::redis::conn::connect(&server.url()).await.unwrap();
+    let scripts = delayq::redis::scripts::Scripts::new(false);
+    scripts.load(&mut con).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.con())
+        .unwrap();
+    // What the server saw: INCR ran, then the call of a flushed script.
+    let mut pipe = redis::pipe();
+    pipe.cmd("INCR").arg("counter");
+    pipe.cmd("EVALSHA")
+        .arg(scripts.probe.get_hash())
+        .arg(1)
+        .arg("applied");
+    let (counted, probed): (i64, Vec<redis::Value>) =
+        scripts.run_pipe("probe", &mut con, &pipe).await.unwrap();
+    assert_eq!(counted, 1);
+    assert_eq!(
+        probed.len(),
+        4,
+        "the probe ran once the scripts were back: {probed:?}"
+    );
+    let counter: i64 = redis::cmd("GET")
+        .arg("counter")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(counter, 1, "a command before the lost script ran twice");
+}
