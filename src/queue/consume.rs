@@ -428,10 +428,17 @@ async fn ack_rounds(
                 return Err(e.into());
             }
         };
+        // A shard that could not be reached (a Redis Cluster master
+        // down) fails the batch, after what the others' calls did reaches
+        // the journal.
+        if let Some(e) = results.failed {
+            lookup_error.get_or_insert(e.into());
+        }
         // (index, attempts, (id, record read, next occurrence))
         let mut advancing = Vec::new();
-        for (&i, result) in pending.iter().zip(results) {
+        for (&i, result) in pending.iter().zip(results.each) {
             let id = ids[i];
+            let Some(result) = result else { continue };
             outcomes[i] = match result {
                 RedisAck::Acked { attempts } => {
                     metrics().acked.inc();
@@ -686,8 +693,15 @@ pub async fn nack(
     let mut outcomes = Vec::with_capacity(nacks.len());
     let mut changes = Vec::new();
     let mut ready_topics: Vec<String> = Vec::new();
-    let mut lookup_error: Option<QueueError> = None;
-    for (&(id, _, _), result) in nacks.iter().zip(results) {
+    // A shard that could not be reached (a Redis Cluster master down)
+    // fails the batch, after the retry times the others' calls set reach
+    // the journal: a nack sent again finds them not in flight.
+    let mut lookup_error: Option<QueueError> = results.failed.map(Into::into);
+    for (&(id, _, _), result) in nacks.iter().zip(results.each) {
+        let Some(result) = result else {
+            outcomes.push(NackOutcome::NotFound);
+            continue;
+        };
         outcomes.push(match result {
             RedisNack::Failed {
                 attempts,

@@ -815,3 +815,87 @@ async fn concurrent_pauses_and_resumes_leave_every_shard_as_the_list_says() {
         }
     }
 }
+
+/// One master hangs (SIGSTOP) while a batch nack spans every master: the
+/// nack fails (the hung master's part never answers), but the calls that
+/// ran on the other masters set retry times, and the journal records them
+/// before the error is answered, so a message moved on in Redis is not
+/// left Consuming in the journal (red with one master's failure
+/// discarding every master's replies: all 60 stayed Consuming).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nack_failing_on_one_master_journals_what_ran_on_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .start()
+        .await;
+    let ids = env
+        .push_batch(
+            (0..60)
+                .map(
+                    |i| json!({"topic": "nk", "body": format!("n{i}"), "delay": 0, "ttl": 120_000}),
+                )
+                .collect(),
+        )
+        .await;
+    let mut got = 0;
+    while got < ids.len() {
+        let r = env.get_path("/get/nk?timeout=2&count=100").await;
+        got += r.assert_ok()["messages"].as_array().unwrap().len();
+    }
+    env.wait_statuses(&ids, status::CONSUMING).await;
+
+    // Which ids the hung master holds: its in-flight zsets answer there,
+    // another master's answer MOVED.
+    let hung = cluster.masters_with_keys()[0];
+    let mut con = cluster.con(hung);
+    let on_hung: HashSet<&String> = ids
+        .iter()
+        .filter(|id| {
+            let shard = env
+                .keys
+                .shard_of(delayq::message::MessageId(id.parse().unwrap()));
+            redis::cmd("ZSCORE")
+                .arg(env.keys.inflight(shard))
+                .arg(id.as_str())
+                .query::<Option<f64>>(&mut con)
+                .is_ok()
+        })
+        .collect();
+    assert!(
+        !on_hung.is_empty() && on_hung.len() < ids.len(),
+        "{} of {} on the hung master",
+        on_hung.len(),
+        ids.len()
+    );
+
+    cluster.pause(hung);
+    let r = env
+        .post_json("/nack", &json!({"ids": ids, "delay": 60_000}))
+        .await;
+    cluster.resume(hung);
+    assert_eq!(
+        r.status, 503,
+        "a nack that could not reach a master: {}",
+        r.text
+    );
+
+    let elsewhere: Vec<String> = ids
+        .iter()
+        .filter(|id| !on_hung.contains(id))
+        .cloned()
+        .collect();
+    let rows = env.journal.rows(&elsewhere);
+    let consuming: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.status != status::DELAYING)
+        .map(|r| r.id)
+        .collect();
+    assert!(
+        consuming.is_empty(),
+        "{} of {} nacked on a master that answered are not Delaying in the journal: {consuming:?}",
+        consuming.len(),
+        elsewhere.len()
+    );
+}

@@ -8,8 +8,8 @@ use redis::Value;
 use super::fenced;
 use super::outcomes::after_failure;
 use super::{
-    Advanced, Claimed, End, FailedDelivery, RedisAck, RedisCancel, RedisNack, RedisSchedule,
-    TickResult,
+    Advanced, Claimed, End, FailedDelivery, PerShard, RedisAck, RedisCancel, RedisNack,
+    RedisSchedule, Replies, TickResult,
 };
 use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
@@ -306,10 +306,10 @@ impl RedisSchedule {
     pub async fn ack_many(
         &self,
         acks: &[(MessageId, Option<Receipt>)],
-    ) -> Result<Vec<RedisAck>, RedisError> {
+    ) -> Result<Replies<RedisAck>, RedisError> {
         let k = &self.keys;
-        let replies: Vec<(Vec<usize>, Vec<Value>)> = self
-            .per_shard(
+        let replies: PerShard<Vec<Value>> = self
+            .per_shard_each(
                 "ack",
                 &self.scripts.ack,
                 acks.iter().map(|(id, _)| *id),
@@ -331,8 +331,9 @@ impl RedisSchedule {
                 },
             )
             .await?;
-        let mut out = vec![RedisAck::Absent; acks.len()];
-        for (idx, mut reply) in replies {
+        let mut out = vec![None; acks.len()];
+        for (idx, reply) in replies.replies {
+            let Some(mut reply) = reply else { continue };
             ran_at(&mut reply, 0);
             for (&i, four) in idx.iter().zip(reply.chunks(4)) {
                 if four.len() < 4 {
@@ -340,7 +341,7 @@ impl RedisSchedule {
                 }
                 let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
                 let record = text(&four[2])?;
-                out[i] = match text(&four[0])?.as_str() {
+                out[i] = Some(match text(&four[0])?.as_str() {
                     "acked" | "acked_late" => RedisAck::Acked { attempts },
                     "acked_stopped" => RedisAck::Stopped { attempts },
                     "recurring" => RedisAck::Recurring { attempts, record },
@@ -355,10 +356,13 @@ impl RedisSchedule {
                     },
                     "finished" => RedisAck::Finished(End::parse(&text(&four[3])?)),
                     _ => RedisAck::Absent,
-                };
+                });
             }
         }
-        Ok(out)
+        Ok(Replies {
+            each: out,
+            failed: replies.failed,
+        })
     }
 
     /// Moves acked recurring messages on: each `(id, the record the ack
@@ -419,11 +423,11 @@ impl RedisSchedule {
     pub async fn nack_many(
         &self,
         nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
-    ) -> Result<Vec<RedisNack>, RedisError> {
+    ) -> Result<Replies<RedisNack>, RedisError> {
         let now = now_ms();
         let k = &self.keys;
-        let replies: Vec<(Vec<usize>, Vec<Value>)> = self
-            .per_shard(
+        let replies: PerShard<Vec<Value>> = self
+            .per_shard_each(
                 "nack",
                 &self.scripts.nack,
                 nacks.iter().map(|(id, _, _)| *id),
@@ -443,8 +447,9 @@ impl RedisSchedule {
                 },
             )
             .await?;
-        let mut out = vec![RedisNack::Absent; nacks.len()];
-        for (idx, mut reply) in replies {
+        let mut out = vec![None; nacks.len()];
+        for (idx, reply) in replies.replies {
+            let Some(mut reply) = reply else { continue };
             let at = ran_at(&mut reply, now);
             for (&i, four) in idx.iter().zip(reply.chunks(4)) {
                 if four.len() < 4 {
@@ -453,7 +458,7 @@ impl RedisSchedule {
                 let attempts = opt_score(&four[1]).unwrap_or(0.0) as i32;
                 let due = opt_score(&four[2]).unwrap_or(0.0) as i64;
                 let outcome = text(&four[0])?;
-                out[i] = match after_failure(&outcome, due) {
+                out[i] = Some(match after_failure(&outcome, due) {
                     Some(then) => RedisNack::Failed {
                         attempts,
                         then,
@@ -467,10 +472,13 @@ impl RedisSchedule {
                         state: place_status(&text(&four[3])?),
                     },
                     None => RedisNack::Absent,
-                };
+                });
             }
         }
-        Ok(out)
+        Ok(Replies {
+            each: out,
+            failed: replies.failed,
+        })
     }
 
     pub async fn cancel(

@@ -25,6 +25,14 @@ use crate::redis::record;
 use crate::redis::scripts::{evalsha, Scripts};
 pub use outcomes::*;
 
+/// The replies of one script call per shard: each with the indexes of its
+/// items, `None` where that shard's call failed; `failed` is the first
+/// failure.
+pub struct PerShard<T> {
+    pub replies: Vec<(Vec<usize>, Option<T>)>,
+    pub failed: Option<RedisError>,
+}
+
 #[derive(Clone)]
 pub struct RedisSchedule {
     pub(in crate::redis) con: Conn,
@@ -174,6 +182,53 @@ impl RedisSchedule {
             .run_pipe(name, &mut self.con.clone(), &pipe)
             .await?;
         Ok(by_shard.into_values().zip(replies).collect())
+    }
+
+    /// [`Self::per_shard`], where each shard's call may fail on its own: on
+    /// a Redis Cluster each shard's call goes to its own master, and one
+    /// master down (or timing out) leaves the replies of the calls that
+    /// ran on the others, which the caller must still learn (a nack that
+    /// ran there set a retry time the journal must record). On one Redis
+    /// the pipeline runs or fails as a whole.
+    pub(crate) async fn per_shard_each<T: FromRedisValue>(
+        &self,
+        name: &'static str,
+        script: &Script,
+        ids: impl Iterator<Item = MessageId>,
+        mut call: impl FnMut(u32, &[usize]) -> (Vec<String>, Vec<String>),
+    ) -> Result<PerShard<T>, RedisError> {
+        if !self.is_cluster() {
+            let replies = self.per_shard(name, script, ids, call).await?;
+            return Ok(PerShard {
+                replies: replies.into_iter().map(|(idx, r)| (idx, Some(r))).collect(),
+                failed: None,
+            });
+        }
+        let by_shard = self.by_shard(ids);
+        let calls = by_shard.iter().map(|(&shard, idx)| {
+            let (keys, args) = call(shard, idx);
+            let cmd = evalsha(script, &keys, &args);
+            async move {
+                self.scripts
+                    .run::<T>(name, &mut self.con.clone(), &cmd)
+                    .await
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let mut out = PerShard {
+            replies: Vec::with_capacity(results.len()),
+            failed: None,
+        };
+        for (idx, result) in by_shard.into_values().zip(results) {
+            match result {
+                Ok(r) => out.replies.push((idx, Some(r))),
+                Err(e) => {
+                    out.failed.get_or_insert(e.into());
+                    out.replies.push((idx, None));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Adds messages (with their delivery counts) to their shards' delay

@@ -199,3 +199,13 @@ pub(super) fn after_failure(outcome: &str, due: i64) -> Option<AfterFailure> {
         _ => return None,
     })
 }
+
+/// What a batch did to each of its items: `None` where the item's shard
+/// could not be reached (a Redis Cluster master down), so nothing is known
+/// of it; `failed` says why. What the others' calls did is known, and was
+/// done.
+#[derive(Debug)]
+pub struct Replies<T> {
+    pub each: Vec<Option<T>>,
+    pub failed: Option<crate::error::RedisError>,
+}
