@@ -13,6 +13,13 @@
 //! restart with a clock that stepped back: every renewal stores a
 //! *reserved* millisecond a little ahead of the clock with the lease, the
 //! generator never issues past it, and the next holder starts above it.
+//!
+//! The journal's flow rows (status changes) take their ids from the same
+//! generator, but a lapsed lease does not stop them at once
+//! ([`IdGenerator::next_flow_id`]): the milliseconds up to the reservation
+//! stay this process's (the next holder starts above them), so acks and
+//! cancels keep reaching the journal through a ZooKeeper outage of up to
+//! [`RESERVE_AHEAD_MS`], while pushes wait for a confirmed lease.
 
 use std::fmt;
 use std::str::FromStr;
@@ -101,6 +108,9 @@ pub struct NoWorkerId(pub &'static str);
 #[derive(Debug)]
 struct State {
     worker: Option<i64>,
+    /// The worker of the last lease granted, kept when it lapses: its
+    /// reserved milliseconds are still this process's.
+    last_worker: Option<i64>,
     /// Last millisecond used (relative to the epoch) and the sequence in it.
     last: i64,
     seq: i64,
@@ -128,6 +138,7 @@ impl IdGenerator {
         IdGenerator {
             state: Mutex::new(State {
                 worker: Some(worker as i64),
+                last_worker: Some(worker as i64),
                 last: 0,
                 seq: 0,
                 reserved_ms: i64::MAX,
@@ -141,6 +152,7 @@ impl IdGenerator {
         IdGenerator {
             state: Mutex::new(State {
                 worker: None,
+                last_worker: None,
                 last: 0,
                 seq: 0,
                 reserved_ms: 0,
@@ -158,11 +170,12 @@ impl IdGenerator {
     /// `reserved_ms`, until `valid_until`.
     pub fn grant(&self, worker: u16, floor_ms: i64, reserved_ms: i64, valid_until: Instant) {
         let mut st = self.lock();
-        if st.worker != Some(worker as i64) {
+        if st.last_worker != Some(worker as i64) {
             st.last = 0;
             st.seq = 0;
         }
         st.worker = Some(worker as i64);
+        st.last_worker = Some(worker as i64);
         let floor = floor_ms + 1 - MessageId::EPOCH_MS;
         if floor > st.last {
             st.last = floor;
@@ -206,6 +219,23 @@ impl IdGenerator {
         if st.valid_until.is_some_and(|v| Instant::now() >= v) {
             return Err(NoWorkerId("the lease was not renewed in time"));
         }
+        Self::mint(&mut st, worker)
+    }
+
+    /// An id for a journal flow row: like [`Self::next_id`], and also
+    /// after the lease lapsed (a ZooKeeper session lost, a renewal late),
+    /// within the milliseconds it reserved: the next holder of the worker
+    /// starts above them, so no id repeats. Status changes then keep
+    /// reaching the journal for up to [`RESERVE_AHEAD_MS`] without a lease.
+    pub fn next_flow_id(&self) -> Result<MessageId, NoWorkerId> {
+        let mut st = self.lock();
+        let Some(worker) = st.worker.or(st.last_worker) else {
+            return Err(NoWorkerId("not leased"));
+        };
+        Self::mint(&mut st, worker)
+    }
+
+    fn mint(st: &mut State, worker: i64) -> Result<MessageId, NoWorkerId> {
         let now = now_ms() - MessageId::EPOCH_MS;
         if now > st.last {
             st.last = now;
@@ -246,6 +276,24 @@ mod tests {
         assert!((ms - now_ms()).abs() < 5_000);
         assert!(MessageId::first_at(ms) <= ids[0]);
         assert!(MessageId::first_at(ms + 1) > ids[0]);
+    }
+
+    #[test]
+    fn flow_ids_outlive_a_lapsed_lease_within_its_reservation() {
+        let g = IdGenerator::leased();
+        assert!(g.next_flow_id().is_err(), "never leased: nothing");
+        let soon = Instant::now() + Duration::from_secs(60);
+        g.grant(9, 0, now_ms() + RESERVE_AHEAD_MS, soon);
+        let before = g.next_id().unwrap();
+        g.revoke();
+        assert!(g.next_id().is_err(), "no message id without a lease");
+        let flow = g.next_flow_id().unwrap();
+        assert!(flow > before);
+        assert_eq!((flow.0 >> 12) & 1023, 9);
+        // Past the reservation, not even a flow id.
+        let g = IdGenerator::leased();
+        g.grant(9, 0, now_ms() - 1, Instant::now());
+        assert!(g.next_flow_id().is_err());
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn requeue_dead(
     id: MessageId,
     now: i64,
 ) -> Result<RequeueOutcome, JournalError> {
-    let flow_id = ids.next_id()?;
+    let flow_id = ids.next_flow_id()?;
     with_conn!(conn, c => c.transaction(|c| {
         let row = match dead_row!(c, id) {
             Ok(row) => row,
@@ -165,7 +165,7 @@ pub fn delete_dead(
     id: MessageId,
     now: i64,
 ) -> Result<DeleteDeadOutcome, JournalError> {
-    let flow_id = ids.next_id()?;
+    let flow_id = ids.next_flow_id()?;
     with_conn!(conn, c => c.transaction(|c| {
         let row = match dead_row!(c, id) {
             Ok(row) => row,

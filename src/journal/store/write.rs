@@ -46,7 +46,7 @@ pub fn insert_messages(
 ) -> Result<Vec<InsertOutcome>, JournalError> {
     let mut flow_ids = Vec::with_capacity(msgs.len());
     for _ in msgs {
-        flow_ids.push(ids.next_id()?);
+        flow_ids.push(ids.next_flow_id()?);
     }
     with_conn!(conn, c => c.transaction(|c| {
         let mut outcomes: Vec<Option<InsertOutcome>> = Vec::with_capacity(msgs.len());
@@ -280,7 +280,7 @@ pub fn apply_changes(
         .collect();
     let mut flows = Vec::with_capacity(changes.len());
     for ch in changes {
-        flows.push(new_flow(ids.next_id()?, node, ch));
+        flows.push(new_flow(ids.next_flow_id()?, node, ch));
     }
     // Ends Redis kept, recorded again (`StatusChange::kept`): no second
     // flow row for a message whose end the journal has already, or that
