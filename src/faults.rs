@@ -16,6 +16,10 @@
 //! | `spill_page=N` | a journal spill replay reads N changes per page instead of 500 |
 //! | `spill_page_slow=MS` | a journal spill replay waits MS before writing each page (a slow journal) |
 //! | `ignore_receipts` | acks and nacks are applied as if they carried no receipt (a planted bug: a late consumer's ack or nack then touches the next delivery) |
+//! | `plant_early` | a pushed message's due time is computed 400 ms early (a planted bug, for the fault checker) |
+//! | `plant_lost` | one message in 16 handed out is acked instead (a planted bug: it never reaches a consumer) |
+//! | `plant_revived` | one ack in 8 of a message in flight is answered Consumed and not applied (a planted bug: the message comes back after its ttl) |
+//! | `plant_answer` | one cancel in 4 of a waiting message is answered `deleted` and not applied (a planted bug: the message is delivered) |
 
 use std::sync::LazyLock;
 
@@ -51,6 +55,17 @@ fn value(name: &str) -> Option<&'static str> {
 /// with one.
 pub fn millis(name: &str) -> Option<u64> {
     value(name).and_then(|v| v.parse().ok())
+}
+
+/// Whether the planted bug `name` is on and strikes the message `id`:
+/// one message in `one_in`, chosen by a hash of its id (so every node
+/// strikes the same ones).
+pub fn strikes(name: &str, id: i64, one_in: u64) -> bool {
+    on(name)
+        && (id as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(17)
+            .is_multiple_of(one_in)
 }
 
 static FIRED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());

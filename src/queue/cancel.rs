@@ -114,7 +114,12 @@ fn ended(status: Status) -> CancelOutcome {
 /// a time; what Redis said of each.
 async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCancel, QueueError>> {
     stream::iter(ids)
-        .map(|&id| async move { Ok(state.redis.cancel(id, false).await?) })
+        .map(|&id| async move {
+            if crate::faults::strikes("plant_answer", id.0, 4) {
+                return Ok(RedisCancel::Deleted { attempts: 0 });
+            }
+            Ok(state.redis.cancel(id, false).await?)
+        })
         .buffered(CONCURRENCY)
         .collect()
         .await

@@ -64,7 +64,17 @@ pub async fn poll(
             return Err(QueueError::Stalled(why));
         }
         let (claimed, limited) = claim(state, topic, count).await?;
-        let claimed = skip_missed(state, claimed).await?;
+        let mut claimed = skip_missed(state, claimed).await?;
+        if crate::faults::on("plant_lost") {
+            let (lost, kept): (Vec<Claimed>, Vec<Claimed>) = claimed
+                .into_iter()
+                .partition(|c| crate::faults::strikes("plant_lost", c.message.id.0, 16));
+            let acks: Vec<Ack> = lost.iter().map(|c| Ack::id(c.message.id)).collect();
+            if !acks.is_empty() {
+                ack_deliveries(state, &acks, AckJournal::Queued).await?;
+            }
+            claimed = kept;
+        }
         if !claimed.is_empty() {
             return Ok(deliver(state, claimed));
         }
@@ -410,6 +420,15 @@ async fn ack_rounds(
     let mut lookup_error: Option<QueueError> = None;
     let mut absent: Vec<(usize, MessageId, i32)> = Vec::new();
     let mut pending: Vec<usize> = (0..ids.len()).collect();
+    if crate::faults::on("plant_revived") {
+        pending.retain(|&i| {
+            let struck = crate::faults::strikes("plant_revived", ids[i].0, 8);
+            if struck {
+                outcomes[i] = AckOutcome::Consumed;
+            }
+            !struck
+        });
+    }
     // A recurring message is read, then moved on only if its record is
     // still the one read; one changed in between (its deadline passed, its
     // series was cancelled) is acked again. Rounds after the first are rare.

@@ -205,6 +205,13 @@ pub struct ClusterBuilder {
     skews: Vec<(usize, String)>,
     /// Environment variables of every node's process.
     envs: Vec<(String, String)>,
+    backend: Backend,
+    /// A Redis (a Redis Cluster, say) the test started, instead of the
+    /// cluster's own redis-server.
+    redis_url: Option<String>,
+    /// Each node reaches Redis, the journal and each ZooKeeper server
+    /// through proxies of its own ([`Cluster::links`]), to be cut or hung.
+    proxied: bool,
 }
 
 impl ClusterBuilder {
@@ -224,6 +231,25 @@ impl ClusterBuilder {
     /// One more argument for every node's `delayq serve`.
     pub fn arg(mut self, a: &str) -> Self {
         self.extra_args.push(a.to_string());
+        self
+    }
+
+    /// The journal's database (MariaDB by default).
+    pub fn backend(mut self, b: Backend) -> Self {
+        self.backend = b;
+        self
+    }
+
+    /// Schedules in the Redis at this URL (a Redis Cluster the test
+    /// started).
+    pub fn redis_url(mut self, url: &str) -> Self {
+        self.redis_url = Some(url.to_string());
+        self
+    }
+
+    /// Each node reaches its services through proxies of its own.
+    pub fn proxied(mut self) -> Self {
+        self.proxied = true;
         self
     }
 
@@ -262,7 +288,7 @@ impl ClusterBuilder {
         // tickTime 500 ms by default: sessions from 1 s to 20 s.
         let zk = ZkEnsemble::start(dir.path(), self.zk_servers, self.zk_tick_ms);
         let redis = Redis::start(dir.path());
-        let journal = Journal::create(Backend::Mariadb, dir.path());
+        let journal = Journal::create(self.backend, dir.path());
         let prefix = format!("c{}", random_hex(8));
         let chroot = format!("/delayq-test-{}", random_hex(8));
         let http = reqwest::Client::builder()
@@ -280,18 +306,40 @@ impl ClusterBuilder {
             redis,
             journal,
             http,
+            links: Vec::new(),
             keys: Keys::new(&prefix, self.shards),
             session_ms: self.session_ms,
             dir,
         };
         for i in 0..self.nodes {
+            let mut redis_url = self.redis_url.clone().unwrap_or_else(|| c.redis.url());
+            let mut database_url = c.journal.url.clone();
+            let mut zk_connect = c.zk.connect.clone();
+            if self.proxied {
+                let links = NodeLinks::start(
+                    (self.redis_url.is_none()).then_some(c.redis.port),
+                    &database_url,
+                    &zk_connect,
+                );
+                if let Some(p) = &links.redis {
+                    redis_url = format!("redis://127.0.0.1:{}/0", p.port);
+                }
+                database_url = links.database_url(&database_url);
+                zk_connect = links
+                    .zookeeper
+                    .iter()
+                    .map(|p| format!("127.0.0.1:{}", p.port))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                c.links.push(links);
+            }
             let cfg = ServerConfig {
-                redis_url: c.redis.url(),
-                database_url: c.journal.url.clone(),
+                redis_url,
+                database_url,
                 key_prefix: prefix.clone(),
                 extra_args: vec![
                     "--zookeeper".into(),
-                    format!("{}{chroot}", c.zk.connect),
+                    format!("{zk_connect}{chroot}"),
                     "--mode".into(),
                     self.mode.into(),
                     "--zk-session-timeout".into(),
@@ -333,6 +381,8 @@ pub struct Cluster {
     pub redis: Redis,
     pub journal: Journal,
     pub http: reqwest::Client,
+    /// Each node's proxies to its services (with [`ClusterBuilder::proxied`]).
+    pub links: Vec<NodeLinks>,
     pub keys: Keys,
     pub session_ms: u64,
     pub dir: TempDir,
@@ -360,6 +410,9 @@ impl Cluster {
             extra_args: Vec::new(),
             skews: Vec::new(),
             envs: Vec::new(),
+            backend: Backend::Mariadb,
+            redis_url: None,
+            proxied: false,
         }
     }
 
@@ -587,5 +640,48 @@ impl Cluster {
     /// The index of the node with this id.
     pub fn index_of(name: &str) -> usize {
         name.strip_prefix("node-").unwrap().parse().unwrap()
+    }
+}
+
+/// One node's proxies: to the cluster's own Redis (none for a Redis the
+/// test started), to the journal's database and to each ZooKeeper server.
+pub struct NodeLinks {
+    pub redis: Option<super::proxy::Proxy>,
+    pub database: super::proxy::Proxy,
+    pub zookeeper: Vec<super::proxy::Proxy>,
+}
+
+impl NodeLinks {
+    fn start(redis_port: Option<u16>, database_url: &str, zk_connect: &str) -> NodeLinks {
+        use super::proxy::Proxy;
+        let port_of = |hostport: &str| -> u16 {
+            hostport
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("no port in {hostport:?}"))
+        };
+        NodeLinks {
+            redis: redis_port.map(Proxy::start),
+            database: Proxy::start(port_of(Self::db_hostport(database_url))),
+            zookeeper: zk_connect
+                .split(',')
+                .map(|hp| Proxy::start(port_of(hp)))
+                .collect(),
+        }
+    }
+
+    /// `scheme://user:pass@HOST:PORT/db` → its `HOST:PORT`.
+    fn db_hostport(url: &str) -> &str {
+        let rest = url.split_once('@').map_or(url, |(_, r)| r);
+        rest.split('/').next().unwrap_or(rest)
+    }
+
+    fn database_url(&self, url: &str) -> String {
+        url.replacen(
+            Self::db_hostport(url),
+            &format!("127.0.0.1:{}", self.database.port),
+            1,
+        )
     }
 }

@@ -1,7 +1,10 @@
 //! A TCP proxy a test can cut: a node reaches a service through it, and
 //! `cut` drops every connection and refuses new ones (a network partition
 //! between that node and the service alone); `heal` lets connections
-//! through again.
+//! through again. `hang` is the other kind of partition, packets dropped
+//! (iptables DROP): connections stay open and new ones are accepted, but
+//! nothing gets through either way until `heal`, when what was sent
+//! meanwhile arrives late.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -11,6 +14,7 @@ use std::sync::{Arc, Mutex};
 pub struct Proxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
+    hung: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
 }
@@ -21,6 +25,8 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
+        let hung = Arc::new(AtomicBool::new(false));
+        let h = hung.clone();
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (c, o, s) = (cut.clone(), open.clone(), stop.clone());
@@ -45,13 +51,18 @@ impl Proxy {
                     open.push(client.try_clone().unwrap());
                     open.push(server.try_clone().unwrap());
                 }
-                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(server, client);
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    h.clone(),
+                );
+                pipe(server, client, h.clone());
             }
         });
         Proxy {
             port,
             cut,
+            hung,
             open,
             stop,
         }
@@ -65,28 +76,39 @@ impl Proxy {
         }
     }
 
+    /// Holds every byte either way (connections stay open) until
+    /// [`Proxy::heal`].
+    pub fn hang(&self) {
+        self.hung.store(true, Ordering::Release);
+    }
+
     /// Lets connections through again.
     pub fn heal(&self) {
         self.cut.store(false, Ordering::Release);
+        self.hung.store(false, Ordering::Release);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.hung.store(false, Ordering::Release);
         self.cut();
         // Wake the accept loop so it sees the stop.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    while hung.load(Ordering::Acquire) {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }

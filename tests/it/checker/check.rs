@@ -1,0 +1,547 @@
+//! The invariants, checked from the history alone (the server's state only
+//! as the final read of each message), and the report.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::history::{from_wall_ms, CancelBy, Fault, Got, Op, Res, What};
+use super::workload::{CAP, LIMITED, PAUSED};
+
+/// How long before Redis lost its writes an ack answered 200 may still
+/// come back: the journal's flow batches lag by a few milliseconds
+/// (README, "When Redis loses its last writes": "What can still come
+/// back"), and an end Redis applied is written to the journal within its
+/// batch; a second is ample. While the journal is out of reach the lag is
+/// as long as that lasts.
+pub const UNJOURNALED_ACK_MS: i64 = 1_000;
+
+/// How long a restarted node may go without its worker id lease, so
+/// without writing status changes to the journal: its old ZooKeeper
+/// session's expiry (the checker's cluster runs 3 s sessions) and a step.
+pub const LEASE_WAIT_MS: i64 = 5_000;
+/// How long an end a killed node left in Redis waits for the reconciler
+/// (`--reconcile-interval 2s`, `--reconcile-grace 2s`) to journal it.
+pub const RECONCILED_MS: i64 = 5_000;
+
+/// Why a delivery after an ack answered consumed is inside the documented
+/// window (README, "When Redis loses its last writes": "What can still
+/// come back"): Redis lost its writes between the two, and the ack's end
+/// may not have reached the journal by then. None: a violation.
+fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Option<&'static str> {
+    let s = 1_000;
+    losses
+        .iter()
+        .filter(|f| f.from >= ack.invoke && f.from <= poll.complete)
+        .find_map(|f| {
+            if ack.complete + UNJOURNALED_ACK_MS * s >= f.from {
+                return Some("ack answered within 1 s before Redis lost its writes");
+            }
+            faults.iter().find_map(|g| {
+                let during = |from: i64, to: i64| ack.complete >= from && ack.invoke <= to;
+                if g.journal_away()
+                    && during(g.from - s * 1_000, g.to + s * 1_000)
+                    && f.from <= g.to + RECONCILED_MS * s
+                {
+                    Some("ack answered while the journal was out of reach")
+                } else if g.restarted_node()
+                    && during(g.to, g.to + LEASE_WAIT_MS * s)
+                    && f.from <= g.to + (LEASE_WAIT_MS + 1_000) * s
+                {
+                    Some("ack answered by a node not yet holding its worker id lease")
+                } else if g.restarted_node()
+                    && during(g.from - RECONCILED_MS * s, g.from)
+                    && f.from <= g.from + RECONCILED_MS * s
+                {
+                    Some("ack's end left by a killed node for the reconciler")
+                } else {
+                    None
+                }
+            })
+        })
+}
+
+/// The final read of a message: its status and due time (wall ms).
+#[derive(Debug, Clone)]
+pub struct Final {
+    pub status: String,
+    pub due: i64,
+}
+
+/// One delivery: the poll that brought it and the message.
+struct Delivery<'a> {
+    op: &'a Op,
+    consumer: usize,
+    got: &'a Got,
+}
+
+struct Push<'a> {
+    op: &'a Op,
+    delay: i64,
+    body: &'a str,
+    topic: &'a str,
+    biz_key: Option<&'a str>,
+}
+
+#[derive(Default)]
+pub struct Violations(pub BTreeMap<&'static str, Vec<String>>);
+
+impl Violations {
+    fn add(&mut self, invariant: &'static str, what: String) {
+        self.0.entry(invariant).or_default().push(what);
+    }
+
+    pub fn total(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
+}
+
+fn ms(us: i64) -> i64 {
+    us / 1000
+}
+
+/// Checks the history; `drained_at` is when the faults had healed and the
+/// quiet period began, `finals` the final read of every message pushed.
+pub fn check(
+    ops: &[Op],
+    faults: &[Fault],
+    finals: &HashMap<String, Option<Final>>,
+    drained_at: i64,
+) -> (Violations, Value) {
+    let mut v = Violations::default();
+    let mut pushes: HashMap<&str, Push> = HashMap::new();
+    // Bodies of pushes that got no definite answer: they may exist.
+    let mut maybe: HashMap<&str, (&Op, i64)> = HashMap::new();
+    let mut deliveries: Vec<Delivery> = Vec::new();
+    // id → (ack op, answered consumed)
+    let mut acks: HashMap<&str, Vec<(&Op, bool)>> = HashMap::new();
+    // receipt → when an ack or nack of that delivery was sent (and may
+    // have ended it).
+    let mut ended: HashMap<(&str, &str), i64> = HashMap::new();
+    let mut cancels: Vec<(&Op, &CancelBy, &Vec<String>)> = Vec::new();
+    let mut reschedules: HashMap<&str, Vec<(&Op, i64, bool)>> = HashMap::new();
+    let mut pauses: Vec<(&Op, bool)> = Vec::new();
+    let mut nacked: HashSet<&str> = HashSet::new();
+    for op in ops {
+        match &op.what {
+            What::Push { msgs } => {
+                for p in msgs {
+                    match (&p.id, op.res) {
+                        (Some(id), Res::Ok) if !p.duplicate => {
+                            pushes.insert(
+                                id,
+                                Push {
+                                    op,
+                                    delay: p.delay,
+                                    body: &p.body,
+                                    topic: &p.topic,
+                                    biz_key: p.biz_key.as_deref(),
+                                },
+                            );
+                        }
+                        (_, Res::Unknown) => {
+                            maybe.insert(&p.body, (op, p.delay));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            What::Poll {
+                consumer,
+                topic,
+                got,
+                acks: carried,
+            } => {
+                if op.res == Res::Ok {
+                    for g in got {
+                        if &g.topic != topic {
+                            v.add(
+                                "answer",
+                                format!(
+                                    "{}: a message of {} handed out by a poll of {topic}",
+                                    g.id, g.topic
+                                ),
+                            );
+                        }
+                        deliveries.push(Delivery {
+                            op,
+                            consumer: *consumer,
+                            got: g,
+                        });
+                    }
+                }
+                for (id, receipt, consumed) in carried {
+                    if op.res.maybe() {
+                        ended.entry((id, receipt)).or_insert(op.invoke);
+                        acks.entry(id)
+                            .or_default()
+                            .push((op, op.res == Res::Ok && *consumed));
+                    }
+                }
+            }
+            What::Ack {
+                id,
+                receipt,
+                consumed,
+            } => {
+                if op.res.maybe() {
+                    ended.entry((id, receipt)).or_insert(op.invoke);
+                    acks.entry(id)
+                        .or_default()
+                        .push((op, op.res == Res::Ok && *consumed));
+                }
+            }
+            What::Nack { id, receipt } => {
+                if op.res.maybe() {
+                    ended.entry((id, receipt)).or_insert(op.invoke);
+                    nacked.insert(id);
+                }
+            }
+            What::Cancel { by, deleted } => cancels.push((op, by, deleted)),
+            What::Reschedule {
+                id,
+                delay,
+                rescheduled,
+            } => reschedules
+                .entry(id)
+                .or_default()
+                .push((op, *delay, *rescheduled)),
+            What::Pause { topic } if topic == PAUSED => pauses.push((op, true)),
+            What::Resume { topic } if topic == PAUSED => pauses.push((op, false)),
+            What::Pause { .. } | What::Resume { .. } => {}
+        }
+    }
+    let redis_losses: Vec<&Fault> = faults.iter().filter(|f| f.redis_lost()).collect();
+    let lost_between =
+        |from: i64, to: i64| redis_losses.iter().any(|f| f.from <= to && f.to >= from);
+
+    // Nothing delivered that was never pushed; bodies intact.
+    let mut bound_of: HashMap<&str, i64> = HashMap::new();
+    for d in &deliveries {
+        let id = d.got.id.as_str();
+        match pushes.get(id) {
+            Some(p) => {
+                if p.body != d.got.body {
+                    v.add(
+                        "body",
+                        format!("{id}: pushed {:?}, delivered {:?}", p.body, d.got.body),
+                    );
+                }
+                bound_of.insert(id, p.op.invoke + p.delay * 1000);
+            }
+            None => match maybe.get(d.got.body.as_str()) {
+                Some((op, delay)) => {
+                    bound_of.insert(id, op.invoke + delay * 1000);
+                }
+                None => v.add(
+                    "phantom",
+                    format!("{id} ({:?}) delivered, never pushed", d.got.body),
+                ),
+            },
+        }
+    }
+
+    // Never early: by the test host's clock, a hand-out arrives no
+    // earlier than the push's invocation plus its delay, or the latest
+    // reschedule's (one that may have been applied counts as early as it
+    // could make the message due).
+    let mut lateness_in: Vec<i64> = Vec::new();
+    let mut lateness_out: Vec<i64> = Vec::new();
+    let mut first_seen: HashSet<&str> = HashSet::new();
+    for d in &deliveries {
+        let id = d.got.id.as_str();
+        let Some(&pushed) = bound_of.get(id) else {
+            continue;
+        };
+        let mut bound = pushed;
+        for (r, delay, rescheduled) in reschedules.get(id).into_iter().flatten() {
+            let at = r.invoke + delay * 1000;
+            if r.complete < d.op.invoke && r.res == Res::Ok && *rescheduled {
+                bound = at;
+            } else if r.invoke < d.op.complete && r.res == Res::Unknown
+                || (r.invoke < d.op.complete && r.complete >= d.op.invoke && *rescheduled)
+            {
+                bound = bound.min(at);
+            }
+        }
+        if d.op.complete < bound {
+            v.add(
+                "early",
+                format!(
+                    "{id}: arrived {} ms before its due time ({} ms by the push's or reschedule's invocation and delay; poll {}..{} ms via :{})",
+                    ms(bound - d.op.complete),
+                    ms(pushed),
+                    ms(d.op.invoke),
+                    ms(d.op.complete),
+                    d.op.node
+                ),
+            );
+        }
+        if first_seen.insert(id) {
+            let late = ms(d.op.complete - bound);
+            let in_fault = faults
+                .iter()
+                .any(|f| f.from <= bound + 1_000_000 && f.to + 5_000_000 >= bound);
+            if in_fault {
+                lateness_in.push(late);
+            } else {
+                lateness_out.push(late);
+            }
+        }
+    }
+
+    // Nothing revived: no hand-out after an ack answered consumed, except
+    // an ack answered within UNJOURNALED_ACK_MS before Redis lost its
+    // writes (or while the journal was out of reach) — the documented
+    // window.
+    let mut by_id: HashMap<&str, Vec<&Delivery>> = HashMap::new();
+    for d in &deliveries {
+        by_id.entry(d.got.id.as_str()).or_default().push(d);
+    }
+    let mut excused_by: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for (id, list) in &acks {
+        for (ack, consumed) in list {
+            if !consumed {
+                continue;
+            }
+            for d in by_id.get(id).into_iter().flatten() {
+                if d.op.invoke <= ack.complete {
+                    continue;
+                }
+                match unjournaled(ack, d.op, &redis_losses, faults) {
+                    Some(why) => *excused_by.entry(why).or_default() += 1,
+                    None => v.add(
+                        "revived",
+                        format!(
+                            "{id}: handed out {} ms after an ack answered consumed (ack {}..{} ms via :{}, poll {}..{} ms)",
+                            ms(d.op.invoke - ack.complete),
+                            ms(ack.invoke),
+                            ms(ack.complete),
+                            ack.node,
+                            ms(d.op.invoke),
+                            ms(d.op.complete)
+                        ),
+                    ),
+                }
+            }
+        }
+    }
+
+    // Answers are true: a message a cancel answered `deleted` is not
+    // handed out after that answer (a cancel waits for its journal commit,
+    // so no Redis loss excuses it); a paused topic hands nothing out
+    // between a pause answered ok and the next resume's invocation.
+    for (op, _, deleted) in &cancels {
+        if op.res != Res::Ok {
+            continue;
+        }
+        for id in deleted.iter() {
+            for d in by_id.get(id.as_str()).into_iter().flatten() {
+                if d.op.invoke > op.complete {
+                    v.add(
+                        "answer",
+                        format!(
+                            "{id}: answered deleted at {} ms, handed out in a poll at {}..{} ms",
+                            ms(op.complete),
+                            ms(d.op.invoke),
+                            ms(d.op.complete)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let mut sorted_pauses = pauses.clone();
+    sorted_pauses.sort_by_key(|(op, _)| op.invoke);
+    for (i, (p, is_pause)) in sorted_pauses.iter().enumerate() {
+        if !is_pause || p.res != Res::Ok {
+            continue;
+        }
+        let until = sorted_pauses[i + 1..]
+            .iter()
+            .find(|(_, pause)| !pause)
+            .map_or(i64::MAX, |(r, _)| r.invoke);
+        for d in &deliveries {
+            if d.got.topic == PAUSED
+                && d.op.invoke > p.complete
+                && d.op.complete < until
+                && !lost_between(p.complete, d.op.complete)
+            {
+                v.add(
+                    "answer",
+                    format!(
+                        "{}: handed out by a poll at {}..{} ms while {PAUSED} was paused (pause answered at {} ms)",
+                        d.got.id,
+                        ms(d.op.invoke),
+                        ms(d.op.complete),
+                        ms(p.complete)
+                    ),
+                );
+            }
+        }
+    }
+
+    // One consumer at a time: no hand-out (by Redis's clock) while an
+    // earlier delivery's receipt is live (before its deadline, and before
+    // an ack or nack of it was sent), unless Redis lost its writes
+    // between the two.
+    for (id, list) in &by_id {
+        let mut list: Vec<&&Delivery> = list.iter().collect();
+        list.sort_by_key(|d| d.got.claimed());
+        for pair in list.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let (Some(a_at), Some(b_at), Some(a_deadline)) =
+                (a.got.claimed(), b.got.claimed(), a.got.deadline())
+            else {
+                continue;
+            };
+            let held_until = a_deadline.min(
+                ended
+                    .get(&(a.got.id.as_str(), a.got.receipt.as_str()))
+                    .copied()
+                    .unwrap_or(i64::MAX),
+            );
+            if b_at + 1_000 < held_until && !lost_between(a_at, b_at) {
+                v.add(
+                    "doubled",
+                    format!(
+                        "{id}: handed to consumer {} while consumer {} held it ({} ms into its ttl; receipts {} via :{} and {} via :{})",
+                        b.consumer,
+                        a.consumer,
+                        ms(b_at - a_at),
+                        a.got.receipt,
+                        a.op.node,
+                        b.got.receipt,
+                        b.op.node
+                    ),
+                );
+            }
+        }
+    }
+
+    // The limited topic's cap: never more handed out and held than it.
+    let mut holds: Vec<(i64, i64)> = deliveries
+        .iter()
+        .filter(|d| d.got.topic == LIMITED)
+        .filter_map(|d| {
+            let at = d.got.claimed()?;
+            let until = d.got.deadline()?.min(
+                ended
+                    .get(&(d.got.id.as_str(), d.got.receipt.as_str()))
+                    .copied()
+                    .unwrap_or(i64::MAX),
+            );
+            Some((at, until))
+        })
+        .collect();
+    holds.sort();
+    let mut open: Vec<i64> = Vec::new();
+    for (at, until) in holds {
+        open.retain(|&u| u > at + 1_000);
+        open.push(until);
+        if open.len() > CAP && !lost_between(at - 5_000_000, at) {
+            v.add(
+                "cap",
+                format!(
+                    "{} of {LIMITED} held at {} ms (cap {CAP})",
+                    open.len(),
+                    ms(at)
+                ),
+            );
+        }
+    }
+
+    // Nothing lost: every push answered ok ends (an ack answered consumed,
+    // a cancel answered deleted, or a final read agreeing with an ack or
+    // cancel that may have been applied), or is still waiting at the end,
+    // due after the quiet period began.
+    let cancel_sent = |id: &str, p: &Push| {
+        cancels.iter().any(|(op, by, _)| {
+            op.res.maybe()
+                && match by {
+                    CancelBy::Id(c) => c == id,
+                    CancelBy::BizKey { topic, key } => {
+                        p.topic == topic && p.biz_key == Some(key.as_str())
+                    }
+                }
+        })
+    };
+    let deleted_ok: HashSet<&str> = cancels
+        .iter()
+        .filter(|(op, _, _)| op.res == Res::Ok)
+        .flat_map(|(_, _, d)| d.iter().map(String::as_str))
+        .collect();
+    for (id, p) in &pushes {
+        let acked_ok = acks.get(id).into_iter().flatten().any(|(_, c)| *c);
+        let ack_sent = acks.contains_key(id);
+        if acked_ok || deleted_ok.contains(id) {
+            continue;
+        }
+        let delivered = by_id.contains_key(id);
+        match finals.get(*id).cloned().flatten() {
+            None => v.add("lost", format!("{id}: accepted at {} ms, unknown at the end", ms(p.op.complete))),
+            Some(f) => match f.status.as_str() {
+                "Consumed" if ack_sent => {}
+                "Deleted" if cancel_sent(id, p) => {}
+                "Dead" => {}
+                "Consumed" | "Deleted" => v.add(
+                    "lost",
+                    format!(
+                        "{id}: ended {} though no consumer acked it and no cancel named it (delivered: {delivered})",
+                        f.status
+                    ),
+                ),
+                _ if from_wall_ms(f.due) < drained_at => v.add(
+                    "lost",
+                    format!(
+                        "{id}: still {} at the end, due {} ms before the quiet period began (delivered: {delivered})",
+                        f.status,
+                        ms(drained_at - from_wall_ms(f.due))
+                    ),
+                ),
+                _ => {}
+            },
+        }
+    }
+
+    let mut by_kind: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for op in ops {
+        *by_kind
+            .entry(op.what.kind())
+            .or_default()
+            .entry(op.res.name())
+            .or_default() += 1;
+    }
+    let mut fault_counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for f in faults {
+        *fault_counts.entry(f.kind).or_default() += 1;
+    }
+    let report = json!({
+        "operations": by_kind,
+        "messages": {
+            "accepted": pushes.len(),
+            "delivered": by_id.len(),
+            "deliveries": deliveries.len(),
+            "acked": acks.values().filter(|l| l.iter().any(|(_, c)| *c)).count(),
+            "cancelled": deleted_ok.len(),
+            "nacked": nacked.len(),
+        },
+        "faults": fault_counts,
+        "violations": v.0.iter().map(|(k, l)| (*k, json!({"count": l.len(), "first": l.iter().take(5).collect::<Vec<_>>()}))).collect::<BTreeMap<_, _>>(),
+        "revivals_in_the_documented_window": excused_by,
+        "lateness_ms": {
+            "in_fault_windows": percentiles(&mut lateness_in),
+            "outside": percentiles(&mut lateness_out),
+        },
+    });
+    (v, report)
+}
+
+fn percentiles(xs: &mut [i64]) -> Value {
+    if xs.is_empty() {
+        return json!({"count": 0});
+    }
+    xs.sort_unstable();
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    json!({"count": xs.len(), "p50": at(0.5), "p99": at(0.99), "max": xs[xs.len() - 1]})
+}

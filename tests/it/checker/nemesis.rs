@@ -1,0 +1,179 @@
+//! The nemesis: faults chosen at random from the seed, each bounded and
+//! healed before the end, partitions overlapping with the others.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::cluster::Cluster;
+use crate::common::RedisCluster;
+
+use super::history::now;
+use super::workload::World;
+
+pub fn publish_ports(w: &World, c: &Cluster) {
+    *w.ports.write().unwrap() = c.nodes.iter().map(|n| n.as_ref().map(|s| s.port)).collect();
+}
+
+/// A partition under way: which node, which link, healed when.
+struct Partition {
+    kind: &'static str,
+    node: usize,
+    from: i64,
+    heal_at: Instant,
+}
+
+fn links_of<'a>(c: &'a Cluster, p: &Partition) -> Vec<&'a crate::common::proxy::Proxy> {
+    let l = &c.links[p.node];
+    match p.kind {
+        "redis_partition" => l.redis.iter().collect(),
+        "database_partition" => vec![&l.database],
+        "database_down" => c.links.iter().map(|l| &l.database).collect(),
+        _ => l.zookeeper.iter().collect(),
+    }
+}
+
+pub async fn nemesis(
+    w: Arc<World>,
+    mut c: Cluster,
+    redis_cluster: Option<&RedisCluster>,
+    run_for: Duration,
+) -> Cluster {
+    let mut rng = fastrand::Rng::with_seed(w.seed * 7 + 1);
+    let end = Instant::now() + run_for;
+    let nodes = c.nodes.len();
+    let mut partitions: Vec<Partition> = Vec::new();
+    let mut next = Instant::now() + Duration::from_millis(rng.u64(1_000..3_000));
+    loop {
+        let t = Instant::now();
+        // Heal what is due.
+        let (due, left): (Vec<Partition>, Vec<Partition>) = partitions
+            .into_iter()
+            .partition(|p| p.heal_at <= t || t >= end);
+        partitions = left;
+        for p in due {
+            for link in links_of(&c, &p) {
+                link.heal();
+            }
+            w.history.fault(p.kind, p.from);
+        }
+        if t >= end {
+            break;
+        }
+        if t < next {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        next = t + Duration::from_millis(rng.u64(2_000..5_000));
+        let node = rng.usize(..nodes);
+        let from = now();
+        let choice = rng.u8(..12);
+        match choice {
+            0 => {
+                c.kill9(node);
+                publish_ports(&w, &c);
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..2_000))).await;
+                c.start_node(node).await;
+                w.history.fault("node_kill9", from);
+            }
+            1 => {
+                c.node(node).signal("STOP");
+                tokio::time::sleep(c.session() + Duration::from_millis(rng.u64(500..2_000))).await;
+                c.node(node).signal("CONT");
+                w.history.fault("node_sigstop", from);
+            }
+            2 => {
+                // Both directions, and back.
+                let offset = ["+3s", "-3s", "+0s"][rng.usize(..3)];
+                c.skew_clock(node, offset);
+                c.kill9(node);
+                publish_ports(&w, &c);
+                c.start_node(node).await;
+                w.history.fault(
+                    match offset {
+                        "+3s" => "node_clock_ahead",
+                        "-3s" => "node_clock_behind",
+                        _ => "node_clock_true",
+                    },
+                    from,
+                );
+            }
+            3 if redis_cluster.is_none() => {
+                let _ = std::fs::remove_file(c.dir.path().join("dump.rdb"));
+                let from = now();
+                c.redis.kill();
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..1_000))).await;
+                c.redis.restart_same_port();
+                w.history.fault("redis_restart_empty", from);
+            }
+            4 if redis_cluster.is_none() => {
+                // An older snapshot: what Redis took after it is lost,
+                // its data set marker kept.
+                let _: redis::RedisResult<()> = redis::cmd("SAVE").query(&mut c.redis.con());
+                tokio::time::sleep(Duration::from_millis(rng.u64(500..3_000))).await;
+                let from = now();
+                c.redis.kill();
+                c.redis.restart_same_port();
+                let _ = std::fs::remove_file(c.dir.path().join("dump.rdb"));
+                w.history.fault("redis_older_snapshot", from);
+            }
+            3 | 4 => {
+                let rc = redis_cluster.unwrap();
+                let masters: Vec<usize> = rc
+                    .status()
+                    .into_iter()
+                    .filter(|s| s.role == "master")
+                    .map(|s| s.n)
+                    .collect();
+                let m = masters[rng.usize(..masters.len())];
+                rc.kill(m);
+                tokio::time::sleep(Duration::from_millis(rng.u64(3_000..6_000))).await;
+                rc.start_one(m);
+                w.history.fault("redis_master_killed", from);
+            }
+            5 => {
+                let n = rng.usize(1..=3);
+                c.zk.kill(n);
+                tokio::time::sleep(Duration::from_millis(rng.u64(1_000..3_000))).await;
+                c.zk.start_one(n);
+                w.history.fault("zookeeper_server_killed", from);
+            }
+            6 => {
+                let a = rng.usize(1..=3);
+                let b = a % 3 + 1;
+                c.zk.kill(a);
+                c.zk.kill(b);
+                tokio::time::sleep(Duration::from_millis(rng.u64(1_000..4_000))).await;
+                c.zk.start_one(a);
+                c.zk.start_one(b);
+                w.history.fault("zookeeper_quorum_lost", from);
+            }
+            _ => {
+                let kind = match choice {
+                    7 if redis_cluster.is_none() => "redis_partition",
+                    7 | 8 => "database_partition",
+                    9 => "database_down",
+                    _ => "zookeeper_partition",
+                };
+                let p = Partition {
+                    kind,
+                    node,
+                    from,
+                    heal_at: Instant::now() + Duration::from_millis(rng.u64(1_000..5_000)),
+                };
+                let links = links_of(&c, &p);
+                if kind == "database_down" || rng.bool() {
+                    for l in links {
+                        l.cut();
+                    }
+                } else {
+                    for l in links {
+                        l.hang();
+                    }
+                }
+                partitions.push(p);
+            }
+        }
+        publish_ports(&w, &c);
+    }
+    c
+}
