@@ -83,16 +83,24 @@ struct Push<'a> {
     biz_key: Option<&'a str>,
 }
 
+/// The violations by invariant: how many, and the first
+/// [`KEPT_EXAMPLES`] of each.
 #[derive(Default)]
-pub struct Violations(pub BTreeMap<&'static str, Vec<String>>);
+pub struct Violations(pub BTreeMap<&'static str, (usize, Vec<String>)>);
+
+const KEPT_EXAMPLES: usize = 100;
 
 impl Violations {
     fn add(&mut self, invariant: &'static str, what: String) {
-        self.0.entry(invariant).or_default().push(what);
+        let (n, examples) = self.0.entry(invariant).or_default();
+        *n += 1;
+        if examples.len() < KEPT_EXAMPLES {
+            examples.push(what);
+        }
     }
 
     pub fn total(&self) -> usize {
-        self.0.values().map(Vec::len).sum()
+        self.0.values().map(|(n, _)| n).sum()
     }
 }
 
@@ -527,7 +535,7 @@ pub fn check(
             "nacked": nacked.len(),
         },
         "faults": fault_counts,
-        "violations": v.0.iter().map(|(k, l)| (*k, json!({"count": l.len(), "first": l.iter().take(5).collect::<Vec<_>>()}))).collect::<BTreeMap<_, _>>(),
+        "violations": v.0.iter().map(|(k, (n, l))| (*k, json!({"count": n, "first": l.iter().take(5).collect::<Vec<_>>()}))).collect::<BTreeMap<_, _>>(),
         "revivals_in_the_documented_window": excused_by,
         "lateness_ms": {
             "in_fault_windows": percentiles(&mut lateness_in),

@@ -372,7 +372,7 @@ async fn a_planted_bug_is_caught() {
     );
     eprintln!(
         "checker: the planted bug {plant} was caught: {} {invariant} violations",
-        violations.0[invariant].len()
+        violations.0[invariant].0
     );
 }
 
@@ -384,7 +384,7 @@ fn explain(
     finals: &HashMap<String, Option<Final>>,
     violations: &check::Violations,
 ) {
-    for (invariant, list) in &violations.0 {
+    for (invariant, (_, list)) in &violations.0 {
         let Some(first) = list.first() else { continue };
         let id = first.split(':').next().unwrap_or_default().trim();
         eprintln!("checker: {invariant}: {first}");

@@ -16,7 +16,7 @@ pub const MAIN: &str = "chk";
 pub const PAUSED: &str = "pz";
 pub const LIMITED: &str = "lim";
 /// The limited topic's cap (`--topic-limit lim=…`).
-pub const CAP: usize = 3;
+pub const CAP: usize = 4;
 
 pub struct World {
     pub ports: RwLock<Vec<Option<u16>>>,

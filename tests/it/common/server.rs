@@ -72,7 +72,11 @@ impl Server {
                 .append(true)
                 .open(&log)
                 .unwrap();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_delayq"));
+            // DELAYQ_TEST_BIN: another build of delayq (an older revision,
+            // to show what the fault checker finds in it).
+            let bin = std::env::var("DELAYQ_TEST_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_delayq").to_string());
+            let mut cmd = Command::new(bin);
             cmd.arg("serve")
                 .args(["--bind", &format!("127.0.0.1:{port}")])
                 .args(["--redis-url", &cfg.redis_url])
