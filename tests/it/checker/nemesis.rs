@@ -67,6 +67,21 @@ pub async fn nemesis(
         let node = rng.usize(..nodes);
         let from = now();
         let choice = rng.u8(..12);
+        // A node that starts again needs its journal (it gives up after a
+        // few seconds without it, as a supervisor would restart it later):
+        // its partitions heal before a restart.
+        if matches!(choice, 0 | 2) {
+            let (touching, left): (Vec<Partition>, Vec<Partition>) = partitions
+                .into_iter()
+                .partition(|p| p.node == node || p.kind == "database_down");
+            partitions = left;
+            for p in touching {
+                for link in links_of(&c, &p) {
+                    link.heal();
+                }
+                w.history.fault(p.kind, p.from);
+            }
+        }
         match choice {
             0 => {
                 c.kill9(node);
