@@ -182,7 +182,7 @@ impl Fault {
     pub fn redis_lost(&self) -> bool {
         matches!(
             self.kind,
-            "redis_restart_empty" | "redis_older_snapshot" | "redis_master_killed"
+            "redis_restart_empty" | "redis_older_snapshot" | "redis_master_hung"
         )
     }
 

@@ -16,7 +16,7 @@
 //!   nacking, and stalling past the ttl to come back late.
 //! - [`nemesis`]: kill -9 and SIGSTOP of nodes, node clocks 3 s ahead or
 //!   behind, Redis restarted empty or from an older snapshot (single
-//!   Redis) or a master killed and its replica promoted (Redis Cluster),
+//!   Redis) or a master hung and its replica promoted (Redis Cluster),
 //!   a ZooKeeper server killed or the quorum lost, partitions between a
 //!   node and Redis, the database or ZooKeeper, the database out of reach
 //!   of every node.
