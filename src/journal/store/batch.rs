@@ -83,6 +83,13 @@ pub(super) trait ChangeWriter {
     fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()>;
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()>;
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()>;
+    /// Locks the message rows `ids` (sorted, distinct) in id order before
+    /// a batch changes them, so two batches of status changes (two nodes'
+    /// journals, or one node's two lanes) over the same rows take their
+    /// locks in one order and never deadlock; their updates otherwise
+    /// take the rows group by group in any order. SQLite has one writer at
+    /// a time and locks nothing.
+    fn lock_rows(&mut self, ids: &[i64]) -> QueryResult<()>;
 }
 
 /// A flow row on SQLite (see [`packed`](super::packed)): node and host
@@ -228,6 +235,10 @@ fn groups(updates: &[Update]) -> Groups {
 }
 
 impl ChangeWriter for diesel::sqlite::SqliteConnection {
+    fn lock_rows(&mut self, _ids: &[i64]) -> QueryResult<()> {
+        Ok(())
+    }
+
     fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
         let mut p = Packer::new(&MESSAGE_LAYOUT, rows.len());
         for m in rows {
@@ -352,6 +363,20 @@ fn pg_unnest_insert(table: &str, columns: &[(&str, &str)], same: &[&str]) -> Str
 /// PostgreSQL takes a batch's rows as arrays (above), and a group's change
 /// in one UPDATE that reads the row as it was, as SQLite's does.
 impl ChangeWriter for diesel::pg::PgConnection {
+    fn lock_rows(&mut self, ids: &[i64]) -> QueryResult<()> {
+        // As strong as the UPDATE's own lock (a flow row's key check
+        // beside it is not held up).
+        for chunk in ids.chunks(8 * INSERT_CHUNK) {
+            message::table
+                .filter(message::id.eq_any(chunk))
+                .order(message::id.asc())
+                .select(message::id)
+                .for_no_key_update()
+                .load::<i64>(self)?;
+        }
+        Ok(())
+    }
+
     fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
         use diesel::sql_types::{Array, BigInt, Integer, Nullable, SmallInt, Text};
         if rows.is_empty() {
@@ -420,6 +445,18 @@ impl ChangeWriter for diesel::pg::PgConnection {
 }
 
 impl ChangeWriter for diesel::mysql::MysqlConnection {
+    fn lock_rows(&mut self, ids: &[i64]) -> QueryResult<()> {
+        for chunk in ids.chunks(INSERT_CHUNK) {
+            message::table
+                .filter(message::id.eq_any(chunk))
+                .order(message::id.asc())
+                .select(message::id)
+                .for_update()
+                .load::<i64>(self)?;
+        }
+        Ok(())
+    }
+
     fn insert_messages(&mut self, rows: &[NewMessage]) -> QueryResult<()> {
         for chunk in rows.chunks(INSERT_CHUNK) {
             diesel::insert_into(message::table)

@@ -292,7 +292,18 @@ pub fn apply_changes(
         .map(|c| c.id)
         .collect();
 
+    // Every row the batch changes, locked in id order first.
+    let mut touched: Vec<i64> = updates
+        .iter()
+        .map(|u| u.id)
+        .chain(move_rows.iter().map(|(_, id, _)| *id))
+        .chain(series.keys().map(|id| id.0))
+        .collect();
+    touched.sort_unstable();
+    touched.dedup();
+
     with_conn!(conn, c => c.transaction(|c| {
+        c.lock_rows(&touched)?;
         if kept.is_empty() {
             c.insert_flows(&flows)?;
         } else {
