@@ -169,6 +169,10 @@ pub struct Op {
     pub what: What,
 }
 
+/// How long a resumed Redis Cluster master that was failed over while it
+/// hung may serve its old data (measured: up to about 2 s).
+pub const STALE_MASTER_MS: i64 = 3_000;
+
 #[derive(Debug, Clone)]
 pub struct Fault {
     pub kind: &'static str,
@@ -184,6 +188,18 @@ impl Fault {
             self.kind,
             "redis_restart_empty" | "redis_older_snapshot" | "redis_master_hung"
         )
+    }
+
+    /// When what Redis lost may still be served: a Redis Cluster master
+    /// failed over while it hung serves its old data for a while after it
+    /// resumes, until it learns of the failover
+    /// ([`STALE_MASTER_MS`]; README, "When Redis loses its last writes").
+    pub fn stale_until(&self) -> i64 {
+        if self.kind == "redis_master_hung" {
+            self.to + STALE_MASTER_MS * 1000
+        } else {
+            self.to
+        }
     }
 
     /// A node was killed and started again.
