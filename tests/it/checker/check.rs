@@ -284,7 +284,7 @@ pub fn check(
         let mut unlost = pushed;
         for (r, delay, rescheduled) in reschedules.get(id).into_iter().flatten() {
             let at = r.invoke + delay * 1000;
-            let lost = lost_between(r.invoke, d.op.invoke);
+            let lost = lost_between(r.invoke, d.op.complete);
             if r.complete < d.op.invoke && r.res == Res::Ok && *rescheduled {
                 unlost = at;
                 bound = if lost { bound.min(at) } else { at };
