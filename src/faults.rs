@@ -19,7 +19,7 @@
 //! | `plant_early` | a pushed message's due time is computed 400 ms early (a planted bug, for the fault checker) |
 //! | `plant_lost` | one message in 16 handed out is acked instead (a planted bug: it never reaches a consumer) |
 //! | `plant_revived` | one ack in 8 of a message in flight is answered Consumed and not applied (a planted bug: the message comes back after its ttl) |
-//! | `plant_answer` | one cancel in 4 of a waiting message is answered `deleted` and not applied (a planted bug: the message is delivered) |
+//! | `plant_answer` | one cancel in 2 is answered `deleted` and not applied (a planted bug: a waiting message is delivered after it) |
 
 use std::sync::LazyLock;
 

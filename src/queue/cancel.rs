@@ -115,7 +115,7 @@ fn ended(status: Status) -> CancelOutcome {
 async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCancel, QueueError>> {
     stream::iter(ids)
         .map(|&id| async move {
-            if crate::faults::strikes("plant_answer", id.0, 4) {
+            if crate::faults::strikes("plant_answer", id.0, 2) {
                 return Ok(RedisCancel::Deleted { attempts: 0 });
             }
             Ok(state.redis.cancel(id, false).await?)

@@ -283,7 +283,7 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
     report["planted"] = json!(plant);
     println!("{report}");
     eprintln!("checker: {report:#}");
-    explain(&ops, &faults, &finals, &violations);
+    eprint!("{}", explain(&ops, &faults, &finals, &violations, 1));
     if violations.total() > 0 {
         // The nodes' logs (named by generation: 100 × (node + 1) + start)
         // outlive the run.
@@ -301,7 +301,16 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
                 let _ = std::fs::copy(entry.path(), keep.join(&name));
             }
         }
-        eprintln!("checker: the nodes' logs are kept in {}", keep.display());
+        // Every operation and fault around the first violations of each
+        // invariant.
+        let _ = std::fs::write(
+            keep.join("explain.txt"),
+            explain(&ops, &faults, &finals, &violations, 20),
+        );
+        eprintln!(
+            "checker: the nodes' logs and explain.txt (the first 20 violations of each invariant, with every operation naming the message) are kept in {}",
+            keep.display()
+        );
     }
     drop(c);
     (violations, report)
@@ -358,7 +367,7 @@ async fn a_planted_bug_is_caught() {
         .ok()
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| PLANTS[(seed / 4) as usize % PLANTS.len()].0.to_string());
-    let secs = env_u64("DELAYQ_CHECKER_SECS").unwrap_or(30);
+    let secs = env_u64("DELAYQ_CHECKER_SECS").unwrap_or(45);
     let invariant = PLANTS
         .iter()
         .find(|p| p.0 == plant)
@@ -376,55 +385,62 @@ async fn a_planted_bug_is_caught() {
     );
 }
 
-/// Prints, for the first violation of each invariant, every operation that
-/// names its message and the faults around it.
+/// For the first `each` violations of each invariant: every operation
+/// that names its message, the faults around it, and its final read.
 fn explain(
     ops: &[history::Op],
     faults: &[history::Fault],
     finals: &HashMap<String, Option<Final>>,
     violations: &check::Violations,
-) {
+    each: usize,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     for (invariant, (_, list)) in &violations.0 {
-        let Some(first) = list.first() else { continue };
-        let id = first.split(':').next().unwrap_or_default().trim();
-        eprintln!("checker: {invariant}: {first}");
-        let mut around = (i64::MAX, i64::MIN);
-        for op in ops {
-            let names = match &op.what {
-                What::Push { msgs } => msgs.iter().any(|p| p.id.as_deref() == Some(id)),
-                What::Poll { got, acks, .. } => {
-                    got.iter().any(|g| g.id == id) || acks.iter().any(|a| a.0 == id)
+        for first in list.iter().take(each) {
+            let id = first.split(':').next().unwrap_or_default().trim();
+            let _ = writeln!(out, "checker: {invariant}: {first}");
+            let mut around = (i64::MAX, i64::MIN);
+            for op in ops {
+                let names = match &op.what {
+                    What::Push { msgs } => msgs.iter().any(|p| p.id.as_deref() == Some(id)),
+                    What::Poll { got, acks, .. } => {
+                        got.iter().any(|g| g.id == id) || acks.iter().any(|a| a.0 == id)
+                    }
+                    What::Ack { id: i, .. } | What::Nack { id: i, .. } => i == id,
+                    What::Reschedule { id: i, .. } => i == id,
+                    What::Cancel { by, deleted } => {
+                        deleted.iter().any(|d| d == id)
+                            || matches!(by, history::CancelBy::Id(i) if i == id)
+                    }
+                    _ => false,
+                };
+                if names {
+                    around = (around.0.min(op.invoke), around.1.max(op.complete));
+                    let _ = writeln!(
+                        out,
+                        "    {:>9.3}..{:>9.3} s {:<8} :{} {:?}",
+                        op.invoke as f64 / 1e6,
+                        op.complete as f64 / 1e6,
+                        op.res.name(),
+                        op.node,
+                        op.what
+                    );
                 }
-                What::Ack { id: i, .. } | What::Nack { id: i, .. } => i == id,
-                What::Reschedule { id: i, .. } => i == id,
-                What::Cancel { by, deleted } => {
-                    deleted.iter().any(|d| d == id)
-                        || matches!(by, history::CancelBy::Id(i) if i == id)
+            }
+            for f in faults {
+                if f.to >= around.0 - 5_000_000 && f.from <= around.1 + 5_000_000 {
+                    let _ = writeln!(
+                        out,
+                        "    fault {} {:.3}..{:.3} s",
+                        f.kind,
+                        f.from as f64 / 1e6,
+                        f.to as f64 / 1e6
+                    );
                 }
-                _ => false,
-            };
-            if names {
-                around = (around.0.min(op.invoke), around.1.max(op.complete));
-                eprintln!(
-                    "    {:>9.3}..{:>9.3} s {:<8} :{} {:?}",
-                    op.invoke as f64 / 1e6,
-                    op.complete as f64 / 1e6,
-                    op.res.name(),
-                    op.node,
-                    op.what
-                );
             }
+            let _ = writeln!(out, "    final: {:?}", finals.get(id));
         }
-        for f in faults {
-            if f.to >= around.0 - 5_000_000 && f.from <= around.1 + 5_000_000 {
-                eprintln!(
-                    "    fault {} {:.3}..{:.3} s",
-                    f.kind,
-                    f.from as f64 / 1e6,
-                    f.to as f64 / 1e6
-                );
-            }
-        }
-        eprintln!("    final: {:?}", finals.get(id));
     }
+    out
 }

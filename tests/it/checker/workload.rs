@@ -17,6 +17,11 @@ pub const PAUSED: &str = "pz";
 pub const LIMITED: &str = "lim";
 /// The limited topic's cap (`--topic-limit lim=…`).
 pub const CAP: usize = 4;
+/// Cancels and reschedules pick among this many of the latest pushes, so
+/// most still wait when they arrive.
+const RECENT: usize = 60;
+/// One delivery in this many stalls past its ttl before its ack or nack.
+const STALL_ONE_IN: u8 = 10;
 
 pub struct World {
     pub ports: RwLock<Vec<Option<u16>>>,
@@ -69,7 +74,7 @@ impl World {
     fn remember(&self, id: String, topic: String, key: Option<String>) {
         let mut recent = self.recent.lock().unwrap();
         recent.push_back((id, topic, key));
-        if recent.len() > 200 {
+        if recent.len() > RECENT {
             recent.pop_front();
         }
     }
@@ -382,7 +387,7 @@ pub async fn consumer(w: Arc<World>, me: usize, topic: &'static str) {
         }
         for g in got {
             let roll = rng.u8(..20);
-            if roll == 0 && !draining {
+            if roll < 20 / STALL_ONE_IN && !draining {
                 // Stalls past the ttl, then comes back with its receipt.
                 let w2 = w.clone();
                 let nack = rng.bool();
@@ -390,7 +395,8 @@ pub async fn consumer(w: Arc<World>, me: usize, topic: &'static str) {
                     tokio::time::sleep(Duration::from_millis(g.ttl as u64 + 300)).await;
                     settle(&w2, port, &g.id, &g.receipt, nack).await;
                 });
-            } else if roll == 1 && !draining {
+            } else if roll == 19 && !draining {
+                // One in twenty: a nack at once.
                 settle(&w, port, &g.id, &g.receipt, true).await;
             } else if in_poll {
                 carried.push((g.id, g.receipt));
