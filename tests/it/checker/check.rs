@@ -9,12 +9,15 @@ use super::history::{from_wall_ms, CancelBy, Fault, Got, Op, Res, What};
 use super::workload::{CAP, LIMITED, PAUSED};
 
 /// How long before Redis lost its writes an ack answered 200 may still
-/// come back: the journal's flow batches lag by a few milliseconds
+/// come back: an end Redis applied and the journal had not committed yet
 /// (README, "When Redis loses its last writes": "What can still come
-/// back"), and an end Redis applied is written to the journal within its
-/// batch; a second is ample. While the journal is out of reach the lag is
-/// as long as that lasts.
-pub const UNJOURNALED_ACK_MS: i64 = 1_000;
+/// back"). The journal's flow batches lag by a few milliseconds on an
+/// idle machine; under the checker's own load (two cores shared by two
+/// nodes, three ZooKeeper servers, Redis, the database and, in CI, other
+/// tests) lags past 1 s were seen (BENCHMARKS.md), so 3 s. Re-applying a
+/// node's queued ends to a fenced shard would let this shrink again.
+/// While the journal is out of reach the lag is as long as that lasts.
+pub const UNJOURNALED_ACK_MS: i64 = 3_000;
 
 /// How long a restarted node may go without its worker id lease, so
 /// without writing status changes to the journal: its old ZooKeeper
@@ -35,7 +38,7 @@ fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Opti
         .filter(|f| f.from >= ack.invoke && f.from <= poll.complete)
         .find_map(|f| {
             if ack.complete + UNJOURNALED_ACK_MS * s >= f.from {
-                return Some("ack answered within 1 s before Redis lost its writes");
+                return Some("ack answered within 3 s before Redis lost its writes");
             }
             faults.iter().find_map(|g| {
                 let during = |from: i64, to: i64| ack.complete >= from && ack.invoke <= to;
