@@ -32,29 +32,30 @@ pub const RECONCILED_MS: i64 = 5_000;
 /// come back"): Redis lost its writes between the two, and the ack's end
 /// may not have reached the journal by then. None: a violation.
 fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Option<&'static str> {
-    let s = 1_000;
+    // The history counts µs; the bounds are in ms.
+    let us = 1_000;
     losses
         .iter()
         .filter(|f| f.from >= ack.invoke && f.from <= poll.complete)
         .find_map(|f| {
-            if ack.complete + UNJOURNALED_ACK_MS * s >= f.from {
+            if ack.complete + UNJOURNALED_ACK_MS * us >= f.from {
                 return Some("ack answered within 3 s before Redis lost its writes");
             }
             faults.iter().find_map(|g| {
                 let during = |from: i64, to: i64| ack.complete >= from && ack.invoke <= to;
                 if g.journal_away()
-                    && during(g.from - s * 1_000, g.to + s * 1_000)
-                    && f.from <= g.to + RECONCILED_MS * s
+                    && during(g.from - us * 1_000, g.to + us * 1_000)
+                    && f.from <= g.to + RECONCILED_MS * us
                 {
                     Some("ack answered while the journal was out of reach")
                 } else if g.restarted_node()
-                    && during(g.to, g.to + LEASE_WAIT_MS * s)
-                    && f.from <= g.to + (LEASE_WAIT_MS + 1_000) * s
+                    && during(g.to, g.to + LEASE_WAIT_MS * us)
+                    && f.from <= g.to + (LEASE_WAIT_MS + 1_000) * us
                 {
                     Some("ack answered by a node not yet holding its worker id lease")
                 } else if g.restarted_node()
-                    && during(g.from - RECONCILED_MS * s, g.from)
-                    && f.from <= g.from + RECONCILED_MS * s
+                    && during(g.from - RECONCILED_MS * us, g.from)
+                    && f.from <= g.from + RECONCILED_MS * us
                 {
                     Some("ack's end left by a killed node for the reconciler")
                 } else {

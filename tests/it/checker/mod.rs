@@ -39,7 +39,7 @@ mod history;
 mod nemesis;
 mod workload;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,11 +173,11 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
     let quiet_from = now();
     let open = |w: &World| {
         let ops = w.history.ops.lock().unwrap();
-        let mut accepted: HashMap<&str, ()> = HashMap::new();
+        let mut accepted: HashSet<&str> = HashSet::new();
         for op in ops.iter() {
             if let (What::Push { msgs }, Res::Ok) = (&op.what, op.res) {
                 for p in msgs.iter().filter(|p| !p.duplicate) {
-                    accepted.insert(p.id.as_deref().unwrap_or_default(), ());
+                    accepted.insert(p.id.as_deref().unwrap_or_default());
                 }
             }
         }
