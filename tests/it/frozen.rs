@@ -395,13 +395,15 @@ async fn rejoins(c: &Cluster, frozen: usize) {
     assert_eq!(got[0].msg["id"], id.as_str());
 }
 
-/// The CI-sized scenario: 1,200 messages, 3 s sessions, a 6 s freeze.
+/// The CI-sized scenario: 1,200 messages, 3 s sessions, an 8 s freeze
+/// (long beside nginx's 2.5 s, so a stalled client stands out from a
+/// loaded machine's slow answers).
 fn small(pair: bool) -> Scenario {
     Scenario {
         pair,
         messages: 1_200,
         session_ms: 3_000,
-        freeze: Duration::from_secs(6),
+        freeze: Duration::from_secs(8),
         producers: 2,
         consumers: 6,
         around: Duration::from_secs(2),
@@ -422,17 +424,20 @@ async fn clients_were_not_stalled(c: &Cluster, s: &Scenario, o: &Outcome) {
          slowest push answer {} ms, {} push attempts failed, {} pushes accepted during the freeze",
         f.healthy_p50, f.healthy_p99, f.healthy_max, f.frozen_max, f.push_max_ms, f.pushes_failed, f.pushes_during_freeze
     );
-    assert!(f.push_max_ms <= 3_000, "a push waited {} ms", f.push_max_ms);
+    // nginx gives up on the frozen node after 2.5 s and sends the push to
+    // the other; a push stalled behind the freeze waits 8 s. The 2 s above
+    // nginx's wait are the loaded machine's (the other node's answer).
+    assert!(f.push_max_ms <= 4_500, "a push waited {} ms", f.push_max_ms);
     assert!(
         f.pushes_during_freeze > 0,
         "no push accepted during the freeze"
     );
     // With the nginx from before, clients stalled behind the frozen node
-    // and these messages waited 4.1 s (p99) and more; a loaded 2-core
-    // machine running the rest of the suite beside this test adds up to
-    // about a second on its own.
+    // and these messages waited 4.1 s (p99) through a 6 s freeze, and
+    // longer through a longer one; a loaded 2-core machine running the
+    // rest of the suite beside this test adds a second or more on its own.
     assert!(
-        f.healthy_p99 < 2_500,
+        f.healthy_p99 < 3_500,
         "messages of the nodes that ran waited: p99 {} ms",
         f.healthy_p99
     );
