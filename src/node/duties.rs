@@ -52,6 +52,37 @@ pub(super) async fn publish_journal_behind(
     }
 }
 
+/// How often a node looks for an ask to write its queued status changes.
+const FLUSH_ASK_EVERY: Duration = Duration::from_millis(200);
+
+/// Answers the asks of a node re-applying the journal's ends to a fenced
+/// shard (see `reconcile::fence`): once this node's status changes queued
+/// when it read the ask are written (acks and cancels it applied to the
+/// Redis that lost them among them), it says so in Redis. Until the
+/// journal answers, it does not.
+pub(super) async fn answer_flush_asks(redis: RedisSchedule, journal: Journal, node_id: String) {
+    loop {
+        tokio::time::sleep(FLUSH_ASK_EVERY).await;
+        let asked = match redis.flush_ask_of(&node_id).await {
+            Ok((asked, answered)) if asked > answered => asked,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the asks to write queued status changes");
+                continue;
+            }
+        };
+        // Every change queued by now: each wait gives up after 2 s, and is
+        // made again while the journal keeps the changes waiting.
+        while let Err(e) = journal.flush().await {
+            tracing::debug!(error = %e, "a fenced shard waits for this node's queued status changes");
+            tokio::time::sleep(FLUSH_ASK_EVERY).await;
+        }
+        if let Err(e) = redis.say_flushed(&node_id, asked).await {
+            tracing::debug!(error = %e, "cannot say the queued status changes are written");
+        }
+    }
+}
+
 /// Reads the paused topics each second into `delayq_topic_paused` (so a
 /// scrape never waits for Redis).
 pub(super) async fn watch_paused(redis: RedisSchedule) {

@@ -25,8 +25,8 @@ use crate::retention::{Keep, Retention};
 use tokio::sync::mpsc;
 
 use super::duties::{
-    check_eviction, ensure_dataset, publish_journal_behind, reconcile_periodically,
-    retain_periodically, watch_dataset, watch_paused,
+    answer_flush_asks, check_eviction, ensure_dataset, publish_journal_behind,
+    reconcile_periodically, retain_periodically, watch_dataset, watch_paused,
 };
 use super::spill::spill;
 use super::{open_journal, open_redis};
@@ -333,6 +333,7 @@ fn spawn_duties(
     actix::spawn(
         crate::reconcile::fence::Fence::new(redis.clone(), journal.clone(), node_id)
             .with_retention(args.retain_finished, args.retain_dead)
+            .with_cluster(cluster.clone())
             .run(),
     );
     actix::spawn(watch_paused(redis.clone()));
@@ -345,6 +346,11 @@ fn spawn_duties(
         .run(),
     );
     actix::spawn(publish_journal_behind(
+        redis.clone(),
+        journal.clone(),
+        node_id.to_string(),
+    ));
+    actix::spawn(answer_flush_asks(
         redis.clone(),
         journal.clone(),
         node_id.to_string(),

@@ -23,9 +23,21 @@
 //! journal must be reachable for it (the shard hands nothing out until
 //! then).
 //!
-//! What can still come back: an end Redis applied and the journal had not
-//! committed when Redis lost it (the journal's flow batches lag by a few
-//! milliseconds, longer in a database outage).
+//! Before the walk, every serving node writes the status changes it has
+//! queued (an ack or a cancel is answered once Redis applied it, and its
+//! journal row follows a few milliseconds later, seconds later on a loaded
+//! machine or a slow database): the walker asks (`{P}:flush-asked`), writes
+//! its own, and waits until each other node answered (`{P}:flushed`; see
+//! `node::duties::answer_flush_asks`): the cluster's members as ZooKeeper
+//! lists them and the nodes that said they run (`{P}:alive`). A node whose
+//! journal does not answer keeps the shard fenced until it does, or until
+//! it leaves. The walk also waits for a Redis that lost its data set to be
+//! restored from the journal (the marker set): a restore that read a row
+//! before its end was written is then walked over, and the end re-applied.
+//!
+//! What can still come back: an end a node applied in Redis and had not
+//! written to the journal when it stopped (killed, or frozen past
+//! [`crate::redis::schedule::BEHIND_FRESH_MS`]) and Redis lost it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -40,6 +52,13 @@ use crate::redis::schedule::{LeaseOp, RedisSchedule, ShardProbe};
 const PAGE: usize = 1_000;
 /// The fence lease: renewed after each page.
 const LEASE_MS: u64 = 30_000;
+/// How long one re-application waits for the nodes to write the status
+/// changes they queued before it gives up (and is tried again at the next
+/// probe, the shard fenced meanwhile).
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+/// How long a walk waits for a member ZooKeeper lists that does not say
+/// it runs in Redis.
+const MEMBER_WAIT: Duration = Duration::from_secs(2);
 /// A shard whose re-application keeps failing is logged at most this
 /// often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
@@ -58,6 +77,9 @@ pub struct Fence {
     /// forever): a record of a message created before that which the
     /// journal no longer holds ended long ago (an older snapshot).
     retained: Option<Duration>,
+    /// The cluster's members (none standalone): the nodes that must write
+    /// their queued changes before a walk.
+    cluster: Option<crate::cluster::ClusterHandle>,
 }
 
 impl Fence {
@@ -69,6 +91,7 @@ impl Fence {
             busy: Arc::default(),
             warned: Arc::default(),
             retained: None,
+            cluster: None,
         }
     }
 
@@ -78,6 +101,13 @@ impl Fence {
         // A kind kept forever (zero) is never missing: nothing can be
         // told apart then.
         self.retained = (!finished.is_zero() && !dead.is_zero()).then(|| finished.min(dead));
+        self
+    }
+
+    /// The same, waiting before each walk for the cluster's members to
+    /// write their queued changes.
+    pub fn with_cluster(mut self, cluster: crate::cluster::ClusterHandle) -> Self {
+        self.cluster = Some(cluster);
         self
     }
 
@@ -151,6 +181,59 @@ impl Fence {
         result.map(Some)
     }
 
+    /// Waits until every node that runs wrote the status changes it had
+    /// queued when asked: the ends it applied to the Redis that may have
+    /// lost them are then in the journal, for the walk to find.
+    async fn nodes_wrote_their_changes(&self, shard: u32) -> Result<(), QueueError> {
+        if !self.redis.has_dataset_marker().await? {
+            return Err(QueueError::NotScheduled(format!(
+                "shard {shard} waits for Redis's data set to be restored from the journal"
+            )));
+        }
+        let asked = self.redis.ask_flush().await?;
+        let started = std::time::Instant::now();
+        // This node's own, at once.
+        while let Err(e) = self.journal.flush().await {
+            if started.elapsed() >= FLUSH_WAIT {
+                return Err(e.into());
+            }
+        }
+        loop {
+            // A member ZooKeeper lists that has not said it runs within
+            // MEMBER_WAIT is not waited for (the list may be stale); one
+            // that runs says so every second, even to a Redis that
+            // restarted empty.
+            let mut nodes = self.redis.nodes_alive().await?;
+            if let Some(cluster) = self
+                .cluster
+                .as_ref()
+                .filter(|_| started.elapsed() < MEMBER_WAIT)
+            {
+                nodes.extend(cluster.view().nodes.into_iter().map(|m| m.id));
+            }
+            nodes.sort();
+            nodes.dedup();
+            nodes.retain(|n| *n != self.node);
+            let answered = self.redis.flushed_by(&nodes).await?;
+            let waiting: Vec<&String> = nodes
+                .iter()
+                .zip(&answered)
+                .filter(|(_, &a)| a < asked)
+                .map(|(n, _)| n)
+                .collect();
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() >= FLUSH_WAIT {
+                return Err(QueueError::NotScheduled(format!(
+                    "nodes {waiting:?} have not written the status changes they queued (their journal \
+                     does not answer): shard {shard} stays fenced until they do or stop"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn walk(&self, p: &ShardProbe) -> Result<u64, QueueError> {
         let shard = p.shard;
         let started = std::time::Instant::now();
@@ -174,6 +257,7 @@ impl Fence {
                 "re-applying the journal's ends to this shard before it hands messages out"
             ),
         }
+        self.nodes_wrote_their_changes(shard).await?;
         let key = self.redis.keys().fence_lock(shard);
         let (mut cursor, mut walked, mut removed) = (0u64, 0u64, 0u64);
         loop {

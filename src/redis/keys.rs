@@ -233,6 +233,18 @@ impl Keys {
         format!("{{{}}}:alive", self.prefix)
     }
 
+    /// The latest ask that every node write the status changes it has
+    /// queued (a counter; see `reconcile::fence`).
+    pub fn flush_asked(&self) -> String {
+        format!("{{{}}}:flush-asked", self.prefix)
+    }
+
+    /// Per node, the latest ask it answered: every status change it had
+    /// queued when it read that ask is written.
+    pub fn flushed(&self) -> String {
+        format!("{{{}}}:flushed", self.prefix)
+    }
+
     /// Channel waking shard `s`'s owner (see schedule.lua).
     pub fn wake_channel(&self, shard: u32) -> String {
         format!("{}:wake", self.tag(shard))

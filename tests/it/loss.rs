@@ -233,3 +233,78 @@ async fn a_server_that_lost_the_scripts_mid_pipeline_runs_nothing_twice() {
         .unwrap();
     assert_eq!(counter, 1, "a command before the lost script ran twice");
 }
+
+/// Acks Redis applied and answered while the journal was slow to write
+/// them (a transaction holds the messages' rows, so the node's status
+/// changes wait), then Redis restarts from a snapshot taken before the
+/// acks. The fenced shard waits for the node to write what it queued
+/// before it re-applies the journal's ends, so no acked message is handed
+/// out again (red when the walk does not wait: every one came back once
+/// its ttl ran out).
+#[tokio::test(flavor = "multi_thread")]
+async fn acks_the_journal_had_not_written_when_redis_lost_them_stay_acked() {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, PgConnection};
+    let mut env = Env::start(Backend::Postgres).await;
+    let handed: Vec<String> = env
+        .push_batch(
+            (0..20)
+                .map(|i| json!({"topic": "lag", "body": format!("a{i}"), "delay": 0, "ttl": 1000}))
+                .collect(),
+        )
+        .await;
+    let got = env.collect("lag", 20, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 20, "{got:?}");
+    env.wait_statuses(&handed, status::CONSUMING).await;
+    let _: () = redis::cmd("SAVE").query(&mut env.redis.con()).unwrap();
+
+    let mut lock = PgConnection::establish(&env.journal.url).expect("connect to PostgreSQL");
+    lock.batch_execute(&format!(
+        "BEGIN; SELECT id FROM message WHERE id IN ({}) FOR UPDATE",
+        handed.join(",")
+    ))
+    .unwrap();
+    for id in &handed {
+        let r = env.ack(id).await;
+        assert_eq!(r.assert_ok()["status"], "Consumed", "{}", r.text);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let unwritten = env
+        .journal
+        .rows(&handed)
+        .iter()
+        .filter(|r| r.status == status::CONSUMING)
+        .count();
+    assert_eq!(
+        unwritten, 20,
+        "the acks reached the journal through the lock"
+    );
+
+    env.redis.kill();
+    env.redis.restart_same_port();
+    let restarted = Instant::now();
+    // The journal writes again 4 s after the restart: the fence has been
+    // seen by then, and every ttl has run out.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        lock.batch_execute("ROLLBACK").unwrap();
+    });
+    let mut seen: Vec<String> = Vec::new();
+    while restarted.elapsed() < Duration::from_secs(10) {
+        let r = env.get_path("/get/lag?timeout=1&count=100").await;
+        if r.status == 200 {
+            for m in r.json["messages"].as_array().unwrap() {
+                seen.push(m["id"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    release.await.unwrap();
+    let back: HashSet<&String> = seen.iter().collect();
+    assert!(
+        back.is_empty(),
+        "{} messages acked before Redis lost its last writes were handed out again ({} times): {back:?}",
+        back.len(),
+        seen.len()
+    );
+    env.wait_statuses(&handed, status::CONSUMED).await;
+}

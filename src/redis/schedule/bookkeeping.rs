@@ -111,6 +111,52 @@ impl RedisSchedule {
         }
     }
 
+    /// Asks every node to write the status changes it has queued: the
+    /// ask's number, for [`RedisSchedule::flushed_by`].
+    pub async fn ask_flush(&self) -> Result<i64, RedisError> {
+        Ok(redis::cmd("INCR")
+            .arg(self.keys.flush_asked())
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The latest ask, and the latest `node` answered.
+    pub async fn flush_ask_of(&self, node: &str) -> Result<(i64, i64), RedisError> {
+        let (asked, answered): (Option<i64>, Option<i64>) = redis::pipe()
+            .cmd("GET")
+            .arg(self.keys.flush_asked())
+            .cmd("HGET")
+            .arg(self.keys.flushed())
+            .arg(node)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok((asked.unwrap_or(0), answered.unwrap_or(0)))
+    }
+
+    /// Says `node` answered ask `asked`: every change it had queued when
+    /// it read the ask is written.
+    pub async fn say_flushed(&self, node: &str, asked: i64) -> Result<(), RedisError> {
+        Ok(redis::cmd("HSET")
+            .arg(self.keys.flushed())
+            .arg(node)
+            .arg(asked)
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The latest ask each of `nodes` answered (0: none).
+    pub async fn flushed_by(&self, nodes: &[String]) -> Result<Vec<i64>, RedisError> {
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let answered: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(self.keys.flushed())
+            .arg(nodes)
+            .query_async(&mut self.con.clone())
+            .await?;
+        Ok(answered.into_iter().map(|a| a.unwrap_or(0)).collect())
+    }
+
     /// Nodes that said they run within the last [`BEHIND_FRESH_MS`].
     pub async fn nodes_alive(&self) -> Result<Vec<String>, RedisError> {
         Ok(redis::cmd("ZRANGEBYSCORE")

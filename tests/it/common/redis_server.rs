@@ -147,8 +147,13 @@ impl Redis {
             // The node's own lease bookkeeping: how far ahead its worker id
             // is reserved moves forward every few seconds, whatever the
             // requests did.
-            // And its word, each second, that it runs.
-            if key.contains("}:worker-reserved:") || key.ends_with("}:alive") {
+            // And its word, each second, that it runs; and the fences'
+            // asks to write queued status changes, answered a moment later.
+            if key.contains("}:worker-reserved:")
+                || key.ends_with("}:alive")
+                || key.ends_with("}:flush-asked")
+                || key.ends_with("}:flushed")
+            {
                 continue;
             }
             let kind: String = redis::cmd("TYPE").arg(&key).query(&mut con).unwrap();
