@@ -207,6 +207,12 @@ impl Fault {
         self.kind == "node_kill9" || self.kind.starts_with("node_clock_")
     }
 
+    /// A node stopped running for a while: killed (and started again) or
+    /// frozen.
+    pub fn stopped_node(&self) -> bool {
+        self.restarted_node() || self.kind == "node_sigstop"
+    }
+
     /// The journal was out of reach of some node.
     pub fn journal_away(&self) -> bool {
         matches!(self.kind, "database_partition" | "database_down")
