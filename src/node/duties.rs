@@ -71,11 +71,11 @@ pub(super) async fn answer_flush_asks(redis: RedisSchedule, journal: Journal, no
                 continue;
             }
         };
-        // Every change queued by now: each wait gives up after 2 s, and is
-        // made again while the journal keeps the changes waiting.
-        while let Err(e) = journal.flush().await {
-            tracing::debug!(error = %e, "a fenced shard waits for this node's queued status changes");
-            tokio::time::sleep(FLUSH_ASK_EVERY).await;
+        // Every change applied in Redis by now, however long the journal
+        // takes; a journal shutting down answers nothing.
+        if let Err(e) = journal.written_up_to_now().await {
+            tracing::debug!(error = %e, "cannot write the queued status changes a fenced shard waits for");
+            continue;
         }
         if let Err(e) = redis.say_flushed(&node_id, asked).await {
             tracing::debug!(error = %e, "cannot say the queued status changes are written");

@@ -182,6 +182,9 @@ pub async fn cancel_many(
     state: &Queue,
     ids: &[MessageId],
 ) -> Result<Vec<CancelOutcome>, QueueError> {
+    // Until what Redis applied is queued for the journal (a fence's flush
+    // waits for it).
+    let _hold = state.journal.hold();
     let in_redis = cancel_in_redis(state, ids).await;
     settle(state, ids, in_redis).await?.into_iter().collect()
 }
@@ -194,8 +197,10 @@ pub(super) async fn cancel_batch(
     state: Queue,
     ids: Vec<MessageId>,
 ) -> Result<super::coalesce::Staged<CancelOutcome>, QueueError> {
+    let hold = state.journal.hold();
     let in_redis = cancel_in_redis(&state, &ids).await;
     let later = async move {
+        let _hold = hold;
         match settle(&state, &ids, in_redis).await {
             Ok(each) => each,
             // The commit failed: every cancel of the batch is told so.

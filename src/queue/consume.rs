@@ -403,6 +403,9 @@ async fn ack_rounds(
     journal: AckJournal,
     lookups: Lookups,
 ) -> Result<(Vec<AckOutcome>, Vec<usize>), QueueError> {
+    // Until what Redis applied is queued for the journal (a fence's flush
+    // waits for it; the lookups below can take seconds).
+    let _hold = state.journal.hold();
     let mut deferred = Vec::new();
     let ids: Vec<MessageId> = acks.iter().map(|a| a.id).collect();
     let ids = &ids[..];

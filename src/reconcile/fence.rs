@@ -80,6 +80,8 @@ pub struct Fence {
     /// The cluster's members (none standalone): the nodes that must write
     /// their queued changes before a walk.
     cluster: Option<crate::cluster::ClusterHandle>,
+    /// Per shard, the run it was fenced for and the ask made for it.
+    asks: Arc<Mutex<std::collections::HashMap<u32, (String, i64)>>>,
 }
 
 impl Fence {
@@ -92,6 +94,7 @@ impl Fence {
             warned: Arc::default(),
             retained: None,
             cluster: None,
+            asks: Arc::default(),
         }
     }
 
@@ -184,20 +187,44 @@ impl Fence {
     /// Waits until every node that runs wrote the status changes it had
     /// queued when asked: the ends it applied to the Redis that may have
     /// lost them are then in the journal, for the walk to find.
-    async fn nodes_wrote_their_changes(&self, shard: u32) -> Result<(), QueueError> {
+    async fn nodes_wrote_their_changes(&self, p: &ShardProbe) -> Result<(), QueueError> {
+        let shard = p.shard;
         if !self.redis.has_dataset_marker().await? {
             return Err(QueueError::NotScheduled(format!(
                 "shard {shard} waits for Redis's data set to be restored from the journal"
             )));
         }
-        let asked = self.redis.ask_flush().await?;
+        // One ask per fence: a retry after FLUSH_WAIT waits for the same
+        // answers (a slow node answers the ask it read), unless the counter
+        // went back (Redis lost it too).
+        let remembered = self
+            .asks
+            .lock()
+            .unwrap()
+            .get(&shard)
+            .filter(|(run, _)| *run == p.run)
+            .map(|(_, asked)| *asked);
+        let asked = match remembered {
+            Some(asked) if asked <= self.redis.flush_ask_of(&self.node).await?.0 => asked,
+            _ => {
+                let asked = self.redis.ask_flush().await?;
+                self.asks
+                    .lock()
+                    .unwrap()
+                    .insert(shard, (p.run.clone(), asked));
+                asked
+            }
+        };
         let started = std::time::Instant::now();
         // This node's own, at once.
-        while let Err(e) = self.journal.flush().await {
-            if started.elapsed() >= FLUSH_WAIT {
-                return Err(e.into());
-            }
-        }
+        tokio::time::timeout(FLUSH_WAIT, self.journal.written_up_to_now())
+            .await
+            .map_err(|_| {
+                QueueError::NotScheduled(format!(
+                    "this node's journal has not written the status changes it queued: shard {shard} \
+                     stays fenced until it does"
+                ))
+            })??;
         loop {
             // A member ZooKeeper lists that has not said it runs within
             // MEMBER_WAIT is not waited for (the list may be stale); one
@@ -257,7 +284,7 @@ impl Fence {
                 "re-applying the journal's ends to this shard before it hands messages out"
             ),
         }
-        self.nodes_wrote_their_changes(shard).await?;
+        self.nodes_wrote_their_changes(p).await?;
         let key = self.redis.keys().fence_lock(shard);
         let (mut cursor, mut walked, mut removed) = (0u64, 0u64, 0u64);
         loop {

@@ -21,6 +21,7 @@ use crate::redis::schedule::RedisSchedule;
 use super::actor::{lower_thread_priority, JournalActor};
 use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
+use super::holds::{Hold, Holds};
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
     LivePage, LiveStates, MoveMessages, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts,
@@ -63,6 +64,7 @@ pub struct Journal {
     flows: mpsc::UnboundedSender<FlowRequest>,
     urgent: mpsc::UnboundedSender<FlowRequest>,
     backlog: Arc<Backlog>,
+    holds: Arc<Holds>,
 }
 
 impl Journal {
@@ -143,6 +145,7 @@ impl Journal {
             flows,
             urgent,
             backlog,
+            holds: Arc::default(),
         }
     }
 
@@ -492,6 +495,40 @@ impl Journal {
         query: LiveByBizKey,
     ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
         self.actor.send(query).await?
+    }
+
+    /// Taken before an operation changes Redis, dropped once its status
+    /// changes are queued: [`Journal::written_up_to_now`] waits for it.
+    pub fn hold(&self) -> Hold {
+        self.holds.hold()
+    }
+
+    /// Waits until every status change this node has applied in Redis so
+    /// far is written (or set aside as refused): the operations holding
+    /// theirs queue them, and both lanes write what is queued. Each lane's
+    /// wait keeps its place in the queue however long the database takes.
+    /// An error: the journal is shutting down (what is queued is given
+    /// back, to the spill).
+    pub async fn written_up_to_now(&self) -> Result<(), JournalError> {
+        self.holds.released_before_now().await;
+        let mut waits = Vec::with_capacity(2);
+        for lane in [&self.flows, &self.urgent] {
+            let (done, rx) = oneshot::channel();
+            lane.send(FlowRequest {
+                changes: Vec::new(),
+                done: Some(done),
+            })
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+            waits.push(rx);
+        }
+        for rx in waits {
+            // Err(refused): a change of its batch was set aside; the rest
+            // is written.
+            rx.await
+                .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+                .ok();
+        }
+        Ok(())
     }
 
     /// Waits until every status change queued so far is written.

@@ -35,12 +35,14 @@ pub mod actor;
 pub mod backlog;
 mod batches;
 pub mod handle;
+pub mod holds;
 pub mod messages;
 pub mod write_lock;
 
 pub use actor::JournalActor;
 pub use backlog::{BacklogView, Refused, DEFAULT_BACKLOG};
 pub use handle::{Journal, JournalOptions, DEFAULT_NICE};
+pub use holds::Hold;
 pub use messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey,
     LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf,
