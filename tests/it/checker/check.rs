@@ -104,7 +104,7 @@ pub struct Violations(pub BTreeMap<&'static str, (usize, Vec<String>)>);
 const KEPT_EXAMPLES: usize = 100;
 
 impl Violations {
-    fn add(&mut self, invariant: &'static str, what: String) {
+    pub(super) fn add(&mut self, invariant: &'static str, what: String) {
         let (n, examples) = self.0.entry(invariant).or_default();
         *n += 1;
         if examples.len() < KEPT_EXAMPLES {
@@ -115,6 +115,18 @@ impl Violations {
     pub fn total(&self) -> usize {
         self.0.values().map(|(n, _)| n).sum()
     }
+}
+
+/// The report's violations: by invariant, how many and the first five.
+pub fn violations_json(v: &Violations) -> Value {
+    json!(v
+        .0
+        .iter()
+        .map(|(k, (n, l))| (
+            *k,
+            json!({"count": n, "first": l.iter().take(5).collect::<Vec<_>>()})
+        ))
+        .collect::<BTreeMap<_, _>>())
 }
 
 fn ms(us: i64) -> i64 {
@@ -582,7 +594,7 @@ pub fn check(
             "nacked": nacked.len(),
         },
         "faults": fault_counts,
-        "violations": v.0.iter().map(|(k, (n, l))| (*k, json!({"count": n, "first": l.iter().take(5).collect::<Vec<_>>()}))).collect::<BTreeMap<_, _>>(),
+        "violations": violations_json(&v),
         "in_the_documented_windows": excused_by,
         "lateness_ms": {
             "in_fault_windows": percentiles(&mut lateness_in),

@@ -14,8 +14,13 @@
 //!   concurrency cap), cancels by id and by bizKey after a tenth of the
 //!   pushes, reschedules, consumers acking alone or in their next poll,
 //!   nacking, and stalling past the ttl to come back late.
+//! - [`series`]: recurring messages (`repeat: {every, times: 3}`) on a
+//!   topic of their own, with their own record and invariants (each
+//!   occurrence never early, none handed out again after its ack, one
+//!   consumer at a time, every series consumed).
 //! - [`nemesis`]: kill -9 and SIGSTOP of nodes, node clocks 3 s ahead or
-//!   behind, Redis restarted empty or from an older snapshot (single
+//!   behind (started so) or jumping 3 s either way while they run (a
+//!   clock shim, clock_shim.c), Redis restarted empty or from an older snapshot (single
 //!   Redis) or a master hung and its replica promoted (Redis Cluster),
 //!   a ZooKeeper server killed or the quorum lost, partitions between a
 //!   node and Redis, the database or ZooKeeper, the database out of reach
@@ -37,6 +42,7 @@
 mod check;
 mod history;
 mod nemesis;
+mod series;
 mod workload;
 
 use std::collections::{HashMap, HashSet};
@@ -101,10 +107,14 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
     let (on_cluster, backend) = config(seed);
     let dir = tempfile::tempdir().unwrap();
     let redis_cluster = on_cluster.then(|| RedisCluster::start(dir.path()));
+    // Every node's wall clock can be moved while it runs (nemesis.rs).
+    let shim = crate::common::redis_cluster::build_clock_shim(dir.path());
     let mut b = Cluster::builder()
         .mode("multi-active")
         .backend(backend)
         .proxied()
+        .env_all("LD_PRELOAD", shim.to_str().unwrap())
+        .env_all("CLOCK_SKEW_FILE", "{dir}/clock-skew-ms-{node}")
         .arg("--reconcile-interval")
         .arg("2s")
         .arg("--reconcile-grace")
@@ -143,6 +153,8 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
         .map(|i| tokio::spawn(workload::producer(w.clone(), i)))
         .collect();
     let pauser = tokio::spawn(workload::pauser(w.clone()));
+    let series_producer = tokio::spawn(series::producer(w.clone()));
+    let series_consumer = tokio::spawn(series::consumer(w.clone(), Duration::from_secs(40)));
     let consumers: Vec<_> = [MAIN, MAIN, MAIN, PAUSED, LIMITED]
         .into_iter()
         .enumerate()
@@ -170,6 +182,7 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
         p.await.unwrap();
     }
     pauser.await.unwrap();
+    series_producer.await.unwrap();
     let quiet_from = now();
     let open = |w: &World| {
         let ops = w.history.ops.lock().unwrap();
@@ -226,6 +239,14 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
             eprintln!("checker: a consumer did not drain in 20 s");
         }
     }
+    // The series' consumer goes on until each series is consumed (40 s
+    // at most).
+    if tokio::time::timeout(Duration::from_secs(50), series_consumer)
+        .await
+        .is_err()
+    {
+        eprintln!("checker: the series' consumer did not drain in 50 s");
+    }
     // Late acks of stalled consumers land.
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -275,7 +296,10 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
         .buffer_unordered(16)
         .collect()
         .await;
-    let (violations, mut report) = check::check(&ops, &faults, &finals, quiet_from);
+    let (mut violations, mut report) = check::check(&ops, &faults, &finals, quiet_from);
+    let series_finals = series::finals(&w, port).await;
+    report["series"] = series::check(&w, &faults, &series_finals, &mut violations);
+    report["violations"] = check::violations_json(&violations);
     report["seed"] = json!(seed);
     report["config"] = json!(config);
     report["seconds"] = json!(started.elapsed().as_secs());

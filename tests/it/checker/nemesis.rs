@@ -10,6 +10,23 @@ use crate::common::RedisCluster;
 use super::history::now;
 use super::workload::World;
 
+/// Node `node`'s wall clock offset (ms), as its clock shim reads it
+/// (`CLOCK_SKEW_FILE`, set in mod.rs).
+fn skew(c: &Cluster, node: usize) -> i64 {
+    std::fs::read_to_string(c.dir.path().join(format!("clock-skew-ms-{node}")))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn set_skew(c: &Cluster, node: usize, ms: i64) {
+    std::fs::write(
+        c.dir.path().join(format!("clock-skew-ms-{node}")),
+        ms.to_string(),
+    )
+    .unwrap();
+}
+
 pub fn publish_ports(w: &World, c: &Cluster) {
     *w.ports.write().unwrap() = c.nodes.iter().map(|n| n.as_ref().map(|s| s.port)).collect();
 }
@@ -66,7 +83,7 @@ pub async fn nemesis(
         next = t + Duration::from_millis(rng.u64(2_000..5_000));
         let node = rng.usize(..nodes);
         let from = now();
-        let choice = rng.u8(..12);
+        let choice = rng.u8(..13);
         // A node that starts again needs its journal (it gives up after a
         // few seconds without it, as a supervisor would restart it later):
         // its partitions heal before a restart.
@@ -97,17 +114,37 @@ pub async fn nemesis(
                 w.history.fault("node_sigstop", from);
             }
             2 => {
-                // Both directions, and back.
-                let offset = ["+3s", "-3s", "+0s"][rng.usize(..3)];
-                c.skew_clock(node, offset);
+                // Started again with its clock off, both directions, and
+                // back.
+                let offset = [3_000, -3_000, 0][rng.usize(..3)];
+                set_skew(&c, node, offset);
                 c.kill9(node);
                 publish_ports(&w, &c);
                 c.start_node(node).await;
                 w.history.fault(
                     match offset {
-                        "+3s" => "node_clock_ahead",
-                        "-3s" => "node_clock_behind",
+                        3_000 => "node_clock_ahead",
+                        -3_000 => "node_clock_behind",
                         _ => "node_clock_true",
+                    },
+                    from,
+                );
+            }
+            12 => {
+                // The clock of a running node jumps 3 s, either way, and
+                // back a few seconds later (the shim reads its file each
+                // second).
+                let before = skew(&c, node);
+                let ahead = rng.bool();
+                set_skew(&c, node, before + if ahead { 3_000 } else { -3_000 });
+                tokio::time::sleep(Duration::from_millis(rng.u64(2_000..5_000))).await;
+                set_skew(&c, node, before);
+                tokio::time::sleep(Duration::from_millis(1_100)).await;
+                w.history.fault(
+                    if ahead {
+                        "node_clock_jump_ahead"
+                    } else {
+                        "node_clock_jump_behind"
                     },
                     from,
                 );

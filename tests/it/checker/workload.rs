@@ -26,6 +26,8 @@ const STALL_ONE_IN: u8 = 10;
 pub struct World {
     pub ports: RwLock<Vec<Option<u16>>>,
     pub history: History,
+    /// The recurring series' own record (series.rs).
+    pub series: super::series::Series,
     /// Stop pushing, cancelling, rescheduling and pausing.
     pub stop: AtomicBool,
     /// Consumers stop once this is set and a poll comes back empty.
@@ -41,6 +43,7 @@ impl World {
         World {
             ports: RwLock::new(Vec::new()),
             history: History::default(),
+            series: Default::default(),
             stop: AtomicBool::new(false),
             drained: AtomicBool::new(false),
             http: reqwest::Client::builder()

@@ -2,10 +2,12 @@
  * hangs Debian's redis-server 7.0 at start): CLOCK_REALTIME and
  * gettimeofday() are moved by the milliseconds written in the file
  * `clock-skew-ms` of the process's working directory (a redis-server's
- * `dir`), read again once a second, so a test skews a running server. */
+ * `dir`), or the file $CLOCK_SKEW_FILE names, read again once a second, so
+ * a test skews a running server, or makes its clock jump. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -19,7 +21,8 @@ static void refresh(void) {
     if (mono.tv_sec == read_at) return;
     read_at = mono.tv_sec;
     long long ms = 0;
-    FILE *f = fopen("clock-skew-ms", "r");
+    const char *path = getenv("CLOCK_SKEW_FILE");
+    FILE *f = fopen(path ? path : "clock-skew-ms", "r");
     if (f) {
         if (fscanf(f, "%lld", &ms) != 1) ms = 0;
         fclose(f);

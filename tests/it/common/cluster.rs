@@ -222,7 +222,9 @@ impl ClusterBuilder {
         self
     }
 
-    /// An environment variable of every node's process.
+    /// An environment variable of every node's process; `{dir}` and
+    /// `{node}` in the value stand for the cluster's directory and the
+    /// node's number.
     pub fn env_all(mut self, key: &str, value: &str) -> Self {
         self.envs.push((key.to_string(), value.to_string()));
         self
@@ -361,8 +363,12 @@ impl ClusterBuilder {
             for (_, offset) in self.skews.iter().filter(|(n, _)| *n == i) {
                 c.skew_clock(i, offset);
             }
+            // `{dir}` and `{node}` in a value: the cluster's directory and
+            // the node's number.
+            let dir = c.dir.path().display().to_string();
             for (k, v) in &self.envs {
-                c.set_env(i, k, v);
+                let v = v.replace("{dir}", &dir).replace("{node}", &i.to_string());
+                c.set_env(i, k, &v);
             }
             c.start_node(i).await;
         }

@@ -41,20 +41,7 @@ impl RedisCluster {
     /// ([`Self::skew_clock`]), by a shim loaded with LD_PRELOAD
     /// (clock_shim.c, built here with the system's C compiler).
     pub fn start_skewable(dir: &Path) -> RedisCluster {
-        let shim = dir.join("clock_shim.so");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/common/clock_shim.c");
-        let out = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&shim)
-            .arg(&source)
-            .arg("-ldl")
-            .output()
-            .expect("run cc (the C compiler) to build the clock shim");
-        assert!(
-            out.status.success(),
-            "cc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let shim = build_clock_shim(dir);
         Self::start_env(dir, &[("LD_PRELOAD", shim.to_str().unwrap())])
     }
 
@@ -175,4 +162,25 @@ impl Drop for RedisCluster {
             .args(["stop", self.d()])
             .status();
     }
+}
+
+/// Builds clock_shim.c into `dir` (with the system's C compiler): a library
+/// for LD_PRELOAD that offsets a process's wall clock by the milliseconds
+/// in a file, read again each second.
+pub fn build_clock_shim(dir: &Path) -> std::path::PathBuf {
+    let shim = dir.join("clock_shim.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/common/clock_shim.c");
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .expect("run cc (the C compiler) to build the clock shim");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    shim
 }
