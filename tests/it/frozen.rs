@@ -72,7 +72,10 @@ async fn push_until_accepted(
     msg: &Value,
     attempts: &Mutex<Vec<PushAttempt>>,
 ) -> Option<String> {
-    for _ in 0..10 {
+    // As a client would: sent again (its bizKey makes that safe) for up to
+    // 20 s, well past the freeze.
+    let giving_up = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < giving_up {
         let sent = now_ms();
         let began = Instant::now();
         let r = http
@@ -96,8 +99,9 @@ async fn push_until_accepted(
         if status == 200 {
             return id;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    eprintln!("a push was refused for 20 s: {msg}");
     None
 }
 
@@ -294,6 +298,13 @@ struct Figures {
 /// to two consumers at once, acked and back, or accepted twice. Returns the
 /// figures.
 fn check(c: &Cluster, s: &Scenario, o: &Outcome) -> Figures {
+    let mut failed_by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    for a in o.attempts.iter().filter(|a| a.status != 200) {
+        *failed_by_status.entry(a.status).or_default() += 1;
+    }
+    if !failed_by_status.is_empty() {
+        eprintln!("push attempts refused, by status (0: no answer): {failed_by_status:?}");
+    }
     let ids: HashSet<&String> = o.accepted.values().collect();
     assert_eq!(
         o.accepted.len(),
