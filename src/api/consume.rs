@@ -115,7 +115,9 @@ pub async fn ack(
         AckOutcome::NotInFlight(None) => Err(ApiError::Conflict {
             code: ErrorCode::NotInFlight,
             message: format!(
-                "message {id} has not been delivered yet; only a delivered message can be acked"
+                "message {id} is not in flight: not delivered yet, or a delivery Redis lost \
+                 (a recurring message's occurrence is then delivered again); only a delivered \
+                 message can be acked"
             ),
         }),
         AckOutcome::NotInFlight(Some(status)) => Err(ApiError::Conflict {

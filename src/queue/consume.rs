@@ -559,6 +559,15 @@ async fn ack_rounds(
                         None => AckOutcome::NotFound,
                         Some((row, _)) => match row.status() {
                             Status::Consumed => AckOutcome::Consumed,
+                            // A recurring message handed out, that Redis lost (a
+                            // restart, a failover) with its series: ending it would
+                            // end the whole series. It is left to the restore and
+                            // the reconciler, which schedule it again from the
+                            // journal: this occurrence comes back, as any delivery
+                            // Redis lost does, and its ack then moves the series on.
+                            Status::Consuming if row.message().next_occurrence(now).is_some() => {
+                                AckOutcome::NotInFlight(None)
+                            }
                             // Handed out, and Redis no longer holds it: an earlier
                             // ack got as far as Redis but was answered 503 before the
                             // journal committed (or Redis lost its data). The

@@ -530,6 +530,10 @@ pub fn check(
                     CancelBy::BizKey { topic, key } => {
                         p.topic == topic && p.biz_key == Some(key.as_str())
                     }
+                    CancelBy::Prefix { topic, prefix } => {
+                        p.topic == topic
+                            && p.biz_key.is_some_and(|k| k.starts_with(prefix.as_str()))
+                    }
                 }
         })
     };

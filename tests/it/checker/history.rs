@@ -96,7 +96,16 @@ impl Got {
 #[derive(Debug, Clone)]
 pub enum CancelBy {
     Id(String),
-    BizKey { topic: String, key: String },
+    BizKey {
+        topic: String,
+        key: String,
+    },
+    /// Every live message of the topic whose bizKey starts with `prefix`
+    /// (the answer counts them, it does not name them).
+    Prefix {
+        topic: String,
+        prefix: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +160,10 @@ impl What {
                 by: CancelBy::Id(_),
                 ..
             } => "cancel_by_id",
+            What::Cancel {
+                by: CancelBy::Prefix { .. },
+                ..
+            } => "cancel_by_prefix",
             What::Cancel { .. } => "cancel_by_bizkey",
             What::Reschedule { .. } => "reschedule",
             What::Pause { .. } => "pause",
@@ -215,7 +228,10 @@ impl Fault {
 
     /// The journal was out of reach of some node.
     pub fn journal_away(&self) -> bool {
-        matches!(self.kind, "database_partition" | "database_down")
+        matches!(
+            self.kind,
+            "database_partition" | "database_down" | "database_read_only"
+        )
     }
 }
 

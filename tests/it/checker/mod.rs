@@ -11,7 +11,7 @@
 //!   failed, or unknown: it may have been applied), and every fault.
 //! - [`workload`]: pushes (single and batch, with bizKeys) to three topics
 //!   (one paused and resumed now and then, one with a rate limit and a
-//!   concurrency cap), cancels by id and by bizKey after a tenth of the
+//!   concurrency cap), cancels by id, by bizKey and by bizKey prefix after a tenth of the
 //!   pushes, reschedules, consumers acking alone or in their next poll,
 //!   nacking, and stalling past the ttl to come back late.
 //! - [`series`]: recurring messages (`repeat: {every, times: 3}`) on a
@@ -24,7 +24,7 @@
 //!   Redis) or a master hung and its replica promoted (Redis Cluster),
 //!   a ZooKeeper server killed or the quorum lost, partitions between a
 //!   node and Redis, the database or ZooKeeper, the database out of reach
-//!   of every node.
+//!   of every node, and (PostgreSQL) the database refusing every write.
 //! - [`check`]: the invariants, from the history alone (the server's state
 //!   only as a final read): never early (by the host's clock), nothing
 //!   lost, nothing revived (outside the documented window, which it

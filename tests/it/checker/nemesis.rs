@@ -83,7 +83,7 @@ pub async fn nemesis(
         next = t + Duration::from_millis(rng.u64(2_000..5_000));
         let node = rng.usize(..nodes);
         let from = now();
-        let choice = rng.u8(..13);
+        let choice = rng.u8(..14);
         // A node that starts again needs its journal (it gives up after a
         // few seconds without it, as a supervisor would restart it later):
         // its partitions heal before a restart.
@@ -129,6 +129,14 @@ pub async fn nemesis(
                     },
                     from,
                 );
+            }
+            13 if c.journal.is_postgres() => {
+                // The database answers and refuses every write (read-only)
+                // for 2 to 5 s.
+                c.journal.set_read_only(true);
+                tokio::time::sleep(Duration::from_millis(rng.u64(2_000..5_000))).await;
+                c.journal.set_read_only(false);
+                w.history.fault("database_read_only", from);
             }
             12 => {
                 // The clock of a running node jumps 3 s, either way, and

@@ -90,7 +90,7 @@ impl World {
 
 /// Pushes (one at a time or in batches, with a bizKey or without) to the
 /// three topics; a tenth of them are followed by a cancel of a recent
-/// message, by id or by bizKey.
+/// message, by id, by bizKey or by bizKey prefix.
 pub async fn producer(w: Arc<World>, me: u64) {
     let mut rng = fastrand::Rng::with_seed(w.seed * 1_000 + me);
     let mut n = 0u64;
@@ -198,7 +198,8 @@ pub async fn producer(w: Arc<World>, me: u64) {
             if let (Some((id, topic, key)), Some(port)) =
                 (w.pick_recent(&mut rng), w.port(rng.usize(..)))
             {
-                cancel(&w, port, id, topic, key, rng.bool()).await;
+                let by = [By::Id, By::Key, By::Prefix][rng.usize(..3)];
+                cancel(&w, port, id, topic, key, by).await;
             }
         }
         // Now and then, a reschedule of a recent message.
@@ -212,21 +213,30 @@ pub async fn producer(w: Arc<World>, me: u64) {
     }
 }
 
-async fn cancel(
-    w: &World,
-    port: u16,
-    id: String,
-    topic: String,
-    key: Option<String>,
-    by_key: bool,
-) {
+/// How a cancel names what it cancels.
+#[derive(Clone, Copy, PartialEq)]
+enum By {
+    Id,
+    Key,
+    /// The message's bizKey as a prefix: it, and the keys that go on from
+    /// it (`k…-12` names `k…-120` to `k…-129` too).
+    Prefix,
+}
+
+async fn cancel(w: &World, port: u16, id: String, topic: String, key: Option<String>, by: By) {
     let invoke = now();
     let (req, by) = match key {
-        Some(key) if by_key => (
+        Some(key) if by == By::Key => (
             w.http
                 .post(format!("http://127.0.0.1:{port}/cancel"))
                 .json(&json!({"topic": topic, "bizKey": key})),
             CancelBy::BizKey { topic, key },
+        ),
+        Some(prefix) if by == By::Prefix => (
+            w.http
+                .post(format!("http://127.0.0.1:{port}/cancel"))
+                .json(&json!({"topic": topic, "bizKeyPrefix": prefix})),
+            CancelBy::Prefix { topic, prefix },
         ),
         _ => (
             w.http

@@ -178,6 +178,33 @@ impl Journal {
     }
 }
 
+impl Journal {
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.owned, Some(Owned::Postgres(_)))
+    }
+
+    /// PostgreSQL (a database of the test's own): the database refuses
+    /// writes (its new sessions start read-only, and its sessions open now
+    /// are closed, so the node's pool opens new ones), or takes them again
+    /// (the same way). False elsewhere: MariaDB's read-only switch is the
+    /// whole server's, shared with other tests.
+    pub fn set_read_only(&self, on: bool) -> bool {
+        let Some(Owned::Postgres(name)) = &self.owned else {
+            return false;
+        };
+        admin_postgres(&if on {
+            format!("ALTER DATABASE {name} SET default_transaction_read_only = on")
+        } else {
+            format!("ALTER DATABASE {name} RESET default_transaction_read_only")
+        });
+        admin_postgres(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ));
+        true
+    }
+}
+
 impl Drop for Journal {
     fn drop(&mut self) {
         match &self.owned {
