@@ -36,6 +36,8 @@ struct Scenario {
 /// One push request: when it was sent, how long its answer took, and its
 /// status (0: no answer).
 struct PushAttempt {
+    /// Its bizKey (also its body).
+    key: String,
     sent: i64,
     took_ms: i64,
     status: u16,
@@ -43,6 +45,8 @@ struct PushAttempt {
 
 struct Delivery {
     id: String,
+    /// Its body: the bizKey it was pushed with.
+    key: String,
     due: i64,
     at: i64,
     acked: bool,
@@ -92,6 +96,7 @@ async fn push_until_accepted(
             Err(_) => (0, None),
         };
         attempts.lock().unwrap().push(PushAttempt {
+            key: msg["bizKey"].as_str().unwrap_or_default().to_string(),
             sent,
             took_ms: began.elapsed().as_millis() as i64,
             status,
@@ -133,6 +138,7 @@ async fn consume(
                 .await
                 .is_ok_and(|r| r.status() == 200);
             out.lock().unwrap().push(Delivery {
+                key: m["body"].as_str().unwrap_or_default().to_string(),
                 id,
                 due: m["dueTime"].as_i64().unwrap(),
                 at,
@@ -312,12 +318,30 @@ fn check(c: &Cluster, s: &Scenario, o: &Outcome) -> Figures {
         "a push was never accepted"
     );
     assert_eq!(ids.len(), o.accepted.len(), "two bizKeys got one id");
+    // A push whose attempt got no answer (nginx's 504 from the frozen
+    // node) may still be applied when that node resumes, after the retry
+    // that got the id was delivered and acked, its bizKey free again (the
+    // documented outcome of a push that timed out: nginx-proxy.conf). Such
+    // a message is delivered under an id no push got; any other is a push
+    // accepted twice.
+    let unanswered: HashSet<&str> = o
+        .attempts
+        .iter()
+        .filter(|a| a.status == 0 || a.status >= 500)
+        .map(|a| a.key.as_str())
+        .collect();
     let mut by_id: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    let mut applied_late = HashSet::new();
     for d in &o.deliveries {
+        if !ids.contains(&d.id) && unanswered.contains(d.key.as_str()) {
+            applied_late.insert(d.id.as_str());
+            continue;
+        }
         assert!(
             ids.contains(&d.id),
-            "{} was delivered but no push got that id: a push was accepted twice",
-            d.id
+            "{} ({}) was delivered but no push got that id: a push was accepted twice",
+            d.id,
+            d.key
         );
         assert!(
             d.at >= d.due,
@@ -326,6 +350,12 @@ fn check(c: &Cluster, s: &Scenario, o: &Outcome) -> Figures {
             d.due - d.at
         );
         by_id.entry(&d.id).or_default().push(d);
+    }
+    if !applied_late.is_empty() {
+        eprintln!(
+            "{} pushes that got no answer were applied after their retry's message ended: {applied_late:?}",
+            applied_late.len()
+        );
     }
     for id in &ids {
         let ds = by_id.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
