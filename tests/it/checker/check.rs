@@ -31,6 +31,33 @@ pub const LEASE_WAIT_MS: i64 = 5_000;
 /// (`--reconcile-interval 2s`, `--reconcile-grace 2s`) to journal it.
 pub const RECONCILED_MS: i64 = 5_000;
 
+/// When the ends a node killed at `from` left in Redis's unjournaled hash
+/// are in the journal at the latest: the reconciler (the leader's duty)
+/// writes them within [`RECONCILED_MS`], a span that starts again after
+/// each fault overlapping it that keeps the reconciler from the journal or
+/// from leading (the database out of reach or refusing writes, ZooKeeper
+/// partitioned or without quorum).
+fn reconciled_by(from: i64, faults: &[Fault]) -> i64 {
+    let us = 1_000;
+    let mut until = from + RECONCILED_MS * us;
+    loop {
+        let later = faults
+            .iter()
+            .filter(|h| {
+                (h.journal_away() || h.kind.starts_with("zookeeper_"))
+                    && h.from <= until
+                    && h.to >= from
+            })
+            .map(|h| h.to + RECONCILED_MS * us)
+            .max()
+            .unwrap_or(until);
+        if later <= until {
+            return until;
+        }
+        until = later;
+    }
+}
+
 /// Why a delivery after an ack answered consumed is inside the documented
 /// window (README, "When Redis loses its last writes": "What can still
 /// come back"): Redis lost its writes between the two, and the ack's end
@@ -64,7 +91,7 @@ fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Opti
                     Some("ack answered by a node not yet holding its worker id lease")
                 } else if g.restarted_node()
                     && during(g.from - RECONCILED_MS * us, g.from)
-                    && f.from <= g.from + RECONCILED_MS * us
+                    && f.from <= reconciled_by(g.from, faults)
                 {
                     Some("ack's end left by a killed node for the reconciler")
                 } else {
