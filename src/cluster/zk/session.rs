@@ -326,14 +326,21 @@ impl Node {
         if !st.paused {
             return Ok(());
         }
-        let owned = std::mem::take(&mut st.owned);
-        for (shard, epoch) in owned {
-            match st
-                .client
-                .check_stat(&format!("/owners/{shard}"))
-                .await
-                .map_err(zk_err)?
-            {
+        let owned: Vec<(u32, i64)> = std::mem::take(&mut st.owned).into_iter().collect();
+        for (i, &(shard, epoch)) in owned.iter().enumerate() {
+            let stat = match st.client.check_stat(&format!("/owners/{shard}")).await {
+                Ok(stat) => stat,
+                Err(e) => {
+                    // The shards not checked yet keep their owner nodes:
+                    // the next step takes each again if it is still
+                    // assigned here and lets go of the others (dropped
+                    // here, a shard moved away meanwhile would stay held by
+                    // this session, scanned by no one).
+                    st.releasing.extend(owned[i..].iter().map(|(s, _)| *s));
+                    return Err(zk_err(e));
+                }
+            };
+            match stat {
                 Some(stat)
                     if stat.ephemeral_owner == st.client.session_id().0 && stat.czxid == epoch =>
                 {
