@@ -274,17 +274,19 @@ async fn a_message_moved_beyond_the_horizon_is_delivered_then(b: Backend) {
     use diesel::prelude::*;
     let env = Env::builder(b)
         .arg("--redis-horizon")
-        .arg("3s")
+        .arg("6s")
         .arg("--reconcile-interval")
         .arg("0")
         .start()
         .await;
     let held = env
-        .push(json!({"topic": "hz-move", "body": "held", "delay": 2_500}))
+        .push(json!({"topic": "hz-move", "body": "held", "delay": 5_000}))
         .await;
     let alone = env
-        .push(json!({"topic": "hz-move", "body": "alone", "delay": 2_500}))
+        .push(json!({"topic": "hz-move", "body": "alone", "delay": 5_000}))
         .await;
+    // Both are seen Delaying before they fall due: 5 s leaves a loaded
+    // machine's journal writer time (once Ready, they never read Delaying).
     env.wait_statuses(&[held.clone(), alone.clone()], status::DELAYING)
         .await;
     // `alone` as a push that met a Redis outage leaves it: in the journal
@@ -316,7 +318,7 @@ async fn a_message_moved_beyond_the_horizon_is_delivered_then(b: Backend) {
     .expect("set the row back to WaitPut");
     assert_eq!(listed(alone_id), 0);
 
-    let due = now_ms() + 5_000;
+    let due = now_ms() + 8_000;
     let reply = reschedule(&env, json!({"ids": [held, alone], "deliverAt": due})).await;
     let results = reply["results"].as_array().expect("results");
     for r in results {
@@ -329,7 +331,7 @@ async fn a_message_moved_beyond_the_horizon_is_delivered_then(b: Backend) {
     let listed_after_move = listed(alone_id);
     assert_eq!(env.journal.row(&alone).unwrap().due_time, due);
 
-    let got = env.collect("hz-move", 2, Duration::from_secs(15)).await;
+    let got = env.collect("hz-move", 2, Duration::from_secs(20)).await;
     let mut ids: Vec<&str> = got.iter().map(|r| r.id()).collect();
     ids.sort();
     let mut want = vec![held.as_str(), alone.as_str()];
