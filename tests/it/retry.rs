@@ -27,7 +27,8 @@ async fn nack_with_a_delay_delivers_again_after_it(b: Backend) {
     let id = env.push(json!({"topic": "nd", "body": "x"})).await;
     assert_eq!(env.receive_one("nd").await.id(), id);
     let before = now_ms();
-    let r = nack(&env, &id, "?delay=600").await;
+    // 2 s: time for a loaded journal writer to show it Delaying first.
+    let r = nack(&env, &id, "?delay=2000").await;
     let body = r.assert_ok();
     assert_eq!(
         (
@@ -38,7 +39,7 @@ async fn nack_with_a_delay_delivers_again_after_it(b: Backend) {
         (Some("delaying"), Some("Delaying"), Some(1))
     );
     let due = body["dueTime"].as_i64().unwrap();
-    assert!(due >= before + 600, "due {due} before {before} + 600");
+    assert!(due >= before + 2000, "due {due} before {before} + 2000");
     // The journal knows when it is due again, so a restore keeps the delay.
     let row = env.wait_status(&id, status::DELAYING).await;
     assert_eq!(row.due_time, due);
