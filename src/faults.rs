@@ -8,6 +8,7 @@
 //! | name | effect |
 //! |---|---|
 //! | `zk_delete_owner_fails` | the first delete of a shard's owner node in a hand-off fails (as a ZooKeeper error would) |
+//! | `zk_resume_check_fails` | the first resume after a reconnection fails at its second owner-node check (as a connection lost again would) |
 //! | `ignore_permit` | a shard's scan runs without a valid permit (membership not confirmed lately): the epoch in Redis alone fences a paused old owner |
 //! | `tombstone_ms=MS` | tombstones (and so the oldest reading schedule.lua takes, half of it) last MS instead of two minutes, so a test can outlast them |
 //! | `restore_frozen=MS` | a restore waits MS after reading each page of the journal (a process frozen mid-restore) |

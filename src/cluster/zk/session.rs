@@ -328,15 +328,24 @@ impl Node {
         }
         let owned: Vec<(u32, i64)> = std::mem::take(&mut st.owned).into_iter().collect();
         for (i, &(shard, epoch)) in owned.iter().enumerate() {
-            let stat = match st.client.check_stat(&format!("/owners/{shard}")).await {
+            let checked = if i == 1 && crate::faults::once("zk_resume_check_fails") {
+                Err(zk::Error::ConnectionLoss)
+            } else {
+                st.client.check_stat(&format!("/owners/{shard}")).await
+            };
+            let stat = match checked {
                 Ok(stat) => stat,
                 Err(e) => {
                     // The shards not checked yet keep their owner nodes:
                     // the next step takes each again if it is still
                     // assigned here and lets go of the others (dropped
                     // here, a shard moved away meanwhile would stay held by
-                    // this session, scanned by no one).
+                    // this session, scanned by no one). The steps go on:
+                    // no further "connected" event need come (a check that
+                    // timed out on a live connection), and a lost
+                    // connection's "disconnected" event pauses again.
                     st.releasing.extend(owned[i..].iter().map(|(s, _)| *s));
+                    st.paused = false;
                     return Err(zk_err(e));
                 }
             };

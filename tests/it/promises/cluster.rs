@@ -1,6 +1,7 @@
 //! Promises that hold across a cluster: clocks that are off, a rebuilt
-//! ZooKeeper, a node cut off from Redis, hand-offs that fail half way, the
-//! session timeout ZooKeeper grants, two processes with one node id.
+//! ZooKeeper, a node cut off from Redis, hand-offs and resumes that fail
+//! half way, the session timeout ZooKeeper grants, two processes with one
+//! node id.
 
 use std::time::{Duration, Instant};
 
@@ -257,6 +258,99 @@ async fn a_failed_owner_delete_in_a_hand_off_does_not_orphan_the_shard() {
         log.contains("cannot delete the shard's owner node; trying again"),
         "the delete failed once"
     );
+}
+
+/// A resume after a reconnection that fails midway (the connection lost
+/// again, a check that timed out) leaves no shard scanned by no one. Node
+/// 0 loses ZooKeeper for a moment (its session lives on); meanwhile its
+/// shards move to node 1; its first resume fails at its second shard.
+/// Node 1 takes every shard and delivers what is pushed. (Before, the
+/// shards not checked yet were dropped while node 0's session kept their
+/// owner nodes, and node 0 stayed paused until a next "connected" event.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_failing_midway_leaves_no_shard_unscanned() {
+    let mut c = Cluster::builder()
+        .mode("multi-active")
+        .proxied()
+        .session_ms(8_000)
+        .start()
+        .await;
+    c.stop(0);
+    c.set_env(0, "DELAYQ_FAULTS", "zk_resume_check_fails");
+    c.start_node(0).await;
+    let every = Duration::from_millis(200);
+    let mine = wait_every(
+        "node 0 to take two shards",
+        Duration::from_secs(30),
+        every,
+        || async {
+            let s = scanned_here(&c.admin(0).await);
+            (s.len() >= 2).then_some(s)
+        },
+    )
+    .await;
+    for p in &c.links[0].zookeeper {
+        p.cut();
+    }
+    wait_every(
+        "node 0 to see its ZooKeeper connection lost",
+        Duration::from_secs(10),
+        every,
+        || async {
+            let a = c.admin(0).await;
+            (a["session"] == json!("disconnected")).then_some(())
+        },
+    )
+    .await;
+    for shard in &mine {
+        c.post(
+            1,
+            &format!("/admin/shards/{shard}/move?to=node-1"),
+            &json!({}),
+        )
+        .await
+        .assert_ok();
+    }
+    for p in &c.links[0].zookeeper {
+        p.heal();
+    }
+    let shards = c.keys.shards() as usize;
+    wait_every(
+        "node 1 to scan every shard, node 0's included",
+        Duration::from_secs(20),
+        every,
+        || async {
+            let (zero, one) = (
+                scanned_here(&c.admin(0).await),
+                scanned_here(&c.admin(1).await),
+            );
+            if one.len() == shards && zero.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("node 0 scans {zero:?}, node 1 scans {one:?}"))
+            }
+        },
+    )
+    .await;
+    let log = std::fs::read_to_string(&c.node(0).log).unwrap();
+    assert!(
+        log.contains("cannot resume after reconnecting"),
+        "the resume failed once: {}",
+        c.node(0).log_tail(30)
+    );
+    let messages: Vec<Value> = (0..40)
+        .map(|n| json!({"topic": "resumed", "delay": 300, "body": format!("{n}")}))
+        .collect();
+    let ids = c.push_batch(1, messages).await;
+    let mut got = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < ids.len() && Instant::now() < deadline {
+        for r in c.poll(1, "resumed", 2, 100).await {
+            c.ack(1, r.id()).await.assert_ok();
+            got.insert(r.id().to_string());
+        }
+    }
+    assert_eq!(got.len(), ids.len(), "every message delivered");
 }
 
 /// The ZooKeeper servers grant at most 40 ticks of session (`cluster/zk`),
