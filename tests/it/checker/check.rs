@@ -179,6 +179,8 @@ pub fn check(
     // have ended it).
     let mut ended: HashMap<(&str, &str), i64> = HashMap::new();
     let mut cancels: Vec<(&Op, &CancelBy, &Vec<String>)> = Vec::new();
+    // A prefix cancel answered ok: its topic, prefix and count deleted.
+    let mut prefix_counts: Vec<(&Op, &str, &str, u64)> = Vec::new();
     let mut reschedules: HashMap<&str, Vec<(&Op, i64, bool)>> = HashMap::new();
     let mut pauses: Vec<(&Op, bool)> = Vec::new();
     let mut nacked: HashSet<&str> = HashSet::new();
@@ -257,7 +259,16 @@ pub fn check(
                     nacked.insert(id);
                 }
             }
-            What::Cancel { by, deleted } => cancels.push((op, by, deleted)),
+            What::Cancel {
+                by,
+                deleted,
+                counted,
+            } => {
+                cancels.push((op, by, deleted));
+                if let (CancelBy::Prefix { topic, prefix }, Some(n)) = (by, counted) {
+                    prefix_counts.push((op, topic, prefix, *n));
+                }
+            }
             What::Reschedule {
                 id,
                 delay,
@@ -322,6 +333,10 @@ pub fn check(
     let mut excused_by: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut lateness_in: Vec<i64> = Vec::new();
     let mut lateness_out: Vec<i64> = Vec::new();
+    // The same for messages due by a reschedule: how late its answer's
+    // due time is kept.
+    let mut rescheduled_in: Vec<i64> = Vec::new();
+    let mut rescheduled_out: Vec<i64> = Vec::new();
     let mut first_seen: HashSet<&str> = HashSet::new();
     for d in &deliveries {
         let id = d.got.id.as_str();
@@ -334,11 +349,14 @@ pub fn check(
         // reconciler or a restore reads the journal's (README, "What can
         // still come back"), the documented window.
         let mut unlost = pushed;
+        // Due by a reschedule answered `rescheduled` before the poll.
+        let mut moved = false;
         for (r, delay, rescheduled) in reschedules.get(id).into_iter().flatten() {
             let at = r.invoke + delay * 1000;
             let lost = lost_between(r.invoke, d.op.complete);
             if r.complete < d.op.invoke && r.res == Res::Ok && *rescheduled {
                 unlost = at;
+                moved = true;
                 bound = if lost { bound.min(at) } else { at };
             } else if r.invoke < d.op.complete && r.res == Res::Unknown
                 || (r.invoke < d.op.complete && r.complete >= d.op.invoke && *rescheduled)
@@ -370,10 +388,11 @@ pub fn check(
             let in_fault = faults
                 .iter()
                 .any(|f| f.from <= bound + 1_000_000 && f.to + 5_000_000 >= bound);
-            if in_fault {
-                lateness_in.push(late);
-            } else {
-                lateness_out.push(late);
+            match (in_fault, moved) {
+                (true, false) => lateness_in.push(late),
+                (false, false) => lateness_out.push(late),
+                (true, true) => rescheduled_in.push(late),
+                (false, true) => rescheduled_out.push(late),
             }
         }
     }
@@ -569,6 +588,62 @@ pub fn check(
         .filter(|(op, _, _)| op.res == Res::Ok)
         .flat_map(|(_, _, d)| d.iter().map(String::as_str))
         .collect();
+    // Answers are true (prefix cancels): a prefix cancel's count of
+    // deleted messages is at most the messages of its topic and prefix
+    // that may have existed, pushed (answered ok or not at all) before it
+    // was answered, less those an ack or cancel answered ok ended before
+    // it was sent.
+    let mut ended_at: HashMap<&str, i64> = HashMap::new();
+    for (id, list) in &acks {
+        for (op, consumed) in list {
+            if *consumed {
+                let at = ended_at.entry(id).or_insert(op.complete);
+                *at = (*at).min(op.complete);
+            }
+        }
+    }
+    for (op, _, deleted) in &cancels {
+        if op.res == Res::Ok {
+            for id in deleted.iter() {
+                let at = ended_at.entry(id.as_str()).or_insert(op.complete);
+                *at = (*at).min(op.complete);
+            }
+        }
+    }
+    for (cancel, topic, prefix, counted) in &prefix_counts {
+        let mut could = 0u64;
+        for op in ops {
+            let What::Push { msgs } = &op.what else {
+                continue;
+            };
+            if !op.res.maybe() || op.invoke >= cancel.complete {
+                continue;
+            }
+            for p in msgs {
+                let matches = p.topic == *topic
+                    && p.biz_key.as_deref().is_some_and(|k| k.starts_with(prefix));
+                let gone =
+                    p.id.as_deref()
+                        .and_then(|id| ended_at.get(id))
+                        .is_some_and(|&at| at < cancel.invoke);
+                if matches && !p.duplicate && !gone {
+                    could += 1;
+                }
+            }
+        }
+        if *counted > could {
+            v.add(
+                "answer",
+                format!(
+                    "a cancel of {topic}'s bizKeys from {prefix:?} answered {counted} deleted; at most {could} such messages could have been live ({}..{} ms via :{})",
+                    ms(cancel.invoke),
+                    ms(cancel.complete),
+                    cancel.node
+                ),
+            );
+        }
+    }
+
     for (id, p) in &pushes {
         let acked_ok = acks.get(id).into_iter().flatten().any(|(_, c)| *c);
         let ack_sent = acks.contains_key(id);
@@ -630,6 +705,10 @@ pub fn check(
         "lateness_ms": {
             "in_fault_windows": percentiles(&mut lateness_in),
             "outside": percentiles(&mut lateness_out),
+            "rescheduled": {
+                "in_fault_windows": percentiles(&mut rescheduled_in),
+                "outside": percentiles(&mut rescheduled_out),
+            },
         },
     });
     (v, report)

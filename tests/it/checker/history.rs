@@ -129,10 +129,12 @@ pub enum What {
         id: String,
         receipt: String,
     },
-    /// `deleted`: the ids answered `deleted`.
+    /// `deleted`: the ids answered `deleted`; `counted`: a prefix
+    /// cancel's answered count of deleted messages (it names none).
     Cancel {
         by: CancelBy,
         deleted: Vec<String>,
+        counted: Option<u64>,
     },
     Reschedule {
         id: String,

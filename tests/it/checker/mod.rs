@@ -433,7 +433,7 @@ fn explain(
                     }
                     What::Ack { id: i, .. } | What::Nack { id: i, .. } => i == id,
                     What::Reschedule { id: i, .. } => i == id,
-                    What::Cancel { by, deleted } => {
+                    What::Cancel { by, deleted, .. } => {
                         deleted.iter().any(|d| d == id)
                             || matches!(by, history::CancelBy::Id(i) if i == id)
                     }

@@ -248,7 +248,9 @@ async fn cancel(w: &World, port: u16, id: String, topic: String, key: Option<Str
     // A 404 of an unknown id is a definite answer too.
     let res = Res::of(answer.as_ref().map(|(s, _)| *s));
     let mut deleted = Vec::new();
+    let mut counted = None;
     if let Some((200, v)) = &answer {
+        counted = v["results"]["deleted"].as_u64();
         if v["result"] == "deleted" {
             deleted.push(v["id"].as_str().unwrap_or_default().to_string());
         }
@@ -258,8 +260,16 @@ async fn cancel(w: &World, port: u16, id: String, topic: String, key: Option<Str
             }
         }
     }
-    w.history
-        .op(invoke, res, port, What::Cancel { by, deleted });
+    w.history.op(
+        invoke,
+        res,
+        port,
+        What::Cancel {
+            by,
+            deleted,
+            counted,
+        },
+    );
 }
 
 async fn reschedule(w: &World, port: u16, id: String, delay: i64) {
