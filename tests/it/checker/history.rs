@@ -196,12 +196,15 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// Redis lost writes (restarted empty, from an older snapshot, or a
-    /// master failed over).
+    /// Redis lost writes (restarted empty, from an older snapshot, a
+    /// lagging replica promoted, or a Redis Cluster master failed over).
     pub fn redis_lost(&self) -> bool {
         matches!(
             self.kind,
-            "redis_restart_empty" | "redis_older_snapshot" | "redis_master_hung"
+            "redis_restart_empty"
+                | "redis_older_snapshot"
+                | "redis_replica_promoted"
+                | "redis_master_hung"
         )
     }
 

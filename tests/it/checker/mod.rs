@@ -132,6 +132,9 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
     for i in 0..2 {
         c.wait_ready(i, Duration::from_secs(30)).await;
     }
+    // The nodes made the journal's tables: the switch that lets it refuse
+    // writes goes in before any fault.
+    c.journal.prepare_refusal();
     let config = format!(
         "{}-{}",
         if on_cluster { "cluster" } else { "single" },

@@ -57,6 +57,14 @@ pub async fn nemesis(
 ) -> Cluster {
     let mut rng = fastrand::Rng::with_seed(w.seed * 7 + 1);
     let end = Instant::now() + run_for;
+    // A single Redis has a replica, for a failover that loses writes.
+    let mut replica = redis_cluster.is_none().then(|| {
+        let dir = c.dir.path().join("replica");
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = crate::common::redis_server::Redis::start(&dir);
+        r.replicate(c.redis.port);
+        r
+    });
     let nodes = c.nodes.len();
     let mut partitions: Vec<Partition> = Vec::new();
     let mut next = Instant::now() + Duration::from_millis(rng.u64(1_000..3_000));
@@ -83,7 +91,7 @@ pub async fn nemesis(
         next = t + Duration::from_millis(rng.u64(2_000..5_000));
         let node = rng.usize(..nodes);
         let from = now();
-        let choice = rng.u8(..14);
+        let choice = rng.u8(..15);
         // A node that starts again needs its journal (it gives up after a
         // few seconds without it, as a supervisor would restart it later):
         // its partitions heal before a restart.
@@ -130,12 +138,15 @@ pub async fn nemesis(
                     from,
                 );
             }
-            13 if c.journal.is_postgres() => {
-                // The database answers and refuses every write (read-only)
-                // for 2 to 5 s.
+            13 if c.journal.can_refuse_writes() => {
+                // The database answers and refuses every write for 2 to 5
+                // s (PostgreSQL: read-only; MariaDB: a trigger on every
+                // table refuses each write).
                 c.journal.set_read_only(true);
+                assert!(!c.journal.takes_writes(), "the database refuses writes now");
                 tokio::time::sleep(Duration::from_millis(rng.u64(2_000..5_000))).await;
                 c.journal.set_read_only(false);
+                assert!(c.journal.takes_writes(), "the database takes writes again");
                 w.history.fault("database_read_only", from);
             }
             12 => {
@@ -158,7 +169,7 @@ pub async fn nemesis(
                 );
             }
             3 if redis_cluster.is_none() => {
-                let _ = std::fs::remove_file(c.dir.path().join("dump.rdb"));
+                let _ = std::fs::remove_file(c.redis.dump_path());
                 let from = now();
                 c.redis.kill();
                 tokio::time::sleep(Duration::from_millis(rng.u64(200..1_000))).await;
@@ -173,8 +184,31 @@ pub async fn nemesis(
                 let from = now();
                 c.redis.kill();
                 c.redis.restart_same_port();
-                let _ = std::fs::remove_file(c.dir.path().join("dump.rdb"));
+                let _ = std::fs::remove_file(c.redis.dump_path());
                 w.history.fault("redis_older_snapshot", from);
+            }
+            14 if redis_cluster.is_none() => {
+                // A failover to a replica that lags: it is promoted while
+                // its master still takes writes for 200 ms to 2 s (lost
+                // with it), then every node's Redis address moves to it
+                // (connections cut); the old master follows it from then
+                // on, as its replica.
+                let r = replica.as_mut().expect("a single Redis has a replica");
+                let _: redis::RedisResult<i64> = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(2_000)
+                    .query(&mut c.redis.con());
+                let from = now();
+                r.promote();
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..2_000))).await;
+                for l in &c.links {
+                    if let Some(p) = &l.redis {
+                        p.redirect(r.port);
+                    }
+                }
+                std::mem::swap(&mut c.redis, r);
+                r.replicate(c.redis.port);
+                w.history.fault("redis_replica_promoted", from);
             }
             3 | 4 => {
                 let rc = redis_cluster.unwrap();

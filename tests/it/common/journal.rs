@@ -179,16 +179,84 @@ impl Journal {
 }
 
 impl Journal {
-    pub fn is_postgres(&self) -> bool {
-        matches!(self.owned, Some(Owned::Postgres(_)))
+    /// Whether [`Journal::set_read_only`] works here (a database of the
+    /// test's own; on MariaDB once [`Journal::prepare_refusal`] ran).
+    pub fn can_refuse_writes(&self) -> bool {
+        self.owned.is_some()
     }
 
-    /// PostgreSQL (a database of the test's own): the database refuses
-    /// writes (its new sessions start read-only, and its sessions open now
-    /// are closed, so the node's pool opens new ones), or takes them again
-    /// (the same way). False elsewhere: MariaDB's read-only switch is the
-    /// whole server's, shared with other tests.
+    /// MariaDB, whose read-only switch is the whole server's (shared with
+    /// other tests): a trigger on every table of the test's database
+    /// refuses each insert, update and delete while the one row of a
+    /// MEMORY table says so. Created once, before faults (a trigger
+    /// created later would wait for every open transaction, a partitioned
+    /// node's too); the switch is that row, and a MEMORY table's row
+    /// waits for no transaction. Nothing elsewhere.
+    pub fn prepare_refusal(&self) {
+        let Some(Owned::Mysql(_)) = &self.owned else {
+            return;
+        };
+        #[derive(diesel::QueryableByName)]
+        struct Table {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            t: String,
+        }
+        let mut conn = self.conn();
+        let JournalConn::Mysql(c) = &mut conn else {
+            unreachable!("a MariaDB journal")
+        };
+        let run = |c: &mut diesel::MysqlConnection, sql: &str| {
+            c.batch_execute(sql)
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        };
+        run(
+            c,
+            "CREATE TABLE test_refuse (refuse TINYINT NOT NULL) ENGINE=MEMORY",
+        );
+        run(c, "INSERT INTO test_refuse VALUES (0)");
+        let tables: Vec<Table> = diesel::sql_query(
+            "SELECT table_name AS t FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' \
+             AND table_name NOT IN ('test_refuse', '__diesel_schema_migrations')",
+        )
+        .load(c)
+        .expect("list the journal's tables");
+        for Table { t } in tables {
+            for op in ["INSERT", "UPDATE", "DELETE"] {
+                run(
+                    c,
+                    &format!(
+                        "CREATE TRIGGER `refuse_{}_{}` BEFORE {op} ON `{t}` FOR EACH ROW \
+                         IF (SELECT refuse FROM test_refuse LIMIT 1) = 1 THEN \
+                         SIGNAL SQLSTATE '45000' \
+                         SET MESSAGE_TEXT = 'the database refuses writes (a test fault)'; \
+                         END IF",
+                        t,
+                        op.to_lowercase()
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Whether the database takes a write now (the node's own probe: a
+    /// flow row inserted and rolled back).
+    pub fn takes_writes(&self) -> bool {
+        store::probe_write(&mut self.conn()).is_ok()
+    }
+
+    /// The database (the test's own) refuses every write, or takes them
+    /// again. PostgreSQL: its new sessions start read-only, and its
+    /// sessions open now are closed, so the node's pool opens new ones.
+    /// MariaDB: the switch [`Journal::prepare_refusal`] made. False on
+    /// SQLite.
     pub fn set_read_only(&self, on: bool) -> bool {
+        if let Some(Owned::Mysql(_)) = &self.owned {
+            let sql = format!("UPDATE test_refuse SET refuse = {}", u8::from(on));
+            with_conn!(&mut self.conn(), c => c.batch_execute(&sql))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            return true;
+        }
         let Some(Owned::Postgres(name)) = &self.owned else {
             return false;
         };

@@ -4,15 +4,17 @@
 //! through again. `hang` is the other kind of partition, packets dropped
 //! (iptables DROP): connections stay open and new ones are accepted, but
 //! nothing gets through either way until `heal`, when what was sent
-//! meanwhile arrives late.
+//! meanwhile arrives late. `redirect` moves it to another upstream (an
+//! address that follows a failover).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub struct Proxy {
     pub port: u16,
+    upstream: Arc<AtomicU16>,
     cut: Arc<AtomicBool>,
     hung: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
@@ -29,7 +31,8 @@ impl Proxy {
         let h = hung.clone();
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, o, s) = (cut.clone(), open.clone(), stop.clone());
+        let upstream = Arc::new(AtomicU16::new(upstream));
+        let (c, o, s, u) = (cut.clone(), open.clone(), stop.clone(), upstream.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::Acquire) {
@@ -40,7 +43,8 @@ impl Proxy {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", u.load(Ordering::Acquire)))
+                else {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };
@@ -61,6 +65,7 @@ impl Proxy {
         });
         Proxy {
             port,
+            upstream,
             cut,
             hung,
             open,
@@ -71,6 +76,15 @@ impl Proxy {
     /// Drops every connection through the proxy and refuses new ones.
     pub fn cut(&self) {
         self.cut.store(true, Ordering::Release);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Sends new connections to `127.0.0.1:upstream` from now on and drops
+    /// the open ones (as a virtual address moved to a promoted replica).
+    pub fn redirect(&self, upstream: u16) {
+        self.upstream.store(upstream, Ordering::Release);
         for s in self.open.lock().unwrap().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }

@@ -79,6 +79,31 @@ impl Redis {
         false
     }
 
+    /// Where `SAVE` writes its snapshot (and a restart reads it).
+    pub fn dump_path(&self) -> PathBuf {
+        self.dir.join("dump.rdb")
+    }
+
+    /// Makes this server a replica of the one on `127.0.0.1:master`.
+    pub fn replicate(&self, master: u16) {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master)
+            .query(&mut self.con())
+            .expect("REPLICAOF");
+    }
+
+    /// Promotes this replica to a master of its own (`REPLICAOF NO ONE`:
+    /// a new replication id; what its master takes from now on is not
+    /// here).
+    pub fn promote(&self) {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.con())
+            .expect("REPLICAOF NO ONE");
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
