@@ -310,14 +310,24 @@ RESERVATIONS=${TMPDIR:-/tmp}/delayq-zk-ports
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# reserve PORT: atomically claim PORT for 10 minutes (enough to bind it).
+# reserve PORT: atomically claim PORT for as long as the process that asked
+# for the service (this script's parent: a test, or an operator's shell)
+# runs, so a server it stops and starts again on that port finds it free
+# however long the test runs. A claim whose owner is gone, or older than
+# 6 hours, or unreadable and older than 10 minutes, is stale.
 reserve() {
-    local f=$RESERVATIONS/$1
+    local f=$RESERVATIONS/$1 owner age
     mkdir -p "$RESERVATIONS"
-    if [ -e "$f" ] && [ $(( $(date +%s) - $(stat -c %Y "$f" 2>/dev/null || echo 0) )) -gt 600 ]; then
-        rm -f "$f"
+    if [ -e "$f" ]; then
+        owner=$(cat "$f" 2>/dev/null || true)
+        age=$(( $(date +%s) - $(stat -c %Y "$f" 2>/dev/null || echo 0) ))
+        if [ "$age" -gt 21600 ] \
+            || { [[ $owner =~ ^[0-9]+$ ]] && ! kill -0 "$owner" 2>/dev/null; } \
+            || { ! [[ $owner =~ ^[0-9]+$ ]] && [ "$age" -gt 600 ]; }; then
+            rm -f "$f"
+        fi
     fi
-    ( set -o noclobber; echo "$$" >"$f" ) 2>/dev/null
+    ( set -o noclobber; echo "$PPID" >"$f" ) 2>/dev/null
 }
 
 # pick_port: a free, reserved loopback port. Below the kernel's ephemeral

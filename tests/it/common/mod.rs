@@ -131,17 +131,31 @@ const PORT_RESERVATIONS: &str = "delayq-zk-ports";
 /// the same port. It lies below the kernel's ephemeral range (32768 and
 /// up), so no outgoing connection or port-0 listener of another process
 /// takes it while the service is down, and it is reserved (a file named
-/// after it, claimed atomically, for 10 minutes) so that tests picking at
-/// the same moment never share it.
+/// after it, claimed atomically, holding this process's id) for as long as
+/// this test runs, so no other test takes it while the service is down,
+/// however long the run.
 pub fn reserved_port() -> u16 {
     let dir = std::env::temp_dir().join(PORT_RESERVATIONS);
     std::fs::create_dir_all(&dir).unwrap();
     for _ in 0..500 {
         let port = 10_000 + (u32::from_str_radix(&random_hex(6), 16).unwrap() % 22_000) as u16;
         let file = dir.join(port.to_string());
-        let stale = std::fs::metadata(&file)
+        // Stale: its owner is gone, or it is older than 6 hours, or it
+        // names no owner (a claim being written) and is older than 10
+        // minutes.
+        let age = std::fs::metadata(&file)
             .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(600)));
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        let owner: Option<u32> = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let older = |secs| age.is_some_and(|a| a > Duration::from_secs(secs));
+        let stale = older(6 * 3600)
+            || match owner {
+                Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+                None => older(600),
+            };
         if stale {
             let _ = std::fs::remove_file(&file);
         }
