@@ -265,9 +265,12 @@ impl Journal {
         } else {
             format!("ALTER DATABASE {name} RESET default_transaction_read_only")
         });
+        // The test role's sessions (an autovacuum worker on the database
+        // is the server's, and not the test's to end).
         admin_postgres(&format!(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+             WHERE datname = '{name}' AND pid <> pg_backend_pid() \
+             AND usename = current_user"
         ));
         true
     }
