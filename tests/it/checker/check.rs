@@ -65,6 +65,22 @@ fn reconciled_by(from: i64, faults: &[Fault]) -> i64 {
     }
 }
 
+/// When `loss` took from Redis what `ack` applied (None: it could not).
+/// Most losses happen at once (a restart, a promotion), and lose what was
+/// applied before. A Redis Cluster master failed over while it hung
+/// answers, when it resumes, the commands its connections sent meanwhile
+/// and a while after, and loses them when it learns of the failover (by
+/// [`Fault::stale_until`]): an ack answered in that span was lost then.
+fn lost_at(loss: &Fault, ack: &Op) -> Option<i64> {
+    if loss.kind != "redis_master_hung" {
+        return Some(loss.from);
+    }
+    if ack.complete < loss.from {
+        return Some(loss.from);
+    }
+    (ack.invoke <= loss.stale_until()).then_some(ack.complete.min(loss.stale_until()))
+}
+
 /// Why a delivery after an ack answered consumed is inside the documented
 /// window (README, "When Redis loses its last writes": "What can still
 /// come back"): Redis lost its writes between the two, and the ack's end
@@ -74,12 +90,13 @@ fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Opti
     let us = 1_000;
     losses
         .iter()
-        .filter(|f| f.from >= ack.invoke && f.from <= poll.complete)
-        .find_map(|f| {
+        .filter_map(|f| lost_at(f, ack))
+        .filter(|&at| at >= ack.invoke && at <= poll.complete)
+        .find_map(|at| {
             let stopped = faults.iter().any(|g| {
-                g.stopped_node() && g.to >= ack.invoke && g.from <= f.from + NODE_GONE_MS * us
+                g.stopped_node() && g.to >= ack.invoke && g.from <= at + NODE_GONE_MS * us
             });
-            if stopped && ack.complete + UNJOURNALED_ACK_MS * us >= f.from {
+            if stopped && ack.complete + UNJOURNALED_ACK_MS * us >= at {
                 return Some(
                     "ack answered within 3 s before Redis lost its writes, a node stopped then",
                 );
@@ -88,17 +105,17 @@ fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Opti
                 let during = |from: i64, to: i64| ack.complete >= from && ack.invoke <= to;
                 if g.journal_away()
                     && during(g.from - us * 1_000, g.to + us * 1_000)
-                    && f.from <= g.to + RECONCILED_MS * us
+                    && at <= g.to + RECONCILED_MS * us
                 {
                     Some("ack answered while the journal was out of reach")
                 } else if g.restarted_node()
                     && during(g.to, g.to + LEASE_WAIT_MS * us)
-                    && f.from <= g.to + (LEASE_WAIT_MS + 1_000) * us
+                    && at <= g.to + (LEASE_WAIT_MS + 1_000) * us
                 {
                     Some("ack answered by a node not yet holding its worker id lease")
                 } else if g.restarted_node()
                     && during(g.from - RECONCILED_MS * us, g.from)
-                    && f.from <= reconciled_by(g.from, faults)
+                    && at <= reconciled_by(g.from, faults)
                 {
                     Some("ack's end left by a killed node for the reconciler")
                 } else {
@@ -306,6 +323,21 @@ pub fn check(
         })
     };
     const STALE: &str = "a failed-over Redis Cluster master serving its old data after it resumed";
+    // An ack or cancel such a master answered after it resumed, lost with
+    // its data when it learned of the failover: when the new master's
+    // fence walk came before it, the message is handed out again (its ack
+    // deadline passed, or it fell due) until the reconciler takes out of
+    // Redis what the journal ended (`finishedInJournal`).
+    let stale_write = |op: &Op, poll: &Op| {
+        redis_losses.iter().any(|f| {
+            f.kind == "redis_master_hung"
+                && op.complete >= f.from
+                && op.invoke <= f.stale_until()
+                && poll.invoke <= reconciled_by(f.stale_until(), faults)
+        })
+    };
+    const STALE_WRITE: &str =
+        "an ack or cancel a failed-over Redis Cluster master answered after it resumed, lost with its data, before the reconciler's pass";
 
     // Nothing delivered that was never pushed; bodies intact.
     let mut bound_of: HashMap<&str, i64> = HashMap::new();
@@ -423,8 +455,12 @@ pub fn check(
                 }
                 let why = if stale_master(ack.complete, d.op) {
                     Some(STALE)
+                } else if let Some(why) = unjournaled(ack, d.op, &redis_losses, faults) {
+                    Some(why)
+                } else if stale_write(ack, d.op) {
+                    Some(STALE_WRITE)
                 } else {
-                    unjournaled(ack, d.op, &redis_losses, faults)
+                    None
                 };
                 match why {
                     Some(why) => *excused_by.entry(why).or_default() += 1,
@@ -457,6 +493,8 @@ pub fn check(
             for d in by_id.get(id.as_str()).into_iter().flatten() {
                 if d.op.invoke > op.complete && stale_master(op.complete, d.op) {
                     *excused_by.entry(STALE).or_default() += 1;
+                } else if d.op.invoke > op.complete && stale_write(op, d.op) {
+                    *excused_by.entry(STALE_WRITE).or_default() += 1;
                 } else if d.op.invoke > op.complete {
                     v.add(
                         "answer",
@@ -723,4 +761,59 @@ fn percentiles(xs: &mut [i64]) -> Value {
     xs.sort_unstable();
     let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
     json!({"count": xs.len(), "p50": at(0.5), "p99": at(0.99), "max": xs[xs.len() - 1]})
+}
+
+#[cfg(test)]
+mod windows {
+    use super::*;
+
+    fn fault(kind: &'static str, from_ms: i64, to_ms: i64) -> Fault {
+        Fault {
+            kind,
+            from: from_ms * 1_000,
+            to: to_ms * 1_000,
+        }
+    }
+
+    fn op(invoke_ms: i64, complete_ms: i64) -> Op {
+        Op {
+            invoke: invoke_ms * 1_000,
+            complete: complete_ms * 1_000,
+            res: Res::Ok,
+            node: 1,
+            what: What::Nack {
+                id: "1".into(),
+                receipt: "1-1".into(),
+            },
+        }
+    }
+
+    /// A 25-minute Redis Cluster run (seed 967645709): an ack sent while a
+    /// master hung, answered by that master as it resumed (after the
+    /// failover), its node's journal out of reach, the node killed before
+    /// it wrote the ack: the stale master's copy was lost when it learned
+    /// of the failover, so the hang's end, not its start, is the loss.
+    #[test]
+    fn an_ack_a_resumed_failed_over_master_answered_is_lost_after_it() {
+        let faults = vec![
+            fault("redis_master_hung", 467_262, 470_863),
+            fault("database_down", 470_863, 473_698),
+            fault("node_clock_behind", 473_698, 473_981),
+        ];
+        let losses: Vec<&Fault> = faults.iter().filter(|f| f.redis_lost()).collect();
+        let ack = op(469_868, 470_893);
+        let poll = op(474_556, 474_573);
+        assert_eq!(lost_at(losses[0], &ack), Some(470_893_000));
+        assert!(unjournaled(&ack, &poll, &losses, &faults).is_some());
+        // Without a node stopped or the journal away, it is not that window.
+        let hung_only = vec![fault("redis_master_hung", 467_262, 470_863)];
+        let losses: Vec<&Fault> = hung_only.iter().collect();
+        assert_eq!(unjournaled(&ack, &poll, &losses, &hung_only), None);
+        // An ack sent after the stale master's while was not lost by it.
+        let late = op(474_000, 474_010);
+        assert_eq!(lost_at(losses[0], &late), None);
+        // A restart loses what came before it, at once.
+        let restart = fault("redis_restart_empty", 467_262, 468_000);
+        assert_eq!(lost_at(&restart, &ack), Some(467_262_000));
+    }
 }
