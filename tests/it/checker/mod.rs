@@ -146,7 +146,7 @@ async fn run(seed: u64, secs: u64, plant: Option<&str>) -> (check::Violations, s
     );
     eprintln!(
         "checker: seed {seed} ({config}), nemesis for {secs} s, planted bug: {plant:?} \
-         (replay: scripts/check-faults --seed {seed} --secs {secs}{})",
+         (replay: scripts/check-faults --seed {seed} --secs {secs} --config {config}{})",
         plant.map(|p| format!(" --plant {p}")).unwrap_or_default()
     );
     let w = Arc::new(World::new(seed));
