@@ -72,13 +72,26 @@ fn reconciled_by(from: i64, faults: &[Fault]) -> i64 {
 /// and a while after, and loses them when it learns of the failover (by
 /// [`Fault::stale_until`]): an ack answered in that span was lost then.
 fn lost_at(loss: &Fault, ack: &Op) -> Option<i64> {
-    if loss.kind != "redis_master_hung" {
-        return Some(loss.from);
-    }
-    if ack.complete < loss.from {
+    if !loss.master_hung() || ack.complete < loss.from {
         return Some(loss.from);
     }
     (ack.invoke <= loss.stale_until()).then_some(ack.complete.min(loss.stale_until()))
+}
+
+/// Whether `poll` may hand out again what `op` (an ack or a cancel) ended
+/// because a Redis Cluster master failed over while it hung answered `op`
+/// after it resumed and lost it with its data when it learned of the
+/// failover: when the new master's fence walk came first, the message is
+/// handed out again (its ack deadline passed, or it fell due) until the
+/// reconciler takes out of Redis what the journal ended
+/// (`finishedInJournal`).
+fn stale_write(op: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> bool {
+    losses.iter().any(|f| {
+        f.master_hung()
+            && op.complete >= f.from
+            && op.invoke <= f.stale_until()
+            && poll.invoke <= reconciled_by(f.stale_until(), faults)
+    })
 }
 
 /// Why a delivery after an ack answered consumed is inside the documented
@@ -316,26 +329,13 @@ pub fn check(
     // applied on the new master meanwhile is not in it.
     let stale_master = |done: i64, poll: &Op| {
         redis_losses.iter().any(|f| {
-            f.kind == "redis_master_hung"
+            f.master_hung()
                 && done <= f.stale_until()
                 && poll.invoke <= f.stale_until()
                 && poll.complete >= f.from
         })
     };
     const STALE: &str = "a failed-over Redis Cluster master serving its old data after it resumed";
-    // An ack or cancel such a master answered after it resumed, lost with
-    // its data when it learned of the failover: when the new master's
-    // fence walk came before it, the message is handed out again (its ack
-    // deadline passed, or it fell due) until the reconciler takes out of
-    // Redis what the journal ended (`finishedInJournal`).
-    let stale_write = |op: &Op, poll: &Op| {
-        redis_losses.iter().any(|f| {
-            f.kind == "redis_master_hung"
-                && op.complete >= f.from
-                && op.invoke <= f.stale_until()
-                && poll.invoke <= reconciled_by(f.stale_until(), faults)
-        })
-    };
     const STALE_WRITE: &str =
         "an ack or cancel a failed-over Redis Cluster master answered after it resumed, lost with its data, before the reconciler's pass";
 
@@ -453,15 +453,12 @@ pub fn check(
                 if d.op.invoke <= ack.complete {
                     continue;
                 }
-                let why = if stale_master(ack.complete, d.op) {
-                    Some(STALE)
-                } else if let Some(why) = unjournaled(ack, d.op, &redis_losses, faults) {
-                    Some(why)
-                } else if stale_write(ack, d.op) {
-                    Some(STALE_WRITE)
-                } else {
-                    None
-                };
+                let why = stale_master(ack.complete, d.op)
+                    .then_some(STALE)
+                    .or_else(|| unjournaled(ack, d.op, &redis_losses, faults))
+                    .or_else(|| {
+                        stale_write(ack, d.op, &redis_losses, faults).then_some(STALE_WRITE)
+                    });
                 match why {
                     Some(why) => *excused_by.entry(why).or_default() += 1,
                     None => v.add(
@@ -491,11 +488,14 @@ pub fn check(
         }
         for id in deleted.iter() {
             for d in by_id.get(id.as_str()).into_iter().flatten() {
-                if d.op.invoke > op.complete && stale_master(op.complete, d.op) {
+                if d.op.invoke <= op.complete {
+                    continue;
+                }
+                if stale_master(op.complete, d.op) {
                     *excused_by.entry(STALE).or_default() += 1;
-                } else if d.op.invoke > op.complete && stale_write(op, d.op) {
+                } else if stale_write(op, d.op, &redis_losses, faults) {
                     *excused_by.entry(STALE_WRITE).or_default() += 1;
-                } else if d.op.invoke > op.complete {
+                } else {
                     v.add(
                         "answer",
                         format!(
@@ -815,5 +815,34 @@ mod windows {
         // A restart loses what came before it, at once.
         let restart = fault("redis_restart_empty", 467_262, 468_000);
         assert_eq!(lost_at(&restart, &ack), Some(467_262_000));
+    }
+
+    /// The stale master's lost acks are excused until the reconciler's
+    /// pass after its while, and only for acks it could have answered.
+    #[test]
+    fn a_stale_masters_lost_ack_is_excused_until_the_reconcilers_pass() {
+        let faults = vec![fault("redis_master_hung", 467_262, 470_863)];
+        let losses: Vec<&Fault> = faults.iter().collect();
+        let ack = op(469_868, 470_893);
+        // Its while ends at 473 863 ms, the reconciler's pass 5 s later.
+        assert!(stale_write(&ack, &op(478_000, 478_010), &losses, &faults));
+        assert!(!stale_write(&ack, &op(479_000, 479_010), &losses, &faults));
+        // An ack answered before the hang, or sent after the while: not it.
+        assert!(!stale_write(
+            &op(460_000, 460_010),
+            &op(470_000, 470_010),
+            &losses,
+            &faults
+        ));
+        assert!(!stale_write(
+            &op(474_000, 474_010),
+            &op(475_000, 475_010),
+            &losses,
+            &faults
+        ));
+        // Nor after a restart, which loses what came before it at once.
+        let restart = vec![fault("redis_restart_empty", 467_262, 468_000)];
+        let losses: Vec<&Fault> = restart.iter().collect();
+        assert!(!stale_write(&ack, &op(470_000, 470_010), &losses, &restart));
     }
 }

@@ -213,11 +213,16 @@ impl Fault {
     /// resumes, until it learns of the failover
     /// ([`STALE_MASTER_MS`]; README, "When Redis loses its last writes").
     pub fn stale_until(&self) -> i64 {
-        if self.kind == "redis_master_hung" {
+        if self.master_hung() {
             self.to + STALE_MASTER_MS * 1000
         } else {
             self.to
         }
+    }
+
+    /// A Redis Cluster master hung past the node timeout and failed over.
+    pub fn master_hung(&self) -> bool {
+        self.kind == "redis_master_hung"
     }
 
     /// A node was killed and started again.
