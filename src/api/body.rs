@@ -104,13 +104,92 @@ impl FromRequest for JsonBody {
                     ),
                 });
             }
-            serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            parse_strict(&bytes).map(JsonBody).map_err(|e| {
                 ApiError::invalid(
                     ErrorCode::InvalidJson,
                     format!("request body is not valid JSON: {e}"),
                 )
             })
         })
+    }
+}
+
+/// Parses a JSON text as serde_json does, but refuses an object that
+/// names a key twice: JSON leaves it undefined, and "the last one wins"
+/// would quietly drop what a client sent (`{"delay": 0, "delay": 60000}`).
+pub fn parse_strict(bytes: &[u8]) -> serde_json::Result<Value> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde::de::DeserializeSeed::deserialize(Strict, &mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Builds a [`Value`], refusing a repeated key in any object.
+struct Strict;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(v) = seq.next_element_seed(Strict)? {
+            list.push(v);
+        }
+        Ok(Value::Array(list))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "key {key:?} is given twice in one object"
+                )));
+            }
+            let value = map.next_value_seed(Strict)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -138,6 +217,27 @@ mod tests {
             let text = v.to_string();
             assert!(json_values(text.as_bytes()) >= count(&v), "{text}");
         }
+    }
+
+    #[test]
+    fn strict_parsing_is_serde_jsons_without_repeated_keys() {
+        for text in [
+            r#"{"a": [1, -2, 3.5, 1e300, 18446744073709551615], "b": {"c": null, "d": "\u00e9"}}"#,
+            r#"[true, false, "", {}]"#,
+            "12",
+        ] {
+            let strict = parse_strict(text.as_bytes()).unwrap();
+            assert_eq!(
+                strict,
+                serde_json::from_str::<Value>(text).unwrap(),
+                "{text}"
+            );
+        }
+        for text in [r#"{"a": 1, "a": 2}"#, r#"[{"b": {"c": 1, "c": 1}}]"#] {
+            let e = parse_strict(text.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{text}: {e}");
+        }
+        assert!(parse_strict(b"{} x").is_err());
     }
 
     fn count(v: &Value) -> usize {

@@ -92,6 +92,7 @@ fn report(ids: &[MessageId], outcomes: &[CancelOutcome]) -> CancelReply {
         (status = 200, description = "By ids or bizKey: a result per message; by prefix: how many matched and the count per outcome", body = CancelReply),
         (status = 400, description = "A bad body, id, topic or key", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "By bizKey: no live message of the topic holds it (`not_found`)", body = ErrorBody),
         (status = 413, description = "The request is too large", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
@@ -118,6 +119,9 @@ pub async fn cancel(
                     .await?
                     .into_iter()
                     .unzip();
+            if ids.is_empty() {
+                return Err(select::no_holder(topic, key));
+            }
             Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
         Selector::Prefix { topic, prefix } => {

@@ -9,9 +9,7 @@ use super::schema::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
     NackBatchReply, NackRequest, NackResult, PollReply,
 };
-use super::{
-    batch_deliveries, check_topic, int_param, only_params, parse_id, parse_receipt, AppState, Query,
-};
+use super::{batch_deliveries, check_topic, int_param, parse_id, parse_receipt, AppState, Query};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;
@@ -89,7 +87,6 @@ pub async fn ack(
         None => None,
         Some(_) => Some(int_param(&q, "occurrence", 1, 1..=i32::MAX as u64)? as i32),
     };
-    only_params(&q, "POST /ack/{id}", &["receipt", "occurrence"])?;
     let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
     let acks = [Ack {
         id,
@@ -244,7 +241,6 @@ pub async fn ack_and_get(
 ) -> Result<HttpResponse, ApiError> {
     let topic = topic.into_inner();
     check_topic(&topic)?;
-    only_params(&q, "POST /get/{topic}", &["timeout"])?;
     let body = object(&body, &["ack", "count", "timeout"])?;
     let given = batch_deliveries("ack", body.get("ack"), 0..=MAX_COUNT as usize)?;
     let (ids, acks) = acks_of(&given);
@@ -384,7 +380,6 @@ pub async fn nack(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&id)?;
-    only_params(&q, "POST /nack/{id}", &["delay", "receipt"])?;
     let receipt = q.get("receipt").map(|r| parse_receipt(r)).transpose()?;
     let delay = match q.get("delay") {
         None => None,

@@ -59,9 +59,13 @@ pub async fn list(
     check_topic(&topic)?;
     let limit = int_param(&q, "limit", 100, 1..=MAX_LIST)? as i64;
     let after = after_param(&q)?;
-    let page = state.queue.journal.dead_page(&topic, after, limit).await?;
-    let next = (page.len() as i64 == limit)
-        .then(|| page.last().map(|(r, _)| MessageId(r.id)))
+    // One more than a page tells whether there is another.
+    let mut page = state.queue.journal.dead_page(&topic, after, limit + 1).await?;
+    let next = (page.len() as i64 > limit)
+        .then(|| {
+            page.truncate(limit as usize);
+            page.last().map(|(r, _)| MessageId(r.id))
+        })
         .flatten();
     let messages = page
         .into_iter()

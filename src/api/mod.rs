@@ -22,6 +22,7 @@ mod docs;
 pub mod error;
 mod manage;
 mod metrics;
+mod params;
 mod produce;
 mod reschedule;
 pub mod schema;
@@ -169,8 +170,18 @@ macro_rules! routes {
         /// Every route served: (method, path as registered with actix-web).
         pub const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path),)*];
 
+        /// Each route is a resource of its own, guarded by its method (so
+        /// `GET` and `POST /get/{topic}` fall through to each other), its
+        /// query string checked against what it documents ([`params`]).
         fn register(cfg: &mut web::ServiceConfig) {
-            $(cfg.route($path, web::$method().to($module::$handler));)*
+            $(cfg.service(
+                web::resource($path)
+                    .guard(actix_web::guard::Method(method(stringify!($method))))
+                    .wrap(actix_web::middleware::from_fn(|req, next| {
+                        params::checked((stringify!($method), $path), req, next)
+                    }))
+                    .route(web::$method().to($module::$handler)),
+            );)*
         }
 
         #[derive(utoipa::OpenApi)]
@@ -212,6 +223,10 @@ routes! {
     get "/openapi.json" => docs::openapi_json,
     get "/docs" => docs::ui_root,
     get "/docs/{file:.*}" => docs::ui_file,
+}
+
+fn method(name: &str) -> actix_web::http::Method {
+    actix_web::http::Method::from_bytes(name.to_uppercase().as_bytes()).expect("an HTTP method")
 }
 
 /// A path as actix-web registers it (`/docs/{file:.*}`) as OpenAPI writes
@@ -402,21 +417,6 @@ fn bool_param(q: &HashMap<String, String>, name: &str, default: bool) -> Result<
         Some(other) => Err(ApiError::invalid(
             ErrorCode::InvalidParameter,
             format!("{name} must be true or false, got '{other}'"),
-        )),
-    }
-}
-
-/// Refuses a query parameter `route` does not take (400
-/// `unknown_parameter`, naming the ones it does).
-fn only_params(q: &HashMap<String, String>, route: &str, allowed: &[&str]) -> Result<(), ApiError> {
-    match q.keys().find(|k| !allowed.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(unknown) => Err(ApiError::invalid(
-            ErrorCode::UnknownParameter,
-            format!(
-                "unknown parameter {unknown:?}; {route} takes {}",
-                allowed.join(", ")
-            ),
         )),
     }
 }

@@ -55,6 +55,17 @@ pub async fn push_batch(
     state: web::Data<AppState>,
     body: JsonBody,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(stray) = body
+        .as_object()
+        .and_then(|o| o.keys().find(|k| *k != "messages"))
+    {
+        return Err(ApiError::invalid(
+            ErrorCode::UnknownField,
+            format!(
+                "unknown field {stray:?} beside \"messages\": a batch is {{\"messages\": [message, ...]}}, and each message carries its own fields (delay, ttl, ...)"
+            ),
+        ));
+    }
     let list = body
         .get("messages")
         .and_then(Value::as_array)

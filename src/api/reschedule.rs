@@ -18,11 +18,12 @@ use crate::queue::reschedule::{self, MoveOutcome, NewSchedule};
 pub const MAX_RESCHEDULE_IDS: usize = 1_000;
 
 /// The selector's fields (see [`select`]) and where to.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     select::FIELDS[0],
     select::FIELDS[1],
     select::FIELDS[2],
     select::FIELDS[3],
+    select::FIELDS[4],
     "delay",
     "deliverAt",
     "priority",
@@ -67,6 +68,7 @@ fn report(ids: &[MessageId], outcomes: &[MoveOutcome]) -> RescheduleReply {
         (status = 200, description = "By ids or bizKey: a result per message; by prefix: how many matched and the count per outcome", body = RescheduleReply),
         (status = 400, description = "A bad body, id, topic, key, time or priority", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
+        (status = 404, description = "By bizKey: no live message of the topic holds it (`not_found`)", body = ErrorBody),
         (status = 413, description = "The request is too large", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable: the messages not answered for may have moved; send it again", body = ErrorBody),
     ),
@@ -115,6 +117,9 @@ pub async fn reschedule(
                     .await?
                     .into_iter()
                     .unzip();
+            if ids.is_empty() {
+                return Err(select::no_holder(topic, key));
+            }
             Ok(HttpResponse::Ok().json(report(&ids, &outcomes)))
         }
         Selector::Prefix { topic, prefix } => {

@@ -213,6 +213,7 @@ pub struct AckAndGetRequest {
 #[serde(untagged)]
 pub enum CancelRequest {
     Ids(CancelIds),
+    Id(CancelId),
     BizKey(CancelBizKey),
     Prefix(CancelPrefix),
 }
@@ -224,6 +225,15 @@ pub enum CancelRequest {
 pub struct CancelIds {
     #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 1000)]
     ids: Vec<serde_json::Value>,
+}
+
+/// Cancel one message (as `{"ids": [ID]}`).
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelId {
+    #[schema(value_type = IdInput)]
+    id: serde_json::Value,
 }
 
 /// Cancel the live message of a topic holding this bizKey.
@@ -386,7 +396,7 @@ pub struct CancelCounts {
     pub results: BTreeMap<&'static str, u64>,
 }
 
-/// `POST /reschedule`: which messages (`ids`, or `topic` with `bizKey` or
+/// `POST /reschedule`: which messages (`ids`, `id`, or `topic` with `bizKey` or
 /// `bizKeyPrefix`) and where to (`delay` or `deliverAt`, and/or
 /// `priority`).
 #[allow(dead_code)]
@@ -396,6 +406,9 @@ pub struct RescheduleRequest {
     /// 1 to 1000 message ids.
     #[schema(value_type = Option<BTreeSet<IdInput>>, min_items = 1, max_items = 1000)]
     ids: Option<Vec<serde_json::Value>>,
+    /// One message id (as `ids` with one); not beside `ids`.
+    #[schema(value_type = Option<IdInput>)]
+    id: Option<serde_json::Value>,
     #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     topic: Option<String>,
     #[schema(min_length = 1, max_length = 256)]

@@ -5,7 +5,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::schema::MessagePage;
-use super::{check_topic, int_param, only_params, AppState, Query};
+use super::{check_topic, int_param, AppState, Query};
 use crate::actors::journal::LiveByBizKey;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
@@ -13,15 +13,6 @@ use crate::message::{MessageId, Status, MAX_BIZ_KEY_LEN};
 
 /// Most messages a page holds.
 const MAX_PAGE: u64 = 1_000;
-
-const PARAMS: &[&str] = &[
-    "topic",
-    "bizKey",
-    "bizKeyPrefix",
-    "status",
-    "limit",
-    "after",
-];
 
 fn invalid(message: String) -> ApiError {
     ApiError::invalid(ErrorCode::InvalidParameter, message)
@@ -68,7 +59,6 @@ pub async fn find(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_reader(&req)?;
-    only_params(&q, "GET /messages", PARAMS)?;
     let topic = q
         .get("topic")
         .ok_or_else(|| invalid("topic is required".into()))?;
@@ -125,9 +115,9 @@ pub async fn find(
         _ => {
             let status =
                 status.ok_or_else(|| invalid("give bizKey, bizKeyPrefix or status".into()))?;
-            let rows = journal.topic_page(topic, status, after, limit).await?;
-            let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
-            (rows, next)
+            // One more than a page tells whether there is another.
+            let rows = journal.topic_page(topic, status, after, limit + 1).await?;
+            crate::journal::store::full_pages(rows, limit)
         }
     };
     Ok(HttpResponse::Ok().json(MessagePage {

@@ -1,5 +1,6 @@
 //! Which messages a bulk request names, for the routes that act on many
-//! (`POST /cancel`, `POST /reschedule`): `{"ids": [...]}`, `{"topic",
+//! (`POST /cancel`, `POST /reschedule`): `{"ids": [...]}`, `{"id": ID}`
+//! (one, as one writes it first), `{"topic",
 //! "bizKey"}` (the live message holding the key) or `{"topic",
 //! "bizKeyPrefix"}` (every live message whose key starts with it).
 
@@ -11,10 +12,10 @@ use crate::error::ErrorCode;
 use crate::message::{MessageId, MAX_BIZ_KEY_LEN};
 
 /// The fields a selector is made of.
-pub const FIELDS: [&str; 4] = ["ids", "topic", "bizKey", "bizKeyPrefix"];
+pub const FIELDS: [&str; 5] = ["ids", "id", "topic", "bizKey", "bizKeyPrefix"];
 
 const USAGE: &str =
-    "give {\"ids\": [...]}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
+    "give {\"ids\": [...]}, {\"id\": ID}, {\"topic\", \"bizKey\"} or {\"topic\", \"bizKeyPrefix\"}";
 
 pub enum Selector<'a> {
     Ids(Vec<MessageId>),
@@ -80,15 +81,27 @@ pub fn selector<'a>(
     let topic = string_field(body, "topic")?;
     let key = string_field(body, "bizKey")?;
     let prefix = string_field(body, "bizKeyPrefix")?;
-    if body.contains_key("ids") {
-        if topic.is_some() || key.is_some() || prefix.is_some() {
-            return Err(ApiError::invalid(usage, USAGE));
+    match (body.get("ids"), body.get("id")) {
+        (None, None) => {}
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                usage,
+                "give id (one message) or ids (a list), not both",
+            ))
         }
-        return Ok(Selector::Ids(batch_ids(
-            "ids",
-            body.get("ids"),
-            1..=max_ids,
-        )?));
+        (ids, id) => {
+            if topic.is_some() || key.is_some() || prefix.is_some() {
+                return Err(ApiError::invalid(usage, USAGE));
+            }
+            return Ok(Selector::Ids(match (ids, id) {
+                (Some(ids), _) => batch_ids("ids", Some(ids), 1..=max_ids)?,
+                (_, one) => batch_ids(
+                    "id",
+                    one.map(|v| Value::Array(vec![v.clone()])).as_ref(),
+                    1..=1,
+                )?,
+            }));
+        }
     }
     let Some(topic) = topic else {
         return Err(ApiError::invalid(usage, USAGE));
@@ -104,5 +117,13 @@ pub fn selector<'a>(
             Ok(Selector::Prefix { topic, prefix })
         }
         _ => Err(ApiError::invalid(usage, USAGE)),
+    }
+}
+
+/// The 404 of a request by bizKey that no live message holds.
+pub fn no_holder(topic: &str, key: &str) -> ApiError {
+    ApiError::NotFound {
+        code: ErrorCode::NotFound,
+        message: format!("no live message of topic {topic} holds bizKey {key:?}"),
     }
 }

@@ -18,6 +18,7 @@ mod client;
 mod cluster;
 mod crash;
 mod delivery;
+mod first_hour;
 mod forward;
 mod frozen;
 mod horizon;

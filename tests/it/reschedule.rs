@@ -161,9 +161,13 @@ async fn messages_in_flight_or_ended_are_left_alone(b: Backend) {
     assert_eq!(reply["rescheduled"], 0);
     // The delivery in flight is untouched: its ack works.
     env.ack(&in_flight).await.assert_ok();
-    // No live message holds the key: nothing to move.
-    let reply = reschedule(&env, json!({"topic": "t", "bizKey": "none", "delay": 10})).await;
-    assert_eq!(reply, json!({"rescheduled": 0, "results": []}));
+    // No live message holds the key: nothing to move, and the answer says so.
+    env.post_json(
+        "/reschedule",
+        &json!({"topic": "t", "bizKey": "none", "delay": 10}),
+    )
+    .await
+    .assert_error(404, "not_found");
 }
 
 async fn bad_reschedules_change_nothing(b: Backend) {

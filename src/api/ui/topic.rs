@@ -53,11 +53,14 @@ pub async fn page(
         .get("after")
         .and_then(|a| a.parse::<MessageId>().ok())
         .map_or(0, |id| id.0);
-    let rows = state
-        .queue
-        .journal
-        .topic_page(&topic, status, after, PAGE)
-        .await?;
+    let (rows, next) = crate::journal::store::full_pages(
+        state
+            .queue
+            .journal
+            .topic_page(&topic, status, after, PAGE + 1)
+            .await?,
+        PAGE,
+    );
 
     let mut tabs = String::new();
     for (_, name) in TABS {
@@ -90,8 +93,7 @@ pub async fn page(
     if after > 0 {
         let _ = write!(pager, r#"<a href="{base}?status={tab}">« First</a>"#);
     }
-    if rows.len() as i64 == PAGE {
-        let last = rows.last().map_or(0, |r| r.id);
+    if let Some(last) = next {
         let _ = write!(
             pager,
             r#"<a href="{base}?status={tab}&amp;after={last}">Next »</a>"#

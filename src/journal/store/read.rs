@@ -260,27 +260,47 @@ pub fn live_by_biz_key_prefix(
         Some(s) => vec![s.code()],
         None => (0..Status::FIRST_TERMINAL_CODE).collect(),
     };
-    let rows: Vec<MessageRow> = with_conn!(conn, c => message::table
-        .filter(message::topic.eq(topic))
-        .filter(message::live_biz_key.like(&pattern).escape('\\'))
-        .filter(message::status.eq_any(&statuses))
-        .filter(message::id.gt(after))
-        .order(message::id.asc())
-        .limit(limit)
-        .select(MessageRow::as_select())
-        .load(c))?;
-    let next = (rows.len() as i64 == limit).then(|| rows.last().map_or(after, |r| r.id));
     // LIKE ignores case on MySQL's default collations and on SQLite for
-    // ASCII: keep only exact prefixes.
-    let rows = rows
-        .into_iter()
-        .filter(|r| {
+    // ASCII: rows whose key only matches with another case are dropped,
+    // and reading goes on until the page is full or the topic ends, so
+    // pages are full until the last and `next` is none on the last.
+    let want = limit as usize + 1;
+    let (mut rows, mut from) = (Vec::with_capacity(want), after);
+    loop {
+        let batch: Vec<MessageRow> = with_conn!(conn, c => message::table
+            .filter(message::topic.eq(topic))
+            .filter(message::live_biz_key.like(&pattern).escape('\\'))
+            .filter(message::status.eq_any(&statuses))
+            .filter(message::id.gt(from))
+            .order(message::id.asc())
+            .limit(want as i64)
+            .select(MessageRow::as_select())
+            .load(c))?;
+        let ended = batch.len() < want;
+        from = batch.last().map_or(from, |r| r.id);
+        rows.extend(batch.into_iter().filter(|r| {
             r.live_biz_key
                 .as_deref()
                 .is_some_and(|k| k.starts_with(prefix))
-        })
-        .collect();
-    Ok((rows, next))
+        }));
+        if ended || rows.len() >= want {
+            break;
+        }
+    }
+    Ok(full_pages(rows, limit))
+}
+
+/// A page of at most `limit` rows of `rows` (read with one more than
+/// `limit` when there are more), and the id to continue after: none when
+/// this is the last page.
+pub fn full_pages(mut rows: Vec<MessageRow>, limit: i64) -> (Vec<MessageRow>, Option<i64>) {
+    if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        let next = rows.last().map(|r| r.id);
+        (rows, next)
+    } else {
+        (rows, None)
+    }
 }
 
 /// The live message holding `(topic, bizKey)`, if any.

@@ -1,0 +1,257 @@
+//! What a new user trips over in the first hour, each against a real
+//! server: a typo in a parameter or a field never does the real thing, a
+//! request names one message the way one writes it first, and an answer
+//! says what happened.
+
+use crate::common::{Backend, Env};
+use serde_json::json;
+
+/// A dead letter in topic `dl`, and the state to compare with.
+async fn with_a_dead_letter(env: &Env) -> String {
+    let id = env
+        .push(json!({"topic": "dl", "body": "x", "maxAttempts": 1}))
+        .await;
+    assert_eq!(env.receive_one("dl").await.id(), id);
+    let r = env
+        .send(env.http.post(env.url(&format!("/nack/{id}"))))
+        .await;
+    assert_eq!(r.assert_ok()["result"], "dead", "{}", r.text);
+    env.wait_history(&id, &["WaitPut", "Delaying", "Ready", "Consuming", "Dead"])
+        .await;
+    id
+}
+
+/// An unknown query parameter, or one given twice, is a 400 on every
+/// route, before anything is done: `?bogus=1` beside a requeue used to
+/// requeue every dead letter, and `dryrun` for `dryRun` ran a restore.
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_and_repeated_parameters_are_refused_on_every_route() {
+    let env = Env::start(Backend::Sqlite).await;
+    let dead = with_a_dead_letter(&env).await;
+    let before = env.stored();
+    let post = |path: &str| env.http.post(env.url(path));
+    let get = |path: &str| env.http.get(env.url(path));
+    for (what, req, code) in [
+        (
+            "requeue ?bogus",
+            post("/dead/dl/requeue?bogus=1"),
+            "unknown_parameter",
+        ),
+        (
+            "requeue id ?bogus",
+            post(&format!("/dead/{dead}/requeue?bogus=1")),
+            "unknown_parameter",
+        ),
+        (
+            "requeue limit twice",
+            post("/dead/dl/requeue?limit=1&limit=2"),
+            "invalid_parameter",
+        ),
+        (
+            "restore dryrun",
+            get("/reStore?dryrun=true"),
+            "unknown_parameter",
+        ),
+        (
+            "restore one ?bogus",
+            get(&format!("/reStore/{dead}?dryrun=1")),
+            "unknown_parameter",
+        ),
+        (
+            "delete ?bogus",
+            get(&format!("/delete?id={dead}&bogus=1")),
+            "unknown_parameter",
+        ),
+        (
+            "delete id twice",
+            get(&format!("/delete?id=1&id={dead}")),
+            "invalid_parameter",
+        ),
+        (
+            "get ?bogus",
+            get("/get/dl?timeout=0&bogus=1"),
+            "unknown_parameter",
+        ),
+        (
+            "get timeout twice",
+            get("/get/dl?timeout=0&timeout=1"),
+            "invalid_parameter",
+        ),
+        ("topics ?bogus", get("/topics?bogus=1"), "unknown_parameter"),
+        ("dead ?bogus", get("/dead/dl?bogus=1"), "unknown_parameter"),
+        (
+            "reconcile ?repair typo",
+            get("/admin/reconcile?repiar=true"),
+            "unknown_parameter",
+        ),
+        (
+            "pause ?bogus",
+            post("/topics/dl/pause?bogus=1"),
+            "unknown_parameter",
+        ),
+        (
+            "resume ?bogus",
+            post("/topics/dl/resume?bogus=1"),
+            "unknown_parameter",
+        ),
+        (
+            "push ?delay",
+            post("/push?delay=5").json(&json!({"topic": "dl", "body": "y"})),
+            "unknown_parameter",
+        ),
+        (
+            "message ?bogus",
+            get(&format!("/messages/{dead}?bogus=1")),
+            "unknown_parameter",
+        ),
+    ] {
+        let r = env.send(req).await;
+        assert_eq!(r.status, 400, "{what}: {}", r.text);
+        r.assert_error(400, code);
+        env.assert_unchanged(&before, what);
+    }
+    // The dead letter is still dead, and the good requests still work.
+    let r = env.get_path("/dead/dl").await;
+    assert_eq!(
+        r.assert_ok()["messages"][0]["id"],
+        dead.as_str(),
+        "{}",
+        r.text
+    );
+    env.get_path("/reStore?dryRun=true").await.assert_ok();
+    env.get_path("/get/dl?timeout=0&count=1").await.assert_ok();
+}
+
+/// A JSON object naming a key twice is refused (last-one-wins would drop
+/// what was sent), and so is a batch field that applies to no message.
+#[tokio::test(flavor = "multi_thread")]
+async fn repeated_keys_and_stray_batch_fields_are_refused() {
+    let env = Env::start(Backend::Sqlite).await;
+    let id = env
+        .push(json!({"topic": "t", "body": "state", "delay": 600_000}))
+        .await;
+    env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    let before = env.stored();
+    for (what, path, body, code) in [
+        (
+            "delay twice",
+            "/push",
+            r#"{"topic": "t", "body": "x", "delay": 600000, "delay": 0}"#,
+            "invalid_json",
+        ),
+        (
+            "nested key twice",
+            "/push",
+            r#"{"topic": "t", "body": {"a": 1, "a": 2}}"#,
+            "invalid_json",
+        ),
+        (
+            "batch delay beside messages",
+            "/push/batch",
+            r#"{"delay": 600000, "messages": [{"topic": "t", "body": "x"}]}"#,
+            "unknown_field",
+        ),
+        (
+            "batch message key twice",
+            "/push/batch",
+            r#"{"messages": [{"topic": "t", "topic": "u", "body": "x"}]}"#,
+            "invalid_json",
+        ),
+        (
+            "cancel ids twice",
+            "/cancel",
+            r#"{"ids": ["1"], "ids": ["2"]}"#,
+            "invalid_json",
+        ),
+    ] {
+        let r = env.post_raw(path, "application/json", body).await;
+        r.assert_error(400, code);
+        assert!(
+            code != "invalid_json" || r.text.contains("given twice"),
+            "{what}: {}",
+            r.text
+        );
+        env.assert_unchanged(&before, what);
+    }
+}
+
+/// `{"id": ID}` names one message to reschedule or cancel, as one writes
+/// it first; a bizKey that no live message holds is `not_found`, not an
+/// empty list.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_id_and_unmatched_keys_say_what_happened() {
+    let env = Env::start(Backend::Sqlite).await;
+    let id = env
+        .push(json!({"topic": "t", "body": "x", "bizKey": "k1", "delay": 600_000}))
+        .await;
+    let r = env
+        .post_json("/reschedule", &json!({"id": id, "delay": 900_000}))
+        .await;
+    let body = r.assert_ok();
+    assert_eq!(body["rescheduled"], 1, "{}", r.text);
+    assert_eq!(body["results"][0]["id"], id.as_str());
+    let r = env
+        .post_json("/reschedule", &json!({"id": id, "ids": [id], "delay": 1}))
+        .await;
+    r.assert_error(400, "invalid_body");
+    for path in ["/reschedule", "/cancel"] {
+        let mut req = json!({"topic": "t", "bizKey": "no-such-key"});
+        if path == "/reschedule" {
+            req["delay"] = json!(1000);
+        }
+        let r = env.post_json(path, &req).await;
+        r.assert_error(404, "not_found");
+        assert!(r.text.contains("no-such-key"), "{}", r.text);
+    }
+    let r = env.post_json("/cancel", &json!({"id": id})).await;
+    let body = r.assert_ok();
+    assert_eq!(body["deleted"], 1, "{}", r.text);
+    assert_eq!(body["results"][0]["result"], "deleted");
+}
+
+backend_tests!(search_pages_are_full_until_the_last);
+
+/// The pages of a search, following `next`: each page's ids.
+async fn pages(env: &Env, query: &str) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut after = String::new();
+    loop {
+        let r = env.get_path(&format!("/messages?{query}{after}")).await;
+        let body = r.assert_ok();
+        let ids = body["messages"].as_array().unwrap().iter();
+        pages.push(ids.map(|m| m["id"].as_str().unwrap().to_string()).collect());
+        match body["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => return pages,
+        }
+        assert!(pages.len() < 20, "{query}: {pages:?}");
+    }
+}
+
+/// Search pages are full until the last and `next` is null on the last,
+/// on every journal: keys that match the prefix only in another case (SQL
+/// `LIKE` ignores case on SQLite and MySQL) no longer make short pages,
+/// and a last page that is exactly full has no empty page after it.
+async fn search_pages_are_full_until_the_last(b: Backend) {
+    let env = Env::start(b).await;
+    let mut matching = Vec::new();
+    for key in ["A-1", "a-2", "A-3", "a-4", "a-5", "A-6", "A-7", "a-8"] {
+        let id = env
+            .push(json!({"topic": "s", "bizKey": key, "body": key, "delay": 600_000}))
+            .await;
+        if key.starts_with('A') {
+            matching.push(id.clone());
+        }
+        env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    }
+    let got = pages(&env, "topic=s&bizKeyPrefix=A-&limit=2").await;
+    let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [2, 2], "{got:?}");
+    assert_eq!(got.concat(), matching);
+    let got = pages(&env, "topic=s&bizKeyPrefix=A-&limit=3").await;
+    let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [3, 1], "{got:?}");
+    let got = pages(&env, "topic=s&status=Delaying&limit=4").await;
+    let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [4, 4], "{got:?}");
+}
