@@ -9,9 +9,10 @@ use super::{check_topic, AppState};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::message::now_ms;
 
-/// `GET /topics`: every topic with messages in the journal (counts by
-/// status, a few seconds old at most), paused or rate-limited, in name
-/// order, with its pause, its limit and the oldest message waiting ready.
+/// `GET /topics`: every topic with messages in the journal, live or
+/// finished within retention (counts by status, a few seconds old at
+/// most), paused or rate-limited, in name order, with its pause, its limit
+/// and the oldest message waiting ready.
 #[utoipa::path(
     get,
     path = "/topics",
@@ -71,7 +72,7 @@ pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
     params(("topic" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")),
     security((), ("adminToken" = [])),
     responses(
-        (status = 200, description = "The topic is paused (`changed`: by this call)", body = PauseState),
+        (status = 200, description = "The topic is paused (`changed`: by this call; `known`: false for a topic with no message in the journal, which is paused all the same, ahead of its first push)", body = PauseState),
         (status = 400, description = "A bad topic", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
         (status = 503, description = "Redis unavailable: the pause may be partly applied; call again", body = ErrorBody),
@@ -85,12 +86,16 @@ pub async fn pause(
     state.require_admin(&req)?;
     let topic = topic.into_inner();
     check_topic(&topic)?;
+    // Known before the pause: a topic paused ahead of its first push is
+    // known once paused.
+    let known = known(&state, &topic).await?;
     let (at, changed) = state.queue.pause(&topic).await?;
     Ok(HttpResponse::Ok().json(PauseState {
         topic,
         paused: true,
         paused_at: Some(at),
         changed,
+        known,
     }))
 }
 
@@ -118,10 +123,20 @@ pub async fn resume(
     let topic = topic.into_inner();
     check_topic(&topic)?;
     let changed = state.queue.resume(&topic).await?;
+    let known = changed || known(&state, &topic).await?;
     Ok(HttpResponse::Ok().json(PauseState {
         topic,
         paused: false,
         paused_at: None,
         changed,
+        known,
     }))
+}
+
+/// Whether `topic` is known: the journal holds a message of it, or it is
+/// paused or limited.
+async fn known(state: &AppState, topic: &str) -> Result<bool, ApiError> {
+    Ok(state.queue.redis.limits().contains_key(topic)
+        || state.queue.redis.paused_topics().await?.contains_key(topic)
+        || state.queue.journal.topic_known(topic).await?)
 }

@@ -255,3 +255,53 @@ async fn search_pages_are_full_until_the_last(b: Backend) {
     let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
     assert_eq!(sizes, [4, 4], "{got:?}");
 }
+
+/// `GET /topics` lists every topic the journal holds messages of, finished
+/// ones too (until retention removes them), with their finished counts; a
+/// pause tells a topic it knows from a new name.
+#[tokio::test(flavor = "multi_thread")]
+async fn topics_are_listed_while_the_journal_keeps_them_and_pauses_say_whether_known() {
+    let env = Env::start(Backend::Sqlite).await;
+    let done = env.push(json!({"topic": "done", "body": "x"})).await;
+    assert_eq!(env.receive_one("done").await.id(), done);
+    env.ack(&done).await.assert_ok();
+    let gone = env
+        .push(json!({"topic": "gone", "body": "x", "delay": 600_000}))
+        .await;
+    env.delete(&gone).await.assert_ok();
+    crate::common::wait_until(
+        "both topics listed with their finished counts",
+        std::time::Duration::from_secs(10),
+        || async {
+            let r = env.get_path("/topics").await;
+            let topics = r.assert_ok()["topics"].clone();
+            let counts = |name: &str| {
+                topics
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["topic"] == name)
+                    .map(|t| t["counts"].clone())
+            };
+            match (counts("done"), counts("gone")) {
+                (Some(d), Some(g)) if d["consumed"] == 1 && g["deleted"] == 1 => Ok(()),
+                _ => Err(r.text.clone()),
+            }
+        },
+    )
+    .await;
+    for (topic, known) in [("done", true), ("never-pushed", false)] {
+        let r = env
+            .send(env.http.post(env.url(&format!("/topics/{topic}/pause"))))
+            .await;
+        let body = r.assert_ok();
+        assert_eq!(body["known"], known, "{topic}: {}", r.text);
+        assert_eq!(body["paused"], true, "{topic}: {}", r.text);
+    }
+    // Paused ahead of its first push, the new name is known from then on.
+    let r = env
+        .send(env.http.post(env.url("/topics/never-pushed/pause")))
+        .await;
+    assert_eq!(r.assert_ok()["known"], true, "{}", r.text);
+    assert_eq!(r.json["changed"], false, "{}", r.text);
+}

@@ -330,6 +330,29 @@ async fn pause_and_resume_by_clicking() {
     browser.wait_for("Paused").await;
     browser.wait_for("200/s").await;
     browser.wait_for("≤5 in flight").await;
+    // How long its oldest ready message has waited, on the overview.
+    let mut waited = String::new();
+    for _ in 0..40 {
+        browser.goto(&env.url("/ui")).await;
+        browser.wait_for("Topics").await;
+        waited = browser
+            .script(
+                "const c = [...document.querySelectorAll('#topics th')].findIndex(th => th.textContent === 'Oldest ready'); return document.querySelector('#topics tbody tr').children[c].textContent;",
+                json!([]),
+            )
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if waited.ends_with('s') {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        waited.ends_with('s'),
+        "the oldest ready message's wait: {waited:?}"
+    );
 
     browser.goto(&env.url("/ui/topics/sms")).await;
     browser

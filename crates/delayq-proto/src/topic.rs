@@ -15,6 +15,12 @@ pub struct TopicCounts {
     pub ready: i64,
     pub in_flight: i64,
     pub dead: i64,
+    /// Finished and kept until `--retention` removes them.
+    #[serde(default)]
+    pub consumed: i64,
+    /// Cancelled and kept until `--retention` removes them.
+    #[serde(default)]
+    pub deleted: i64,
 }
 
 /// One topic.
@@ -41,8 +47,8 @@ pub struct TopicView {
     pub overdue_ms: Option<i64>,
 }
 
-/// `GET /topics`: every topic with messages in the journal, paused or
-/// limited, in name order.
+/// `GET /topics`: every topic with messages in the journal (live, dead,
+/// or finished within retention), paused or limited, in name order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
@@ -65,4 +71,13 @@ pub struct PauseState {
     pub paused_at: Option<i64>,
     /// Whether the call changed anything (false: it was in that state).
     pub changed: bool,
+    /// Whether the topic is known: the journal holds messages of it, or it
+    /// is paused or limited. A pause ahead of a topic's first push is kept;
+    /// false says the name is new (a typo?).
+    #[serde(default = "known_by_default")]
+    pub known: bool,
+}
+
+fn known_by_default() -> bool {
+    true
 }

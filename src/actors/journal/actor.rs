@@ -17,7 +17,7 @@ use crate::redis::keys::Keys;
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages,
     LiveByBizKey, LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, Purge, RecordFlow,
-    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicPage, UnlistWaiting, WaitingPage,
+    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicKnown, TopicPage, UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -229,6 +229,15 @@ impl Handler<TopicCounts> for JournalActor {
     fn handle(&mut self, msg: TopicCounts, _: &mut Self::Context) -> Self::Result {
         let mut conn = self.pool.get()?;
         store::topic_counts(&mut conn, msg.limit)
+    }
+}
+
+impl Handler<TopicKnown> for JournalActor {
+    type Result = Result<bool, JournalError>;
+
+    fn handle(&mut self, msg: TopicKnown, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        store::topic_known(&mut conn, &msg.topic)
     }
 }
 

@@ -25,7 +25,7 @@ use super::holds::{Hold, Holds};
 use super::messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
     LivePage, LiveStates, MoveMessages, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts,
-    TopicPage, UnlistWaiting, WaitingPage,
+    TopicKnown, TopicPage, UnlistWaiting, WaitingPage,
 };
 use super::write_lock::WriteLock;
 
@@ -488,6 +488,15 @@ impl Journal {
 
     pub async fn topic_counts(&self, limit: i64) -> Result<Vec<(String, i16, i64)>, JournalError> {
         self.actor.send(TopicCounts { limit }).await?
+    }
+
+    /// Whether the journal holds any message of `topic`.
+    pub async fn topic_known(&self, topic: &str) -> Result<bool, JournalError> {
+        self.actor
+            .send(TopicKnown {
+                topic: topic.to_string(),
+            })
+            .await?
     }
 
     pub async fn live_by_biz_key(

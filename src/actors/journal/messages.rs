@@ -141,6 +141,13 @@ pub struct TopicCounts {
     pub limit: i64,
 }
 
+/// Whether the journal holds a message of the topic (see [`crate::journal::store::topic_known`]).
+#[derive(Message)]
+#[rtype(result = "Result<bool, JournalError>")]
+pub struct TopicKnown {
+    pub topic: String,
+}
+
 /// Live messages by bizKey: the one holding `key`, or a page of those whose
 /// key starts with `prefix`.
 #[derive(Message)]

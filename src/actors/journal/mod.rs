@@ -46,6 +46,6 @@ pub use holds::Hold;
 pub use messages::{
     CountLive, CountWaitingBeyond, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey,
     LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf,
-    StatesOf, TopicCounts, TopicPage, WaitingPage,
+    StatesOf, TopicCounts, TopicKnown, TopicPage, WaitingPage,
 };
 pub use write_lock::WriteLock;

@@ -49,7 +49,9 @@ pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> 
             Some(Status::Ready) => c.ready += n,
             Some(Status::Consuming) => c.in_flight += n,
             Some(Status::Dead) => c.dead += n,
-            _ => {}
+            Some(Status::Consumed) => c.consumed += n,
+            Some(Status::Deleted) => c.deleted += n,
+            None => {}
         }
     }
     *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
@@ -74,20 +76,14 @@ fn count(n: i64) -> String {
     }
 }
 
-/// The topics table (refreshed in place every few seconds): every topic
-/// with messages, and every paused or rate-limited one.
-fn topics_table(
-    counts: &Counts,
-    paused: &BTreeMap<String, i64>,
-    limits: &BTreeMap<String, crate::limit::Limit>,
-    cut: bool,
-) -> String {
-    let mut all = counts.clone();
-    for topic in paused.keys().chain(limits.keys()) {
-        all.entry(topic.clone()).or_default();
-    }
+/// The topics table (refreshed in place every few seconds): the topics
+/// as `GET /topics` lists them, with the same counts, and how long the
+/// oldest ready message of each has waited past its due time (a paused
+/// topic's grows until it is resumed).
+fn topics_table(list: &delayq_proto::TopicList) -> String {
     let mut rows = String::new();
-    for (topic, c) in &all {
+    for t in &list.topics {
+        let (topic, c) = (&t.topic, &t.counts);
         let (pushed, delivered) = history::rates(topic);
         let dead = if c.dead > 0 {
             format!(
@@ -98,46 +94,44 @@ fn topics_table(
         } else {
             count(0)
         };
+        let waited = t
+            .overdue_ms
+            .map_or_else(|| "–".to_string(), super::duration);
         let _ = write!(
             rows,
-            r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a>{p}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
+            r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a>{p}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num" title="kept until --retention removes them; {deleted} cancelled">{}</td><td class="num">{waited}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
             count(c.waiting),
             count(c.delaying),
             count(c.ready),
             count(c.in_flight),
+            count(c.consumed),
             rate(pushed),
             rate(delivered),
+            deleted = c.deleted,
             u = url_encode(topic),
             t = esc(topic),
             p = {
                 let mut marks = String::new();
-                if paused.contains_key(topic) {
+                if t.paused {
                     marks.push_str(r#" <span class="badge paused">Paused</span>"#);
                 }
-                if let Some(l) = limits.get(topic) {
-                    if l.per_second > 0 {
-                        let _ = write!(
-                            marks,
-                            r#" <span class="badge limit">{}/s</span>"#,
-                            l.per_second
-                        );
-                    }
-                    if l.concurrency > 0 {
-                        let _ = write!(
-                            marks,
-                            r#" <span class="badge limit" title="at most this many handed out and not yet acked">≤{} in flight</span>"#,
-                            l.concurrency
-                        );
-                    }
+                if let Some(n) = t.limit_per_second {
+                    let _ = write!(marks, r#" <span class="badge limit">{n}/s</span>"#);
+                }
+                if let Some(n) = t.limit_concurrency {
+                    let _ = write!(
+                        marks,
+                        r#" <span class="badge limit" title="at most this many handed out and not yet acked">≤{n} in flight</span>"#
+                    );
                 }
                 marks
             },
         );
     }
-    if all.is_empty() {
-        rows.push_str(r#"<tr><td colspan="8" class="empty">No messages yet: push one with <code>POST /push</code>.</td></tr>"#);
+    if list.topics.is_empty() {
+        rows.push_str(r#"<tr><td colspan="10" class="empty">No messages yet: push one with <code>POST /push</code>.</td></tr>"#);
     }
-    let note = if cut {
+    let note = if list.cut {
         format!(
             r#"<p class="hint">Only the first {MAX_ROWS} topic and status counts are shown.</p>"#
         )
@@ -145,26 +139,29 @@ fn topics_table(
         String::new()
     };
     format!(
-        r##"<div id="topics" hx-get="/ui" hx-select="#topics" hx-target="this" hx-swap="outerHTML" hx-trigger="every 5s"><table class="grid"><thead><tr><th>Topic</th><th class="num">Waiting</th><th class="num">Delaying</th><th class="num">Ready</th><th class="num">In flight</th><th class="num">Dead</th><th class="num">Pushed</th><th class="num">Delivered</th></tr></thead><tbody>{rows}</tbody></table>{note}</div>"##
+        r##"<div id="topics" hx-get="/ui" hx-select="#topics" hx-target="this" hx-swap="outerHTML" hx-trigger="every 5s"><table class="grid"><thead><tr><th>Topic</th><th class="num">Waiting</th><th class="num">Delaying</th><th class="num">Ready</th><th class="num">In flight</th><th class="num">Dead</th><th class="num">Consumed</th><th class="num" title="how long the oldest ready message has waited past its due time">Oldest ready</th><th class="num">Pushed</th><th class="num">Delivered</th></tr></thead><tbody>{rows}</tbody></table>{note}</div>"##
     )
 }
 
 /// `GET /ui`.
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let (counts, cut) = topic_counts(&state).await?;
-    let paused = state.queue.redis.paused_topics().await?;
+    let list = crate::api::topics::topic_list(&state).await?;
     let view = state.cluster.view();
     let samples = history::samples();
     let last = samples.last();
-    let totals = counts.values().fold(TopicCounts::default(), |mut a, c| {
-        a.waiting += c.waiting;
-        a.delaying += c.delaying;
-        a.ready += c.ready;
-        a.in_flight += c.in_flight;
-        a.dead += c.dead;
-        a
-    });
+    let totals = list
+        .topics
+        .iter()
+        .map(|t| &t.counts)
+        .fold(TopicCounts::default(), |mut a, c| {
+            a.waiting += c.waiting;
+            a.delaying += c.delaying;
+            a.ready += c.ready;
+            a.in_flight += c.in_flight;
+            a.dead += c.dead;
+            a
+        });
     let lateness = last
         .and_then(|s| s.lateness_max_ms)
         .map_or("–".to_string(), |ms| format!("{ms:.0} ms"));
@@ -200,7 +197,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
         backlog = state.queue.journal.backlog_pending(),
-        table = topics_table(&counts, &paused, state.queue.redis.limits(), cut),
+        table = topics_table(&list),
         every = history::EVERY.as_secs(),
     );
     Ok(super::page(&viewer, "Overview", "/ui", &body))

@@ -21,8 +21,8 @@ pub use health::{ping, probe_write};
 pub use moves::{move_messages, JournalMove};
 pub use read::{
     count_live, count_waiting_beyond, find, find_with_history, full_pages, live_by_biz_key,
-    live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_page,
-    waiting_page, RowState,
+    live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_known,
+    topic_page, waiting_page, RowState,
 };
 pub use write::{apply_changes, insert_messages, unlist_waiting};
 

@@ -213,28 +213,28 @@ pub fn topic_page(
         .load(c))?)
 }
 
-/// How many messages each topic has in each status but Consumed and
-/// Deleted: `(topic, status code, count)`, topics in name order, at most
-/// `limit` rows. An index-only count over `(status, topic, id)`: it reads
-/// one index entry per live or dead message.
+/// How many messages each topic has in each status (finished ones until
+/// retention removes them): `(topic, status code, count)`, topics in name
+/// order, at most `limit` rows. An index-only count over `(status, topic,
+/// id)`: it reads one index entry per message kept.
 pub fn topic_counts(
     conn: &mut JournalConn,
     limit: i64,
 ) -> Result<Vec<(String, i16, i64)>, JournalError> {
-    let shown = [
-        Status::WaitPut.code(),
-        Status::Delaying.code(),
-        Status::Ready.code(),
-        Status::Consuming.code(),
-        Status::Dead.code(),
-    ];
     Ok(with_conn!(conn, c => message::table
-        .filter(message::status.eq_any(shown))
         .group_by((message::topic, message::status))
         .select((message::topic, message::status, diesel::dsl::count_star()))
         .order((message::topic.asc(), message::status.asc()))
         .limit(limit)
         .load::<(String, i16, i64)>(c))?)
+}
+
+/// Whether the journal holds any message of `topic` (an index lookup).
+pub fn topic_known(conn: &mut JournalConn, topic: &str) -> Result<bool, JournalError> {
+    Ok(with_conn!(conn, c => diesel::select(diesel::dsl::exists(
+        message::table.filter(message::topic.eq(topic))
+    ))
+    .get_result::<bool>(c))?)
 }
 
 /// One page of the live messages of a topic whose bizKey starts with
