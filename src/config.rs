@@ -154,6 +154,9 @@ pub enum Command {
     Reconcile(ReconcileCmdArgs),
     /// Move a stopped deployment's Redis data set to another shard count
     /// (--shards: the new count), then exit.
+    #[command(mut_arg("shards", |a| a
+        .help("The shard count to move the data set to (required; the count it has now is read from Redis)")
+        .hide_default_value(true)))]
     Reshard(ReshardArgs),
 }
 
@@ -226,7 +229,7 @@ pub struct ClusterArgs {
     #[arg(long, env = "DELAYQ_ZK_SESSION_TIMEOUT", default_value = "6s", value_parser = parse_duration)]
     pub zk_session_timeout: Duration,
     /// The URL other nodes and operators reach this node's HTTP API at
-    /// [default: http:// + the bind address].
+    /// [default: http:// + the bind address, https:// with --tls-cert].
     #[arg(long, env = "DELAYQ_ADVERTISE")]
     pub advertise: Option<String>,
 }
@@ -326,9 +329,9 @@ pub struct ServeArgs {
     )]
     pub forward: Vec<crate::forward::Rule>,
     /// At most N messages of a topic handed out (and forwarded) per second,
-    /// across the cluster: TOPIC=N/s; with ,concurrency=M (or TOPIC=
-    /// concurrency=M alone) also at most M handed out and not yet acked.
-    /// Repeat for more topics. Give every node the same limits.
+    /// across the cluster, and/or at most M handed out and not yet acked:
+    /// TOPIC=N/s, TOPIC=N/s,concurrency=M or TOPIC=concurrency=M. Repeat
+    /// for more topics. Give every node the same limits.
     #[arg(
         long = "topic-limit",
         env = "DELAYQ_TOPIC_LIMIT",

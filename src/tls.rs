@@ -291,6 +291,8 @@ pub fn certificate_problem(error: &str) -> Option<String> {
     ];
     if untrusted.iter().any(|s| error.contains(s)) {
         Some(format!("{error} (the server's certificate is not signed by a CA delayq trusts: add the CA to the platform's store or pass --tls-ca-file)"))
+    } else if error.contains("CaUsedAsEndEntity") {
+        Some(format!("{error} (the server presents a CA certificate, basicConstraints CA:TRUE, as its own, as `openssl req -x509` makes by default: give the server a certificate signed by a CA, with CA:FALSE and a subjectAltName naming its host, and pass that CA with --tls-ca-file; the README's TLS section shows the openssl commands)"))
     } else if error.contains("CertificateRequired") || error.contains("certificate required") {
         Some(format!("{error} (the server wants a client certificate: pass --tls-client-cert and --tls-client-key)"))
     } else if [
@@ -510,6 +512,9 @@ mod tests {
     #[test]
     fn untrusted_certificates_are_explained() {
         assert!(explain("invalid peer certificate: UnknownIssuer").contains("--tls-ca-file"));
+        let ca = "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))";
+        assert!(explain(ca).contains("CA:FALSE"));
+        assert!(settled_refusal(ca));
         assert_eq!(explain("connection refused"), "connection refused");
     }
 }

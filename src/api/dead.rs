@@ -117,7 +117,7 @@ fn requeue_view(id: MessageId, outcome: RequeueOutcome) -> RequeueOne {
         (status = 200, description = "One message: requeued. A topic: how many were requeued, those skipped and why, and whether more are left", body = RequeueReply),
         (status = 400, description = "A bad target or parameter", body = ErrorBody),
         (status = 401, description = "The admin token is set and was not given", body = ErrorBody),
-        (status = 404, description = "No such message (a target that can only be an id)", body = ErrorBody),
+        (status = 404, description = "No such message (a target that can only be an id), or a target of digits that is neither a message's id nor a topic with dead letters", body = ErrorBody),
         (status = 409, description = "The message is not dead (`not_dead`), or a live message holds its bizKey (`biz_key_taken`)", body = ErrorBody),
         (status = 503, description = "Redis or the journal unavailable", body = ErrorBody),
     ),
@@ -165,6 +165,16 @@ pub async fn requeue(
     check_topic(&target)?;
     let limit = int_param(&q, "limit", MAX_REQUEUE, 1..=MAX_REQUEUE)? as usize;
     let run = dead::requeue_topic(&state.queue, &target, limit).await?;
+    // A target of digits named no message; as a topic it holds no dead
+    // letter either: most likely a mistyped id, so say both.
+    if run.done == 0 && run.skipped.is_empty() && target.parse::<MessageId>().is_ok() {
+        return Err(ApiError::NotFound {
+            code: ErrorCode::NotFound,
+            message: format!(
+                "no message has id {target}, and no dead letter has topic {target} (a target of digits is an id when such a message exists, else a topic)"
+            ),
+        });
+    }
     let skipped = run
         .skipped
         .into_iter()

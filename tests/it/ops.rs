@@ -532,12 +532,11 @@ fn bad_settings_are_refused_at_start() {
 /// The flags of `delayq serve --help` and the README's table of them are
 /// the same set, with the same defaults where both give one, and the
 /// admin token's help names every route the README says it protects.
-#[test]
-fn serve_help_matches_the_readme() {
-    let out = delayq().args(["serve", "--help"]).output().unwrap();
+/// Each flag of `delayq SUB --help` and its help text (up to the next flag).
+fn help_flags(sub: &str) -> std::collections::BTreeMap<String, String> {
+    let out = delayq().args([sub, "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{help}");
-    // Each flag and its help text (up to the next flag).
     let mut flags: std::collections::BTreeMap<String, String> = Default::default();
     let mut current: Option<String> = None;
     for line in help.lines() {
@@ -549,7 +548,7 @@ fn serve_help_matches_the_readme() {
         match flag {
             Some(f) if indent <= 6 => {
                 let name = f.split(['=', '<']).next().unwrap().to_string();
-                flags.insert(name.clone(), String::new());
+                flags.insert(name.clone(), t.to_string());
                 current = Some(name);
             }
             _ => {
@@ -561,18 +560,23 @@ fn serve_help_matches_the_readme() {
             }
         }
     }
-    let default_of = |text: &str| {
-        text.split("[default: ")
-            .nth(1)
-            .map(|d| d.split(']').next().unwrap().to_string())
-    };
+    flags
+}
+
+/// The README's table of flags: each flag and its default cell, and each
+/// subcommand's row.
+fn readme_flags() -> (
+    std::collections::BTreeMap<String, String>,
+    std::collections::BTreeMap<String, String>,
+) {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let table = readme
         .split("| command / flag | default | meaning |")
         .nth(1)
         .expect("the README's flag table");
-    let mut documented: std::collections::BTreeMap<String, String> = Default::default();
+    let mut flags = std::collections::BTreeMap::new();
+    let mut commands = std::collections::BTreeMap::new();
     let rows = table
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -581,13 +585,70 @@ fn serve_help_matches_the_readme() {
     for row in rows {
         let cells: Vec<&str> = row.split(" | ").collect();
         let (names, default) = (cells[0].trim_start_matches("| "), cells[1]);
+        if let Some(command) = names.strip_prefix("`delayq ") {
+            let sub = command.split([' ', '`']).next().unwrap().to_string();
+            commands.insert(sub, row.to_string());
+            continue;
+        }
         for name in names.split(", ") {
             let name = name.trim_matches('`');
             if name.starts_with("--") {
-                documented.insert(name.to_string(), default.to_string());
+                flags.insert(name.to_string(), default.to_string());
             }
         }
     }
+    (flags, commands)
+}
+
+/// Every subcommand's flags are in the README's table (in its own row or
+/// as a flag of `serve`'s), and the help of each says what the flag does
+/// there: `reshard --shards` is the count to move to, with no default.
+#[test]
+fn every_subcommands_help_matches_the_readme() {
+    let (documented, commands) = readme_flags();
+    for sub in ["migrate", "restore", "reconcile", "reshard"] {
+        let row = commands
+            .get(sub)
+            .unwrap_or_else(|| panic!("no row for delayq {sub}"));
+        for flag in help_flags(sub).keys() {
+            if ["--help", "--version"].contains(&flag.as_str()) {
+                continue;
+            }
+            assert!(
+                documented.contains_key(flag) || row.contains(flag.as_str()),
+                "delayq {sub} {flag} is not in the README's table"
+            );
+        }
+    }
+    let shards = &help_flags("reshard")["--shards"];
+    assert!(
+        shards.contains("move the data set to") && !shards.contains("[default:"),
+        "delayq reshard --shards: {shards}"
+    );
+    let serve = help_flags("serve");
+    let limit = &serve["--topic-limit"];
+    assert!(
+        limit.contains("TOPIC=concurrency=M") && !limit.contains("TOPIC= "),
+        "--topic-limit: {limit}"
+    );
+    assert!(
+        serve["--advertise"].contains("https://"),
+        "{}",
+        serve["--advertise"]
+    );
+}
+
+#[test]
+fn serve_help_matches_the_readme() {
+    let flags = help_flags("serve");
+    let default_of = |text: &str| {
+        text.split("[default: ")
+            .nth(1)
+            .map(|d| d.split(']').next().unwrap().to_string())
+    };
+    let (documented, _) = readme_flags();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let shown: Vec<&String> = flags
         .keys()
         .filter(|f| !["--help", "--version"].contains(&f.as_str()))

@@ -193,6 +193,38 @@ async fn redis_over_tls_with_a_client_certificate() {
     assert!(log.contains("client certificate"), "{log}");
 }
 
+/// A self-signed CA certificate used as the server's own (the quick
+/// `openssl req -x509` set-up) is refused at once, with what to do
+/// instead, not retried for the start-up wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ca_certificate_as_the_servers_own_is_refused_at_once_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::make(dir.path());
+    let redis = TlsRedis::start(
+        dir.path(),
+        &pki,
+        &pki.self_signed_cert,
+        &pki.self_signed_key,
+    );
+    let journal = Journal::create(Backend::Sqlite, dir.path());
+    let args = vec![
+        "--tls-ca-file".into(),
+        path(&pki.self_signed_cert),
+        "--tls-client-cert".into(),
+        path(&pki.client_cert),
+        "--tls-client-key".into(),
+        path(&pki.client_key),
+    ];
+    let cfg = config(dir.path(), redis.url(), journal.url.clone(), args);
+    let started = Instant::now();
+    let log = refused_start(&cfg, Duration::from_secs(40));
+    assert!(
+        log.contains("CaUsedAsEndEntity") && log.contains("CA:FALSE"),
+        "the refusal says what is wrong and what to do:\n{log}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_node_serves_https_to_the_client_and_reads_a_renewed_certificate_on_sighup() {
     let dir = tempfile::tempdir().unwrap();

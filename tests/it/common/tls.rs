@@ -22,6 +22,10 @@ pub struct Pki {
     pub rogue_ca: PathBuf,
     pub rogue_cert: PathBuf,
     pub rogue_key: PathBuf,
+    /// A self-signed CA certificate (CA:TRUE) naming `localhost` and
+    /// `127.0.0.1`, as `openssl req -x509` makes, for a server's own use.
+    pub self_signed_cert: PathBuf,
+    pub self_signed_key: PathBuf,
     dir: PathBuf,
     ca_cert: Certificate,
     ca_key: KeyPair,
@@ -80,8 +84,20 @@ impl Pki {
             &rogue_ca,
             &rogue_ca_key,
         );
+        let (self_signed, self_signed_key) = {
+            let mut params =
+                CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "localhost");
+            let key = KeyPair::generate().unwrap();
+            (params.self_signed(&key).unwrap(), key)
+        };
         Pki {
             ca: write(&dir, "ca.pem", &ca_cert.pem()),
+            self_signed_cert: write(&dir, "self-signed.pem", &self_signed.pem()),
+            self_signed_key: write(&dir, "self-signed.key", &self_signed_key.serialize_pem()),
             server_cert: write(&dir, "server.pem", &server.pem()),
             server_key: write(&dir, "server.key", &server_key.serialize_pem()),
             client_cert: write(&dir, "client.pem", &client.pem()),
