@@ -68,6 +68,28 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// What no single flag's parser can see, or say without repeating a
+    /// secret: a topic given twice in `--topic-limit` (across flags), a
+    /// bad token ([`check_token`]). Refused as a usage error (exit 2),
+    /// before anything starts.
+    fn check(&self) -> Result<(), clap::Error> {
+        let usage = |e: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"));
+        if let Command::Serve(serve) = &self.command {
+            crate::limit::by_topic(&serve.topic_limit).map_err(usage)?;
+            for (flag, token) in [
+                ("--admin-token", &serve.admin_token),
+                ("--read-token", &serve.read_token),
+            ] {
+                if let Some(t) = token {
+                    check_token(t).map_err(|e| usage(format!("{flag}: {e}")))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `delayq reshard` moves the data set to the count `--shards` names: a
 /// count left to its default (8) is refused, so a forgotten flag moves
 /// nothing.
@@ -102,7 +124,9 @@ impl Cli {
         let given = file::with_settings(&cmd, &args, &from_file);
         match cmd.try_get_matches_from_mut(&given).and_then(|m| {
             reshard_names_its_shards(&m)?;
-            Cli::from_arg_matches(&m)
+            let cli = Cli::from_arg_matches(&m)?;
+            cli.check()?;
+            Ok(cli)
         }) {
             Ok(cli) => cli,
             Err(e) => {
@@ -281,7 +305,7 @@ pub struct ServeArgs {
     #[arg(long, env = "DELAYQ_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = parse_max_body)]
     pub max_body_bytes: usize,
     /// HTTP worker threads [default: number of cores].
-    #[arg(long, env = "DELAYQ_WORKERS")]
+    #[arg(long, env = "DELAYQ_WORKERS", value_parser = parse_workers)]
     pub workers: Option<usize>,
     /// Status changes waiting for the journal before due messages stop being
     /// promoted (until the journal catches up); bounds memory in an outage.
@@ -447,6 +471,14 @@ pub fn check_token(s: &str) -> Result<(), String> {
 
 /// Largest message body: 1 byte to 15 MiB (a request is at most 16 MiB,
 /// and MySQL's MEDIUMTEXT body column holds 16 MB).
+/// HTTP worker threads: 1 to 1024.
+pub fn parse_workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}' is not a worker count: a whole number from 1 to 1024")),
+    }
+}
+
 pub fn parse_max_body(s: &str) -> Result<usize, String> {
     const MAX: usize = 15 << 20;
     match s.parse::<usize>() {

@@ -133,7 +133,7 @@ pub fn with_settings(cli: &Command, args: &[OsString], from_file: &FromFile) -> 
         }
         if arg.get_action().takes_values() {
             added.push(OsString::from(format!("--{long}={value}")));
-        } else if !matches!(value.as_str(), "false" | "0" | "no" | "off" | "") {
+        } else if value == "true" {
             added.push(OsString::from(format!("--{long}")));
         }
     }
@@ -263,6 +263,12 @@ fn parse<'c>(
                 )))
             }
         };
+        // A switch is on or off, as its variable takes it: true or false.
+        if !arg.get_action().takes_values() && !matches!(value.as_str(), "true" | "false") {
+            return Err(bad(format!(
+                "`{key}` is a switch: give true or false, not {value:?}"
+            )));
+        }
         out.push((arg, key.clone(), value));
     }
     Ok(out)
@@ -359,6 +365,11 @@ mod tests {
         );
         let e = message(settings_of("restore", "dry-run = true").unwrap_err());
         assert!(e.contains("action") && e.contains("--dry-run"), "{e}");
+        for value in ["\"banana\"", "\"yes\"", "1"] {
+            let e = message(settings_of("serve", &format!("ui-read-only = {value}")).unwrap_err());
+            assert!(e.contains("a switch: give true or false"), "{value}: {e}");
+        }
+        assert!(settings_of("serve", "ui-read-only = \"false\"").is_ok());
         let e = message(settings_of("serve", "config = \"other.toml\"").unwrap_err());
         assert!(e.contains("another"), "{e}");
         let e = message(settings_of("serve", "shards = [1, 2]").unwrap_err());

@@ -238,10 +238,20 @@ fn rowid_keys_on_sqlite(c: &mut SqliteConnection) -> Result<(), JournalError> {
             &format!("CREATE TABLE {table}_rowid "),
             1,
         );
-        tracing::info!(
-            table,
-            "journal: rebuilding the table with its id as SQLite's rowid (once)"
-        );
+        // A journal just made by the migrations has nothing to copy: the
+        // rebuild is part of making it, not news.
+        let rows: Vec<SchemaSql> = diesel::sql_query(format!(
+            "SELECT 'x' AS sql FROM {table} LIMIT 1"
+        ))
+        .load(c)?;
+        if rows.is_empty() {
+            tracing::debug!(table, "journal: the new table gets its id as SQLite's rowid");
+        } else {
+            tracing::info!(
+                table,
+                "journal: rebuilding the table with its id as SQLite's rowid (once)"
+            );
+        }
         c.transaction(|c| {
             c.batch_execute(&rebuilt)?;
             c.batch_execute(&format!(

@@ -21,6 +21,23 @@ pub use store::{DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, Stat
 /// migration fails because another node is running it (MySQL's DDL is not
 /// transactional, so a half-applied one shows as "already exists"), it is
 /// tried again until the other node has recorded it.
+/// Whether a connection error is the database refusing who delayq says it
+/// is or what it asks for: a wrong password, an unknown user or database.
+/// Waiting does not mend it.
+pub fn refused_login(error: &str) -> bool {
+    [
+        // PostgreSQL
+        "password authentication failed",
+        "no pg_hba.conf entry",
+        "does not exist",
+        // MySQL and MariaDB
+        "Access denied for user",
+        "Unknown database",
+    ]
+    .iter()
+    .any(|s| error.contains(s))
+}
+
 pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
@@ -36,6 +53,12 @@ pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> 
             // TLS the URL asks for, is not mended by waiting.
             Err(e) if crate::tls::settled_refusal(&e.to_string()) => {
                 return Err(JournalError::Connection(e))
+            }
+            // Nor is a wrong password or a database that does not exist.
+            Err(e) if refused_login(&e.to_string()) => {
+                return Err(JournalError::Connection(diesel::ConnectionError::BadConnection(format!(
+                    "{e} (the database refused the URL's user, password or database name; waiting does not mend that: check the URL, or create the database and user as the README's journal section shows)"
+                ))))
             }
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, "journal database not reachable yet; retrying");

@@ -49,14 +49,6 @@ const SHUTDOWN_JOURNAL_WAIT: Duration = Duration::from_secs(5);
 /// Runs a node until it is told to stop (SIGINT/SIGTERM; SIGQUIT stops it
 /// without waiting for the requests in progress).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    for (flag, token) in [
-        ("--admin-token", &args.admin_token),
-        ("--read-token", &args.read_token),
-    ] {
-        if let Some(t) = token {
-            crate::config::check_token(t).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
-        }
-    }
     let node_id = args.node.node_id(Some(args.bind.port()));
     crate::metrics::metrics().limit_topics(args.metrics_topics);
     crate::stall::start();

@@ -27,6 +27,9 @@ async fn with_a_dead_letter(env: &Env) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_and_repeated_parameters_are_refused_on_every_route() {
     let env = Env::start(Backend::Sqlite).await;
+    // A brand-new SQLite journal is made without news of a rebuild.
+    let log = std::fs::read_to_string(&env.server.log).unwrap();
+    assert!(!log.contains("rebuilding"), "{log}");
     let dead = with_a_dead_letter(&env).await;
     let before = env.stored();
     let post = |path: &str| env.http.post(env.url(path));
@@ -207,6 +210,13 @@ async fn one_id_and_unmatched_keys_say_what_happened() {
     let body = r.assert_ok();
     assert_eq!(body["deleted"], 1, "{}", r.text);
     assert_eq!(body["results"][0]["result"], "deleted");
+    // A mistyped id in a requeue is neither a message nor a topic with
+    // dead letters: the answer says both, rather than "requeued 0".
+    let r = env
+        .send(env.http.post(env.url("/dead/1/requeue")))
+        .await;
+    r.assert_error(404, "not_found");
+    assert!(r.text.contains("no message has id 1"), "{}", r.text);
 }
 
 backend_tests!(search_pages_are_full_until_the_last);

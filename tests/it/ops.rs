@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, tail, Backend, Env, Journal, Redis};
+use crate::common::{free_port, random_hex, tail, Backend, Env, Journal, Redis};
 use delayq::redis::keys::Keys;
 use serde_json::{json, Value};
 
@@ -529,6 +529,44 @@ fn bad_settings_are_refused_at_start() {
     );
 }
 
+/// A flag that is wrong on its face is a usage error (exit 2) before
+/// anything starts: no journal file is made, nothing is written to Redis.
+#[test]
+fn bad_flags_exit_2_before_anything_starts() {
+    let home = tempfile::tempdir().unwrap();
+    let redis = Redis::start(home.path());
+    for bad in [
+        &["--workers", "0"][..],
+        &["--workers", "many"],
+        &["--admin-token="],
+        &["--read-token", " s3cret"],
+        &["--topic-limit", "a=1/s", "--topic-limit", "a=concurrency=2"],
+        &["--topic-limit", "a=1/s a=2/s"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("j.db");
+        let prefix = format!("t{}", random_hex(6));
+        let out: Output = delayq()
+            .arg("serve")
+            .args(["--database-url", &format!("sqlite://{}", db.display())])
+            .args(["--redis-url", &redis.url()])
+            .args(["--key-prefix", &prefix])
+            .args(["--bind", &format!("127.0.0.1:{}", free_port())])
+            .args(bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{bad:?}: {stderr}");
+        assert!(!db.exists(), "{bad:?} made the journal file: {stderr}");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{prefix}*"))
+            .query(&mut redis.con())
+            .unwrap();
+        assert!(keys.is_empty(), "{bad:?} wrote to Redis: {keys:?}");
+    }
+}
+
 /// The flags of `delayq serve --help` and the README's table of them are
 /// the same set, with the same defaults where both give one, and the
 /// admin token's help names every route the README says it protects.
@@ -703,6 +741,40 @@ fn serve_help_matches_the_readme() {
         assert!(
             readme.contains(&format!("`{route}`")),
             "the README leaves out {route}"
+        );
+    }
+}
+
+/// A wrong password or a database that does not exist is refused at once,
+/// with what to check, not retried for the start-up wait.
+#[test]
+fn a_refused_login_to_the_journal_is_not_retried() {
+    use crate::common::journal::{mysql_base_url, postgres_base_url};
+    let wrong_password = |base: String| {
+        let (scheme, rest) = base.split_once("://").unwrap();
+        let (user, host) = rest.split_once('@').unwrap();
+        let name = user.split(':').next().unwrap();
+        format!("{scheme}://{name}:not-the-password@{host}/delayq")
+    };
+    for url in [
+        wrong_password(postgres_base_url()),
+        format!("{}/no_such_database_{}", postgres_base_url(), random_hex(4)),
+        wrong_password(mysql_base_url()),
+        format!("{}/no_such_database_{}", mysql_base_url(), random_hex(4)),
+    ] {
+        let began = Instant::now();
+        let out = delayq()
+            .args(["migrate", "--database-url", &url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {stderr}");
+        assert!(stderr.contains("waiting does not mend that"), "{url}: {stderr}");
+        assert!(!stderr.contains("not-the-password"), "{url}: {stderr}");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{url}: refused after {:?}",
+            began.elapsed()
         );
     }
 }

@@ -21,14 +21,14 @@ pub enum Backend {
     Postgres,
 }
 
-fn mysql_base_url() -> String {
+pub fn mysql_base_url() -> String {
     std::env::var("DELAYQ_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://delayq:delayq@127.0.0.1:3306".to_string())
         .trim_end_matches('/')
         .to_string()
 }
 
-fn postgres_base_url() -> String {
+pub fn postgres_base_url() -> String {
     std::env::var("DELAYQ_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://delayq:delayq@127.0.0.1:5432".to_string())
         .trim_end_matches('/')
