@@ -74,7 +74,8 @@ impl Cli {
     /// bad token ([`check_token`]). Refused as a usage error (exit 2),
     /// before anything starts.
     fn check(&self) -> Result<(), clap::Error> {
-        let usage = |e: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"));
+        let usage =
+            |e: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"));
         if let Command::Serve(serve) = &self.command {
             crate::limit::by_topic(&serve.topic_limit).map_err(usage)?;
             for (flag, token) in [
@@ -475,7 +476,9 @@ pub fn check_token(s: &str) -> Result<(), String> {
 pub fn parse_workers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!("'{s}' is not a worker count: a whole number from 1 to 1024")),
+        _ => Err(format!(
+            "'{s}' is not a worker count: a whole number from 1 to 1024"
+        )),
     }
 }
 

@@ -277,6 +277,15 @@ pub fn parse_new_schedule(
     obj: &Map<String, Value>,
     now: i64,
 ) -> Result<(Option<i64>, Option<u8>), Invalid> {
+    for name in ["delay", "deliverAt", "priority"] {
+        if obj.get(name) == Some(&Value::Null) {
+            let (code, range) = accepted(name);
+            return Err(invalid(
+                code,
+                format!("{name} is null: give {range}, or leave {name} out to keep what the message has"),
+            ));
+        }
+    }
     let due = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -321,14 +330,41 @@ pub fn parse_new_schedule(
     Ok((due, priority))
 }
 
+/// The code and the accepted values of a whole-number field, for the
+/// refusal of a number that is not one (or too large to read).
+fn accepted(name: &str) -> (ErrorCode, String) {
+    match name {
+        "delay" => (
+            ErrorCode::InvalidDelay,
+            format!("0 to {MAX_DELAY_MS} ms (10 years)"),
+        ),
+        "deliverAt" => (
+            ErrorCode::InvalidDelay,
+            "an epoch time in ms no more than 10 years ahead".into(),
+        ),
+        "priority" => (ErrorCode::InvalidPriority, "0 to 255".into()),
+        "ttl" => (
+            ErrorCode::InvalidTtl,
+            format!("{MIN_TTL_MS} to {MAX_TTL_MS} ms"),
+        ),
+        _ => (ErrorCode::InvalidField, "a whole number".into()),
+    }
+}
+
 fn int_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, Invalid> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Number(n)) => whole_number(v).map(Some).ok_or_else(|| {
-            invalid(
-                ErrorCode::InvalidField,
-                format!("{name} must be a whole number, got {n}"),
-            )
+            let (code, range) = accepted(name);
+            if n.as_f64().is_some_and(|f| f.fract() == 0.0) {
+                // Whole, but beyond what a number here can be.
+                invalid(code, format!("{name} must be {range}, got {n}"))
+            } else {
+                invalid(
+                    ErrorCode::InvalidField,
+                    format!("{name} must be a whole number, {range}, got {n}"),
+                )
+            }
         }),
         Some(other) => Err(invalid(
             ErrorCode::InvalidField,

@@ -96,6 +96,40 @@ fn invalid(message: impl Into<String>) -> Invalid {
     }
 }
 
+/// Each number of a cron expression within its field's range, said in a
+/// person's words ("the hour field is 25; hours are 0 to 23") where the
+/// parser would say "Number out of bounds". Steps (after `/`) and names
+/// (`JAN`, `MON`) are left to the parser.
+fn cron_fields_in_range(expr: &str) -> Result<(), String> {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let names: &[(&str, &str, u32, u32)] = &[
+        ("second", "seconds", 0, 59),
+        ("minute", "minutes", 0, 59),
+        ("hour", "hours", 0, 23),
+        ("day", "days of the month", 1, 31),
+        ("month", "months", 1, 12),
+        ("weekday", "weekdays", 0, 7),
+    ];
+    let names = if fields.len() == 6 {
+        names
+    } else {
+        &names[1..]
+    };
+    for (field, (name, plural, lo, hi)) in fields.iter().zip(names) {
+        for part in field.split(',') {
+            let range = part.split('/').next().unwrap_or_default();
+            for n in range.split('-').filter_map(|n| n.parse::<u64>().ok()) {
+                if n < u64::from(*lo) || n > u64::from(*hi) {
+                    return Err(format!(
+                        "the {name} field is {n}; {plural} are {lo} to {hi}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn cron_parser() -> CronParser {
     CronParser::builder().seconds(Seconds::Optional).build()
 }
@@ -250,8 +284,18 @@ pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> 
                     "repeat.cron must have 5 fields (minute hour day month weekday) or 6 (seconds first), got {fields}"
                 )));
             }
+            cron_fields_in_range(expr)
+                .map_err(|e| invalid(format!("repeat.cron {expr:?}: {e}")))?;
             if let Err(e) = cron_parser().parse(expr) {
-                return Err(invalid(format!("repeat.cron {expr:?} is not valid: {e}")));
+                let why = match e {
+                    croner::errors::CronError::ComponentError(m)
+                    | croner::errors::CronError::InvalidPattern(m)
+                    | croner::errors::CronError::IllegalCharacters(m) => m,
+                    other => other.to_string(),
+                };
+                return Err(invalid(format!(
+                    "repeat.cron {expr:?} is not valid: {why} (fields: [second] minute hour day month weekday)"
+                )));
             }
             zone(tz).map_err(invalid)?;
         }
@@ -332,6 +376,26 @@ mod tests {
         assert_eq!(r.next(3, NOW + 2000), None);
         let r = repeat(json!({"every": 60000}));
         assert_eq!(r.next(1_000_000, NOW), Some(NOW + 60000));
+    }
+
+    #[test]
+    fn cron_numbers_out_of_range_are_named() {
+        let e = parse_repeat(&json!({"cron": "0 25 * * *"}), NOW)
+            .unwrap_err()
+            .message;
+        assert!(e.contains("the hour field is 25; hours are 0 to 23"), "{e}");
+        let e = parse_repeat(&json!({"cron": "61 * * * * *"}), NOW)
+            .unwrap_err()
+            .message;
+        assert!(e.contains("the second field is 61"), "{e}");
+        let e = parse_repeat(&json!({"cron": "0 0 1-32 * *"}), NOW)
+            .unwrap_err()
+            .message;
+        assert!(e.contains("the day field is 32"), "{e}");
+        assert!(parse_repeat(&json!({"cron": "0 9 * JAN-MAR MON-FRI"}), NOW).is_ok());
+        for good in ["0 9 * * *", "0 9 * * 7", "*/15 0-23 1,15 1-12 0-6"] {
+            assert!(parse_repeat(&json!({"cron": good}), NOW).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -240,12 +240,13 @@ fn rowid_keys_on_sqlite(c: &mut SqliteConnection) -> Result<(), JournalError> {
         );
         // A journal just made by the migrations has nothing to copy: the
         // rebuild is part of making it, not news.
-        let rows: Vec<SchemaSql> = diesel::sql_query(format!(
-            "SELECT 'x' AS sql FROM {table} LIMIT 1"
-        ))
-        .load(c)?;
+        let rows: Vec<SchemaSql> =
+            diesel::sql_query(format!("SELECT 'x' AS sql FROM {table} LIMIT 1")).load(c)?;
         if rows.is_empty() {
-            tracing::debug!(table, "journal: the new table gets its id as SQLite's rowid");
+            tracing::debug!(
+                table,
+                "journal: the new table gets its id as SQLite's rowid"
+            );
         } else {
             tracing::info!(
                 table,

@@ -212,9 +212,7 @@ async fn one_id_and_unmatched_keys_say_what_happened() {
     assert_eq!(body["results"][0]["result"], "deleted");
     // A mistyped id in a requeue is neither a message nor a topic with
     // dead letters: the answer says both, rather than "requeued 0".
-    let r = env
-        .send(env.http.post(env.url("/dead/1/requeue")))
-        .await;
+    let r = env.send(env.http.post(env.url("/dead/1/requeue"))).await;
     r.assert_error(404, "not_found");
     assert!(r.text.contains("no message has id 1"), "{}", r.text);
 }
@@ -314,4 +312,41 @@ async fn topics_are_listed_while_the_journal_keeps_them_and_pauses_say_whether_k
         .await;
     assert_eq!(r.assert_ok()["known"], true, "{}", r.text);
     assert_eq!(r.json["changed"], false, "{}", r.text);
+}
+
+/// Refusals say what is accepted, in the API's words: a number too large
+/// to read, a cron field out of range, a null where a value or nothing
+/// belongs.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_say_what_is_accepted() {
+    let env = Env::start(Backend::Sqlite).await;
+    let r = env
+        .post_raw(
+            "/push",
+            "application/json",
+            r#"{"topic": "t", "body": "x", "delay": 18446744073709551615}"#,
+        )
+        .await;
+    r.assert_error(400, "invalid_delay");
+    assert!(
+        r.text.contains("delay must be 0 to 315360000000 ms"),
+        "{}",
+        r.text
+    );
+    let r = env
+        .post_json(
+            "/push",
+            &json!({"topic": "t", "body": "x", "repeat": {"cron": "0 25 * * *"}}),
+        )
+        .await;
+    r.assert_error(400, "invalid_repeat");
+    assert!(r.text.contains("hours are 0 to 23"), "{}", r.text);
+    let id = env
+        .push(json!({"topic": "t", "body": "x", "delay": 600_000}))
+        .await;
+    let r = env
+        .post_json("/reschedule", &json!({"ids": [id], "priority": null}))
+        .await;
+    r.assert_error(400, "invalid_priority");
+    assert!(r.text.contains("leave priority out"), "{}", r.text);
 }

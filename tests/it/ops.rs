@@ -769,7 +769,10 @@ fn a_refused_login_to_the_journal_is_not_retried() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{url}: {stderr}");
-        assert!(stderr.contains("waiting does not mend that"), "{url}: {stderr}");
+        assert!(
+            stderr.contains("waiting does not mend that"),
+            "{url}: {stderr}"
+        );
         assert!(!stderr.contains("not-the-password"), "{url}: {stderr}");
         assert!(
             began.elapsed() < Duration::from_secs(10),
