@@ -118,7 +118,8 @@ pub async fn rebalance(
     Ok(HttpResponse::Ok().json(AssignmentReply { assignment }))
 }
 
-/// `POST /admin/shards/{shard}/move?to=NODE`.
+/// `POST /admin/shards/{shard}/move?to=NODE`: move one shard to the node
+/// named.
 #[utoipa::path(
     post,
     path = "/admin/shards/{shard}/move",

@@ -53,11 +53,12 @@ pub async fn get(
     }))
 }
 
-/// `POST /ack/{id}[?receipt=R][&occurrence=N]`: the message is consumed (a
-/// recurring message: occurrence N, or the one handed out, is). With the
-/// receipt of the delivery acked, an ack of any other delivery than the
-/// one in hand (or the last one, when its deadline passed and nobody holds
-/// it) is refused (409 `stale_delivery`) and changes nothing; without one
+/// `POST /ack/{id}[?receipt=R][&occurrence=N]`: the message is consumed, or,
+/// with the receipt of a delivery other than the current one, refused (409
+/// `stale_delivery`). A recurring message: occurrence N, or the one handed
+/// out, is consumed. With the receipt of the delivery acked, an ack of any
+/// other delivery than the one in hand (or the last one, when its deadline
+/// passed and nobody holds it) is refused and changes nothing; without one
 /// it applies to the current delivery.
 #[utoipa::path(
     post,
@@ -416,8 +417,8 @@ pub async fn nack(
     }
 }
 
-/// `POST /nack` with `{"ids": [...], "delay": ms}` (delay optional): nacks up
-/// to 100 messages in one journal commit; a result per id (`ready`,
+/// `POST /nack`: nacks up to 100 messages (`{"ids": [...], "delay": ms}`,
+/// delay optional) in one journal commit; a result per id (`ready`,
 /// `delaying` with `dueTime`, `dead`, `not_in_flight`, `not_found`).
 #[utoipa::path(
     post,

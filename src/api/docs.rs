@@ -76,7 +76,56 @@ impl utoipa::Modify for AdminToken {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(super::Routes::openapi());
+    for item in doc.paths.paths.values_mut() {
+        for op in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(summary) = &op.summary {
+                op.summary = Some(summary_of(summary, op.description.as_deref()));
+            }
+        }
+    }
     doc
+}
+
+/// An operation's summary as Swagger UI shows it (plain text, beside the
+/// route): the first sentence of the handler's doc comment, which the
+/// macro cuts at the end of its first line, whole again, without the route
+/// it begins with and without the backticks Markdown would have read.
+fn summary_of(first_line: &str, rest: Option<&str>) -> String {
+    let text = match rest {
+        Some(rest) => format!("{first_line} {rest}"),
+        None => first_line.to_string(),
+    };
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = match text.strip_prefix('`').and_then(|t| t.split_once("`: ")) {
+        Some((_route, after)) => after.to_string(),
+        None => text,
+    };
+    let sentence = match text.find(". ") {
+        Some(end) => &text[..end],
+        None => text.trim_end_matches('.'),
+    };
+    // Rust's intra-doc links mean nothing to an API's reader.
+    let mut plain = sentence.replace('`', "");
+    while let Some(start) = plain.find("([crate::") {
+        let end = plain[start..]
+            .find("])")
+            .map_or(plain.len(), |e| start + e + 2);
+        plain.replace_range(start..end, "");
+        plain = plain.replace("  ", " ").replace(" ;", ";");
+    }
+    let mut chars = plain.chars();
+    chars
+        .next()
+        .map_or(String::new(), |c| c.to_uppercase().chain(chars).collect())
 }
 
 static SPEC: LazyLock<String> = LazyLock::new(|| {
@@ -88,7 +137,7 @@ static SPEC: LazyLock<String> = LazyLock::new(|| {
 static UI_CONFIG: LazyLock<Arc<utoipa_swagger_ui::Config<'static>>> =
     LazyLock::new(|| Arc::new(utoipa_swagger_ui::Config::new(["/openapi.json"])));
 
-/// `GET /openapi.json`.
+/// `GET /openapi.json`: this document.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -151,5 +200,42 @@ pub async fn ui_file(file: web::Path<String>) -> Result<HttpResponse, ApiError> 
             message: format!("Swagger UI has no file '{file}'"),
         }),
         Err(e) => Err(ApiError::Internal(format!("Swagger UI: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Summaries are whole sentences of plain text: no Markdown backticks,
+    /// no parenthesis left open where the first line ended.
+    #[test]
+    fn summaries_are_plain_whole_sentences() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let mut seen = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let Some(summary) = op["summary"].as_str() else {
+                    continue;
+                };
+                seen += 1;
+                assert!(!summary.contains('`'), "{method} {path}: {summary}");
+                assert!(!summary.contains("crate::"), "{method} {path}: {summary}");
+                assert!(
+                    !summary.starts_with("GET /") && !summary.starts_with("POST /"),
+                    "{method} {path}: {summary}"
+                );
+                assert_eq!(
+                    summary.matches('(').count(),
+                    summary.matches(')').count(),
+                    "{method} {path}: {summary}"
+                );
+            }
+        }
+        assert!(seen > 20, "{seen} summaries");
+        let ack = doc["paths"]["/ack/{id}"]["post"]["summary"]
+            .as_str()
+            .unwrap();
+        assert!(ack.contains("stale_delivery"), "{ack}");
     }
 }
