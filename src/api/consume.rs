@@ -122,7 +122,7 @@ pub async fn ack(
             code: ErrorCode::NotInFlight,
             message: not_handed_out(id, status, "acked"),
         }),
-        AckOutcome::Stale(status) => Err(stale(id, status)),
+        AckOutcome::Stale { now, earlier } => Err(stale(id, now, earlier)),
         AckOutcome::NotFound => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
@@ -131,18 +131,23 @@ pub async fn ack(
 }
 
 /// 409 `stale_delivery`: the receipt names another delivery than the
-/// message's current one.
-fn stale(id: MessageId, now: Status) -> ApiError {
+/// message's current one: an earlier one (`earlier`), or none it was
+/// handed out with.
+fn stale(id: MessageId, now: Status, earlier: bool) -> ApiError {
     let whose = match now {
         Status::Consuming => "is handed to another consumer now",
         Status::Delaying => "is scheduled again (Delaying) after a later delivery",
+        Status::Consumed => "is consumed",
         _ => "is waiting (Ready) after a later delivery",
+    };
+    let receipt = if earlier {
+        "the receipt names an earlier delivery, which ended"
+    } else {
+        "the receipt names no delivery this message was handed out with (another message's, or altered)"
     };
     ApiError::Conflict {
         code: ErrorCode::StaleDelivery,
-        message: format!(
-            "message {id} {whose}: the receipt names an earlier delivery, which ended; nothing changed (status {now})"
-        ),
+        message: format!("message {id} {whose}: {receipt}; nothing changed (status {now})"),
     }
 }
 
@@ -409,7 +414,7 @@ pub async fn nack(
             code: ErrorCode::NotInFlight,
             message: not_handed_out(id, status, "nacked"),
         }),
-        NackOutcome::Stale(status) => Err(stale(id, status)),
+        NackOutcome::Stale(status) => Err(stale(id, status, true)),
         NackOutcome::NotFound => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
@@ -467,7 +472,7 @@ fn ack_result(outcome: AckOutcome, id: MessageId) -> AckResult {
         ),
         AckOutcome::Next(next) => (proto::AckOutcome::Consumed, None, Some(next)),
         AckOutcome::NotInFlight(status) => (proto::AckOutcome::NotInFlight, Some(status), None),
-        AckOutcome::Stale(now) => (proto::AckOutcome::StaleDelivery, Some(Some(now)), None),
+        AckOutcome::Stale { now, .. } => (proto::AckOutcome::StaleDelivery, Some(Some(now)), None),
         AckOutcome::NotFound => (proto::AckOutcome::NotFound, None, None),
     };
     AckResult {

@@ -274,10 +274,27 @@ pub enum AckOutcome {
     /// some other way (the status says which).
     NotInFlight(Option<Status>),
     /// The receipt names another delivery than the one in hand, or than
-    /// the last one when none is: nothing changed. The status is where the
-    /// message is now.
-    Stale(Status),
+    /// the last one when none is: nothing changed. `now` is where the
+    /// message is; `earlier`: the receipt is one of an earlier delivery
+    /// (else no delivery of the message was handed out with it).
+    Stale {
+        now: Status,
+        earlier: bool,
+    },
     NotFound,
+}
+
+/// The answer to an ack of a message consumed already, by the delivery
+/// `attempts` counts: consumed (acking twice is harmless), unless the
+/// ack's receipt names another delivery (the current holder acked first).
+fn acked_already(ack: &Ack, attempts: i32) -> AckOutcome {
+    match ack.receipt {
+        Some(r) if r.attempts != attempts => AckOutcome::Stale {
+            now: Status::Consumed,
+            earlier: r.attempts < attempts,
+        },
+        _ => AckOutcome::Consumed,
+    }
 }
 
 /// One ack: the message, and what the consumer says of the delivery it
@@ -521,7 +538,7 @@ async fn ack_rounds(
                 RedisAck::Stale {
                     state: now,
                     recurring,
-                    ..
+                    attempts,
                 } => {
                     // A recurring message's earlier occurrence, acked
                     // again (its answer lost): done already.
@@ -532,7 +549,10 @@ async fn ack_rounds(
                     });
                     match earlier {
                         Some(occ) => AckOutcome::Next(occ),
-                        None => AckOutcome::Stale(now),
+                        None => AckOutcome::Stale {
+                            now,
+                            earlier: acks[i].receipt.is_some_and(|r| r.attempts < attempts),
+                        },
                     }
                 }
                 // Ended in Redis and not journaled yet: the end says how,
@@ -541,7 +561,7 @@ async fn ack_rounds(
                 RedisAck::Finished(Some(end)) => {
                     changes.push(super::kept_end(&state.redis, id, end));
                     match end.status {
-                        Status::Consumed => AckOutcome::Consumed,
+                        Status::Consumed => acked_already(&acks[i], end.attempts),
                         other => AckOutcome::NotInFlight(Some(other)),
                     }
                 }
@@ -558,7 +578,7 @@ async fn ack_rounds(
                     Ok(found) => match found {
                         None => AckOutcome::NotFound,
                         Some((row, _)) => match row.status() {
-                            Status::Consumed => AckOutcome::Consumed,
+                            Status::Consumed => acked_already(&acks[i], row.attempts),
                             // A recurring message handed out, that Redis lost (a
                             // restart, a failover) with its series: ending it would
                             // end the whole series. It is left to the restore and

@@ -350,3 +350,64 @@ async fn refusals_say_what_is_accepted() {
     r.assert_error(400, "invalid_priority");
     assert!(r.text.contains("leave priority out"), "{}", r.text);
 }
+
+/// A receipt of an earlier delivery is refused before and after the
+/// current holder acks (not 409 first and 200 `Consumed` later), and a
+/// receipt no delivery was handed out with is not called an earlier one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_receipt_stays_stale_and_a_made_up_one_is_named_so() {
+    let env = Env::start(Backend::Sqlite).await;
+    let id = env
+        .push(json!({"topic": "r", "body": "x", "ttl": 300}))
+        .await;
+    let first = env.receive_one("r").await;
+    assert_eq!(first.id(), id);
+    let first = first.msg["receipt"].as_str().unwrap().to_string();
+    // Not acked within its ttl: handed out again.
+    let second = env.receive_one("r").await;
+    assert_eq!(second.id(), id);
+    let second = second.msg["receipt"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    let ack = |receipt: String| {
+        let env = &env;
+        let id = id.clone();
+        async move {
+            env.send(
+                env.http
+                    .post(env.url(&format!("/ack/{id}?receipt={receipt}"))),
+            )
+            .await
+        }
+    };
+    let r = ack(first.clone()).await;
+    r.assert_error(409, "stale_delivery");
+    assert!(r.text.contains("an earlier delivery"), "{}", r.text);
+    let made_up = format!("7-{}", 4_000_000_000_000i64);
+    let r = ack(made_up.clone()).await;
+    r.assert_error(409, "stale_delivery");
+    assert!(r.text.contains("names no delivery"), "{}", r.text);
+    assert_eq!(ack(second.clone()).await.assert_ok()["status"], "Consumed");
+    // Acking twice with the holder's receipt is fine; the earlier one
+    // stays refused, before and after the journal has the ack.
+    assert_eq!(ack(second).await.assert_ok()["status"], "Consumed");
+    let r = ack(first.clone()).await;
+    r.assert_error(409, "stale_delivery");
+    env.wait_history(
+        &id,
+        &[
+            "WaitPut",
+            "Delaying",
+            "Ready",
+            "Consuming",
+            "Ready",
+            "Consuming",
+            "Consumed",
+        ],
+    )
+    .await;
+    let r = ack(first).await;
+    r.assert_error(409, "stale_delivery");
+    assert!(r.text.contains("an earlier delivery"), "{}", r.text);
+    let r = ack(made_up).await;
+    r.assert_error(409, "stale_delivery");
+}
