@@ -342,7 +342,16 @@ impl Restorer {
         report.scanned += rows.len() as u64;
         let (wanted, expired): (Vec<&MessageRow>, Vec<&MessageRow>) =
             rows.iter().partition(|r| expire || r.due_time > now);
-        report.skipped_expired += expired.len() as u64;
+        // Overdue and left out: those Redis holds already (ready, in
+        // flight) are present, as they are with `expire`; only the rest
+        // are skipped.
+        if !expired.is_empty() {
+            let ids: Vec<MessageId> = expired.iter().map(|r| MessageId(r.id)).collect();
+            let present = self.redis.present(&ids).await?;
+            let n = present.iter().filter(|&&p| p).count() as u64;
+            report.already_present += n;
+            report.skipped_expired += ids.len() as u64 - n;
+        }
         if wanted.is_empty() {
             return Ok(());
         }

@@ -117,14 +117,14 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<RestoreReport> {
                 r.scanned,
                 || {
                     format!(
-                        "restored {}, already present {}, skipped (expired) {}, skipped (finished) {}",
-                        r.restored, r.already_present, r.skipped_expired, r.skipped_finished
+                        "restored {}, already present {}, skipped (expired) {}, skipped (finished) {}, beyond horizon {}",
+                        r.restored, r.already_present, r.skipped_expired, r.skipped_finished, r.beyond_horizon
                     )
                 },
                 || {
                     format!(
-                        "restore: scanned {} restored {} already present {} skipped (expired) {}",
-                        r.scanned, r.restored, r.already_present, r.skipped_expired
+                        "restore: scanned {} restored {} already present {} skipped (expired) {} skipped (finished) {} beyond horizon {}",
+                        r.scanned, r.restored, r.already_present, r.skipped_expired, r.skipped_finished, r.beyond_horizon
                     )
                 },
             )

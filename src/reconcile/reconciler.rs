@@ -200,6 +200,8 @@ impl Reconciler {
         }
         self.settle(pending, repair, &mut report).await?;
         report.elapsed_ms = start.elapsed().as_millis() as u64;
+        // The last re-check's findings, shown as the report will say them.
+        progress(&report);
         let m = crate::metrics::metrics();
         for (kind, d) in [
             ("missing", &report.missing),

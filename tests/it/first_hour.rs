@@ -411,3 +411,40 @@ async fn a_stale_receipt_stays_stale_and_a_made_up_one_is_named_so() {
     let r = ack(made_up).await;
     r.assert_error(409, "stale_delivery");
 }
+
+/// A restore counts overdue messages Redis holds already as present (not
+/// "skipped (expired)"), with or without `expire`, and `delayq restore`'s
+/// progress line names every count of its report.
+#[tokio::test(flavor = "multi_thread")]
+async fn restore_counts_say_what_happened() {
+    let env = Env::start(Backend::Sqlite).await;
+    let ids = env
+        .push_batch(
+            (0..3)
+                .map(|i| json!({"topic": "rs", "body": i.to_string()}))
+                .collect(),
+        )
+        .await;
+    env.wait_ready("rs", &ids).await;
+    for query in ["", "?expire=true"] {
+        let r = env.get_path(&format!("/reStore{query}")).await;
+        let body = r.assert_ok();
+        assert_eq!(
+            (
+                &body["alreadyPresent"],
+                &body["skippedExpired"],
+                &body["restored"]
+            ),
+            (&json!(3), &json!(0), &json!(0)),
+            "{query}: {}",
+            r.text
+        );
+    }
+    let out = env.run_tool(&["restore"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("already present 3") && stderr.contains("beyond horizon 0"),
+        "{stderr}"
+    );
+}

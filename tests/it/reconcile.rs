@@ -254,6 +254,19 @@ async fn report_and_repair_each_kind(b: Backend) {
     let before = env.redis.snapshot();
     let report = reconcile(&env, false).await;
     assert_eq!(counts(&report), [1, 1, 1, 2, 1], "{report}");
+    // `delayq reconcile` finds the same, and its last progress line says
+    // what its report says (the last re-check's findings included).
+    let out = env.run_tool(&["reconcile", "--reconcile-grace", GRACE]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let last = stderr
+        .lines()
+        .rfind(|l| l.starts_with("reconcile: "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("statusMismatch 2") && last.contains("missing 1"),
+        "the last progress line: {last}\n{stderr}"
+    );
     assert_eq!(sampled(&report, "missing"), std::slice::from_ref(&missing));
     assert_eq!(
         sampled(&report, "unscheduled"),
