@@ -21,6 +21,9 @@ pub enum ApiError {
     Conflict { code: ErrorCode, message: String },
     #[error("this route needs an 'Authorization: Bearer TOKEN' header with the admin token")]
     Unauthorized,
+    /// A route that shows message bodies: the read token does too.
+    #[error("this route needs an 'Authorization: Bearer TOKEN' header with the read token (--read-token) or the admin token")]
+    UnauthorizedReader,
     /// Refused whoever asks: the dashboard's actions when it is read-only,
     /// or from another site.
     #[error("{message}")]
@@ -58,7 +61,7 @@ impl ApiError {
             | ApiError::NotFound { code, .. }
             | ApiError::Conflict { code, .. }
             | ApiError::Forbidden { code, .. } => code.clone(),
-            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Unauthorized | ApiError::UnauthorizedReader => ErrorCode::Unauthorized,
             ApiError::RedisUnavailable(_) => ErrorCode::RedisUnavailable,
             ApiError::JournalUnavailable(_) => ErrorCode::JournalUnavailable,
             ApiError::NodeUnavailable(_) => ErrorCode::NodeUnavailable,
@@ -76,7 +79,7 @@ impl ResponseError for ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::UnauthorizedReader => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RedisUnavailable(_)
             | ApiError::JournalUnavailable(_)

@@ -95,7 +95,7 @@ impl AppState {
         if constant_time_eq(given.as_bytes(), read.as_bytes()) || admin {
             Ok(())
         } else {
-            Err(ApiError::Unauthorized)
+            Err(ApiError::UnauthorizedReader)
         }
     }
 }

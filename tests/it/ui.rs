@@ -362,3 +362,72 @@ async fn pause_and_resume_by_clicking() {
     assert!(!browser.text("#pause-state").await.contains("Paused"));
     assert_eq!(env.receive_one("sms").await.id(), id);
 }
+
+/// The read token logs in too, to look without acting (support staff):
+/// every page, no action offered, an action posted anyway refused; the
+/// API's 401 on a route that takes it names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_read_token_logs_in_to_look_only() {
+    const READER: &str = "look-only";
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--admin-token")
+        .arg(TOKEN)
+        .arg("--read-token")
+        .arg(READER)
+        .start()
+        .await;
+    let id = dead_message(&env, "mail", "hello", "k1").await;
+    let plain = reqwest::Client::new();
+    let r = env
+        .send(plain.get(env.url(&format!("/messages/{id}"))))
+        .await;
+    r.assert_error(401, "unauthorized");
+    assert!(r.text.contains("--read-token"), "{}", r.text);
+
+    let browser = Browser::start().await;
+    browser.goto(&env.url("/ui/dead/mail")).await;
+    browser.wait_for("read token").await;
+    browser
+        .type_into(&browser.find("#token").await, READER)
+        .await;
+    browser.click(&browser.find("#login").await).await;
+    browser.wait_for("Dead letters of").await;
+    for page in [
+        "/ui".to_string(),
+        "/ui/dead/mail".to_string(),
+        format!("/ui/messages/{id}"),
+        "/ui/topics/mail".to_string(),
+        "/ui/cluster".to_string(),
+        "/ui/restore".to_string(),
+    ] {
+        browser.goto(&env.url(&page)).await;
+        browser.wait_for("Log out").await;
+        let forms = browser.find_all("form[method=post]").await;
+        assert_eq!(forms.len(), 1, "{page}: only the logout form");
+        let buttons = browser.find_all("form[method=post] button").await;
+        assert_eq!(buttons.len(), 1, "{page}");
+    }
+    browser.goto(&env.url(&format!("/ui/messages/{id}"))).await;
+    browser.wait_for("hello").await;
+    // Posted anyway, with the session's own CSRF token: refused.
+    let session = browser.cookie("delayq_ui").await.expect("a session cookie");
+    let csrf = browser
+        .script(
+            "return document.querySelector('form[action=\"/ui/logout\"] input[name=csrf]').value;",
+            json!([]),
+        )
+        .await;
+    let refused = env
+        .send(
+            plain
+                .post(env.url(&format!("/ui/messages/{id}/requeue")))
+                .header("Cookie", format!("delayq_ui={session}"))
+                .header("Sec-Fetch-Site", "same-origin")
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("csrf={}", csrf.as_str().unwrap())),
+        )
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert!(refused.text.contains("read token"), "{}", refused.text);
+    assert_eq!(env.message(&id).await["message"]["status"], "Dead");
+}

@@ -9,6 +9,9 @@
 //!   browser to the login form, which asks for the token once (compared in
 //!   constant time, as the API does). Without one, every visitor gets a
 //!   session on the first page: it anchors the CSRF token.
+//! - The read token (`--read-token`) logs in too, to a session that sees
+//!   every page and takes no action (support staff): the session says so
+//!   (a `.r` in its signed body), and its pages offer no action.
 //! - Every action is a POST form with a CSRF token, an HMAC of the session
 //!   cookie: a page of another site can neither read it nor (SameSite)
 //!   send the cookie. Actions are also refused when the browser says the
@@ -100,26 +103,24 @@ pub async fn sync_revoked(redis: crate::redis::schedule::RedisSchedule) {
     }
 }
 
-/// A new session's cookie value.
-fn issue(state: &AppState) -> String {
-    let body = format!("{}.{}", now_ms(), uuid::Uuid::new_v4().simple());
+/// A new session's cookie value; a reader's (the read token's) looks only.
+fn issue(state: &AppState, reader: bool) -> String {
+    let role = if reader { ".r" } else { "" };
+    let body = format!("{}.{}{role}", now_ms(), uuid::Uuid::new_v4().simple());
     let sig = mac(state, "session", &body);
     format!("{body}.{sig}")
 }
 
 /// Is `value` a session this server issued (under the current token), not
-/// yet expired?
-fn valid(state: &AppState, value: &str) -> bool {
-    let Some((body, sig)) = value.rsplit_once('.') else {
-        return false;
-    };
-    let Some(issued) = body.split('.').next().and_then(|t| t.parse::<i64>().ok()) else {
-        return false;
-    };
+/// yet expired? `Some(true)` for a reader's.
+fn valid(state: &AppState, value: &str) -> Option<bool> {
+    let (body, sig) = value.rsplit_once('.')?;
+    let issued = body.split('.').next().and_then(|t| t.parse::<i64>().ok())?;
     let age = now_ms() - issued;
-    (0..SESSION_MS).contains(&age)
+    ((0..SESSION_MS).contains(&age)
         && constant_time_eq(sig.as_bytes(), mac(state, "session", body).as_bytes())
-        && !revoked(body)
+        && !revoked(body))
+    .then(|| body.ends_with(".r"))
 }
 
 /// The CSRF token of a session.
@@ -150,6 +151,8 @@ pub struct Viewer {
     pub read_only: bool,
     /// An admin token is configured (the header offers a logout).
     login: bool,
+    /// Logged in with the read token: sees everything, acts on nothing.
+    pub reader: bool,
     pub node: String,
     /// Notices passed on by the previous action (`?done=`, `?error=`).
     pub done: Option<String>,
@@ -160,29 +163,31 @@ impl Viewer {
     /// The viewer of a page, or where to send them (the login form's URL).
     pub fn of(state: &AppState, req: &HttpRequest) -> Result<Viewer, String> {
         let login = state.admin_token.is_some();
-        let (session, new_session) = match cookie_of(req).filter(|c| valid(state, c)) {
-            Some(c) => (c, None),
-            None if login => {
-                let next = req
-                    .uri()
-                    .path_and_query()
-                    .map_or("/ui", |p| p.as_str())
-                    .to_string();
-                return Err(format!("/ui/login?next={}", super::url_encode(&next)));
-            }
-            None => {
-                let c = issue(state);
-                (c.clone(), Some(c))
-            }
-        };
+        let (session, new_session, reader) =
+            match cookie_of(req).and_then(|c| valid(state, &c).map(|reader| (c, reader))) {
+                Some((c, reader)) => (c, None, reader),
+                None if login => {
+                    let next = req
+                        .uri()
+                        .path_and_query()
+                        .map_or("/ui", |p| p.as_str())
+                        .to_string();
+                    return Err(format!("/ui/login?next={}", super::url_encode(&next)));
+                }
+                None => {
+                    let c = issue(state, false);
+                    (c.clone(), Some(c), false)
+                }
+            };
         let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
             .map(|q| q.into_inner())
             .unwrap_or_default();
         Ok(Viewer {
             csrf: (!state.ui_read_only).then(|| csrf_of(state, &session)),
             new_session,
-            read_only: state.ui_read_only,
+            read_only: state.ui_read_only || reader,
             login,
+            reader,
             node: state.cluster.view().node_id,
             done: q.get("done").cloned(),
             error: q.get("error").cloned(),
@@ -190,7 +195,7 @@ impl Viewer {
     }
 
     pub fn may_act(&self) -> bool {
-        self.csrf.is_some()
+        self.csrf.is_some() && !self.reader
     }
 
     /// A POST form of one button (nothing when this viewer may not act):
@@ -203,7 +208,7 @@ impl Viewer {
         fields: &[(&str, &str)],
         confirm: Option<&str>,
     ) -> String {
-        let Some(csrf) = &self.csrf else {
+        let Some(csrf) = self.csrf.as_ref().filter(|_| !self.reader) else {
             return String::new();
         };
         let mut hidden = format!(r#"<input type="hidden" name="csrf" value="{csrf}">"#);
@@ -224,9 +229,10 @@ impl Viewer {
 
     /// The CSRF input for a form of its own (empty when this viewer may not act).
     pub fn csrf_input(&self) -> String {
-        self.csrf.as_ref().map_or(String::new(), |c| {
-            format!(r#"<input type="hidden" name="csrf" value="{c}">"#)
-        })
+        match &self.csrf {
+            Some(c) if !self.reader => format!(r#"<input type="hidden" name="csrf" value="{c}">"#),
+            _ => String::new(),
+        }
     }
 
     /// The header's right side: node, mode, logout.
@@ -235,7 +241,11 @@ impl Viewer {
             r#"<span class="node">node <b>{}</b></span>"#,
             esc(&self.node)
         );
-        if self.read_only {
+        if self.reader {
+            out.push_str(
+                r#"<span class="badge ro" title="logged in with the read token">read token</span>"#,
+            );
+        } else if self.read_only {
             out.push_str(r#"<span class="badge ro">read-only</span>"#);
         }
         if self.login {
@@ -295,19 +305,36 @@ fn same_origin(req: &HttpRequest) -> Result<(), UiError> {
 }
 
 /// Checks an action's request: not read-only, from this origin, a valid
-/// session, and its form's CSRF token.
+/// session (not a reader's), and its form's CSRF token.
 pub fn check_action(
     state: &AppState,
     req: &HttpRequest,
     form: &HashMap<String, String>,
 ) -> Result<(), UiError> {
+    if check_session(state, req, form)? {
+        return Err(forbidden(
+            "logged in with the read token: the dashboard shows everything and takes no action; log in with the admin token to act",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a form's request: not read-only, from this origin, a valid
+/// session, and its form's CSRF token; whether it is a reader's.
+fn check_session(
+    state: &AppState,
+    req: &HttpRequest,
+    form: &HashMap<String, String>,
+) -> Result<bool, UiError> {
     if state.ui_read_only {
         return Err(forbidden(
             "the dashboard is read-only (--ui-read-only): it takes no actions",
         ));
     }
     same_origin(req)?;
-    let Some(session) = cookie_of(req).filter(|c| valid(state, c)) else {
+    let Some((session, reader)) =
+        cookie_of(req).and_then(|c| valid(state, &c).map(|reader| (c, reader)))
+    else {
         return Err(UiError(ApiError::Unauthorized));
     };
     let given = form.get("csrf").map(String::as_str).unwrap_or("");
@@ -316,7 +343,7 @@ pub fn check_action(
             "the form's CSRF token is missing or does not match this session; reload the page and try again",
         ));
     }
-    Ok(())
+    Ok(reader)
 }
 
 /// Where a form sends the browser back to: a dashboard path, or `default`.
@@ -327,15 +354,28 @@ pub fn back(form: &HashMap<String, String>, default: &str) -> String {
     }
 }
 
-fn login_form(next: &str, wrong: bool) -> String {
-    let notice = if wrong {
-        r#"<p class="notice err">That is not the admin token.</p>"#
+fn login_form(next: &str, wrong: bool, reader: bool) -> String {
+    let (notice, intro, label) = if reader {
+        (
+            "That is neither the admin token nor the read token.",
+            "This node has an admin token (<code>--admin-token</code>): enter it to use the dashboard, or the read token (<code>--read-token</code>) to see it without acting.",
+            "Admin or read token",
+        )
     } else {
-        ""
+        (
+            "That is not the admin token.",
+            "This node has an admin token (<code>--admin-token</code>). Enter it to use the dashboard.",
+            "Admin token",
+        )
+    };
+    let notice = if wrong {
+        format!(r#"<p class="notice err">{notice}</p>"#)
+    } else {
+        String::new()
     };
     format!(
-        r#"<section class="login"><h1>Log in</h1>{notice}<p>This node has an admin token (<code>--admin-token</code>). Enter it to use the dashboard.</p>
-<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}"><label>Admin token <input type="password" name="token" id="token" autocomplete="current-password" autofocus required></label> <button type="submit" id="login">Log in</button></form></section>"#,
+        r#"<section class="login"><h1>Log in</h1>{notice}<p>{intro}</p>
+<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}"><label>{label} <input type="password" name="token" id="token" autocomplete="current-password" autofocus required></label> <button type="submit" id="login">Log in</button></form></section>"#,
         next = esc(next)
     )
 }
@@ -346,6 +386,7 @@ fn anonymous(state: &AppState) -> Viewer {
         new_session: None,
         read_only: state.ui_read_only,
         login: false,
+        reader: false,
         node: state.cluster.view().node_id,
         done: None,
         error: None,
@@ -364,7 +405,8 @@ pub async fn login_page(state: web::Data<AppState>, req: HttpRequest) -> HttpRes
         &HashMap::from([("back".into(), q.get("next").cloned().unwrap_or_default())]),
         "/ui",
     );
-    page(&anonymous(&state), "Log in", "", &login_form(&next, false))
+    let form = login_form(&next, false, state.read_token.is_some());
+    page(&anonymous(&state), "Log in", "", &form)
 }
 
 /// `POST /ui/login`: the admin token for a session cookie.
@@ -404,7 +446,13 @@ pub async fn login(
             )));
     }
     let given = form.get("token").map(String::as_str).unwrap_or("");
-    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+    let admin = constant_time_eq(given.as_bytes(), token.as_bytes());
+    let reader = !admin
+        && state
+            .read_token
+            .as_ref()
+            .is_some_and(|t| constant_time_eq(given.as_bytes(), t.as_bytes()));
+    if !admin && !reader {
         tracing::warn!(%addr, "dashboard login with a wrong admin token");
         let mut g = FAILED_LOGINS.lock().unwrap_or_else(|p| p.into_inner());
         let e = g
@@ -415,7 +463,12 @@ pub async fn login(
         drop(g);
         return Ok(anonymous(&state).respond(
             StatusCode::UNAUTHORIZED,
-            layout(&anonymous(&state), "Log in", "", &login_form(&next, true)),
+            layout(
+                &anonymous(&state),
+                "Log in",
+                "",
+                &login_form(&next, true, state.read_token.is_some()),
+            ),
         ));
     }
     if let Some(map) = FAILED_LOGINS
@@ -428,7 +481,7 @@ pub async fn login(
     Ok(HttpResponse::SeeOther()
         .insert_header((
             header::SET_COOKIE,
-            set_cookie(&issue(&state), SESSION_MS / 1000),
+            set_cookie(&issue(&state, reader), SESSION_MS / 1000),
         ))
         .insert_header((header::LOCATION, next))
         .finish())
@@ -440,7 +493,7 @@ pub async fn logout(
     req: HttpRequest,
     form: Form,
 ) -> Result<HttpResponse, UiError> {
-    check_action(&state, &req, &form)?;
+    check_session(&state, &req, &form)?;
     // The session ends everywhere, not only in this browser: a copied
     // cookie no longer works on any node.
     if let Some((body, issued)) = cookie_of(&req).and_then(|c| {
