@@ -132,7 +132,15 @@ pub(super) async fn reconcile_periodically(
             Err(_) => continue,
         }
         tracing::debug!("reconciling the journal with Redis");
-        match reconciler.run(Repair::Delivery, |_| {}).await {
+        let ran = reconciler.run(Repair::Delivery, |_| {}).await;
+        if let Ok(r) = &ran {
+            // For the dashboard, whichever node serves it.
+            let kept = serde_json::json!({"node": cluster.view().node_id, "at": crate::message::now_ms(), "report": r});
+            if let Err(e) = reconciler.redis.save_reconciled(&kept.to_string()).await {
+                tracing::debug!(error = %e, "cannot keep the reconciliation's report for the dashboard");
+            }
+        }
+        match ran {
             Ok(r) if r.is_clean() => tracing::debug!(
                 journal_scanned = r.journal_scanned,
                 redis_scanned = r.redis_scanned,

@@ -30,6 +30,7 @@
 //! | `{P}:worker-reserved:N` | string | highest millisecond worker N may have used (epoch ms) |
 //! | `{P}:journal-spill` | list | status changes a stopping node could not journal (JSON) |
 //! | `{P}:ui-revoked` | zset | dashboard sessions logged out, scored by when they would have expired (ms) |
+//! | `{P}:reconciled` | string | the leader's last periodic reconciliation: its node, when, and its report (JSON), for the dashboard |
 //! | `{P}:paused` | hash | topic → when it was paused (ms): the paused topics, as `GET /topics` lists them; every shard's `:paused` set follows it |
 //! | `{P}:pause-seq` | string | the number of the last pause or resume, taken with its change of `{P}:paused` (pause_topic.lua), so the shards apply them in that order |
 //! | `{P}:journal-behind` | zset | nodes whose journal writes are failing or backlogged, scored by when they said so (ms) |
@@ -220,6 +221,11 @@ impl Keys {
     /// expired (ms).
     pub fn ui_revoked(&self) -> String {
         format!("{{{}}}:ui-revoked", self.prefix)
+    }
+
+    /// The leader's last periodic reconciliation (JSON), for the dashboard.
+    pub fn reconciled(&self) -> String {
+        format!("{{{}}}:reconciled", self.prefix)
     }
 
     /// Nodes whose journal is behind Redis right now (their status changes

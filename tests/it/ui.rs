@@ -431,3 +431,58 @@ async fn the_read_token_logs_in_to_look_only() {
     assert!(refused.text.contains("read token"), "{}", refused.text);
     assert_eq!(env.message(&id).await["message"]["status"], "Dead");
 }
+
+/// What the dashboard knows, it shows: a topic opens on the tab that holds
+/// its messages, each tab with its count; a bizKey's white space at its
+/// ends is visible; the leader's periodic reconciliation is on the restore
+/// page; a notice a link made up is not shown as the node's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_what_it_knows_and_only_that() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--reconcile-interval")
+        .arg("1s")
+        .start()
+        .await;
+    let ids = env
+        .push_batch(vec![
+            json!({"topic": "t9", "body": "one", "bizKey": "A-1"}),
+            json!({"topic": "t9", "body": "two", "bizKey": "A-1 "}),
+        ])
+        .await;
+    env.wait_ready("t9", &ids).await;
+    for id in &ids {
+        env.wait_history(id, &["WaitPut", "Delaying", "Ready"])
+            .await;
+    }
+    let browser = Browser::start().await;
+    browser.goto(&env.url("/ui/topics/t9")).await;
+    browser.wait_for(&ids[1]).await;
+    let on = browser.text("nav.tabs a.on").await;
+    assert!(on.starts_with("ready") && on.contains('2'), "{on}");
+    let tabs = browser.text("nav.tabs").await;
+    assert!(tabs.contains("delaying 0"), "{tabs}");
+    assert_eq!(
+        browser.find_all("td .ws").await.len(),
+        1,
+        "one key ends in a space"
+    );
+
+    browser.goto(&env.url("/ui/restore")).await;
+    let mut periodic = String::new();
+    for _ in 0..40 {
+        browser.goto(&env.url("/ui/restore")).await;
+        browser.wait_for("periodic reconciliation").await;
+        periodic = browser.text("#periodic").await;
+        if periodic.contains("agree") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(periodic.contains("agree"), "{periodic}");
+
+    browser
+        .goto(&env.url("/ui?error=Your%20account%20is%20suspended"))
+        .await;
+    browser.wait_for("Topics").await;
+    assert!(!browser.text("body").await.contains("suspended"));
+}

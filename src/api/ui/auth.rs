@@ -59,6 +59,33 @@ fn mac(state: &AppState, purpose: &str, text: &str) -> String {
         .collect()
 }
 
+/// The key notices are signed with: this process's own, so a notice
+/// (`?done=`, `?error=`) is shown only when this node's action wrote it,
+/// never text a link made up (a notice sent to another node is dropped).
+static NOTICE_KEY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| uuid::Uuid::new_v4().simple().to_string());
+
+/// The signature of a notice of `kind` (`done`, `error`) saying `text`.
+pub fn notice_sig(kind: &str, text: &str) -> String {
+    let mut m = Hmac::<Sha256>::new_from_slice(NOTICE_KEY.as_bytes())
+        .expect("HMAC takes a key of any length");
+    m.update(kind.as_bytes());
+    m.update(b"\0");
+    m.update(text.as_bytes());
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The notice of `kind` in a query, when this node signed it.
+fn notice(q: &HashMap<String, String>, kind: &str) -> Option<String> {
+    let text = q.get(kind)?;
+    let sig = q.get("sig").map(String::as_str).unwrap_or("");
+    constant_time_eq(sig.as_bytes(), notice_sig(kind, text).as_bytes()).then(|| text.clone())
+}
+
 /// Wrong logins an address may make within [`LOGIN_WINDOW`].
 pub const LOGIN_FAILURES: u32 = 5;
 pub const LOGIN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
@@ -189,8 +216,8 @@ impl Viewer {
             login,
             reader,
             node: state.cluster.view().node_id,
-            done: q.get("done").cloned(),
-            error: q.get("error").cloned(),
+            done: notice(&q, "done"),
+            error: notice(&q, "error"),
         })
     }
 

@@ -90,7 +90,7 @@ pub async fn page(
                 &[("back", &back)],
                 Some("Delete this dead message?")
             ),
-            biz = r.biz_key.as_deref().map_or(String::new(), esc),
+            biz = r.biz_key.as_deref().map_or(String::new(), super::key),
         );
     }
     if page.is_empty() {

@@ -40,7 +40,12 @@ pub async fn page(
                 esc(&m.topic)
             ),
         ),
-        ("bizKey", opt(m.biz_key.clone())),
+        (
+            "bizKey",
+            m.biz_key
+                .as_deref()
+                .map_or(r#"<span class="zero">none</span>"#.to_string(), super::key),
+        ),
         ("Status", badge(row.status())),
         (
             "Attempts",

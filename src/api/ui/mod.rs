@@ -129,6 +129,40 @@ pub fn time(ms: i64) -> String {
     )
 }
 
+/// A bizKey, escaped, its white space at either end made visible (`A-1`
+/// and `A-1 ` are two keys and must not look alike): each such character
+/// is shown as `␠` (or its code) in a marked span.
+pub fn key(text: &str) -> String {
+    let inner = text.trim();
+    if inner.len() == text.len() {
+        return esc(text);
+    }
+    let start = text.len() - text.trim_start().len();
+    let end = start + inner.len();
+    let mark = |edge: &str| {
+        let shown: String = edge
+            .chars()
+            .map(|c| match c {
+                ' ' => "␠".to_string(),
+                '\t' => "⇥".to_string(),
+                '\n' => "↵".to_string(),
+                other => format!("U+{:04X}", other as u32),
+            })
+            .collect();
+        format!(r#"<span class="ws" title="white space">{shown}</span>"#)
+    };
+    let (head, tail) = (&text[..start], &text[end..]);
+    let mut out = String::new();
+    if !head.is_empty() {
+        out.push_str(&mark(head));
+    }
+    out.push_str(&esc(inner));
+    if !tail.is_empty() {
+        out.push_str(&mark(tail));
+    }
+    out
+}
+
 /// A duration in ms, as a person reads it.
 pub fn duration(ms: i64) -> String {
     let (abs, sign) = (ms.unsigned_abs(), if ms < 0 { "−" } else { "" });
@@ -280,12 +314,29 @@ pub fn see_other(to: &str) -> HttpResponse {
 /// `back` with a notice for the next page: `done` or `error`.
 pub fn back_with(back: &str, kind: &str, text: &str) -> HttpResponse {
     let sep = if back.contains('?') { '&' } else { '?' };
-    see_other(&format!("{back}{sep}{kind}={}", url_encode(text)))
+    see_other(&format!(
+        "{back}{sep}{kind}={}&sig={}",
+        url_encode(text),
+        auth::notice_sig(kind, text)
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_show_white_space_at_their_ends() {
+        assert_eq!(key("A-1"), "A-1");
+        assert_ne!(key("A-1 "), key("A-1"));
+        assert!(key("A-1 ").contains("␠"));
+        assert!(key(" <b>").starts_with(r#"<span class="ws""#));
+        assert!(key(" <b>").ends_with("&lt;b&gt;"));
+        assert!(
+            key("a\tb").contains('\t'),
+            "inner white space is left as it is"
+        );
+    }
 
     #[test]
     fn escapes_markup_and_quotes() {

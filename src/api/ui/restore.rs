@@ -81,6 +81,10 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             r#"<p class="empty">No reconciliation run from this dashboard yet. The leader also runs one every <code>--reconcile-interval</code>.</p>"#.to_string(),
             report_table,
         );
+    let periodic = match state.queue.redis.reconciled().await? {
+        Some(json) => periodic_html(&json),
+        None => r#"<p class="empty">None kept: the leader reconciles every <code>--reconcile-interval</code> (0: never) once the node has run that long.</p>"#.to_string(),
+    };
     let buttons = format!(
         "{}{}",
         viewer.button(
@@ -103,6 +107,8 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <h2>Restore on this node</h2>
 <div id="restore"{refresh}>{resumable}{progress}</div>
 <p class="hint">A restore rebuilds Redis from the journal: <code>GET /reStore?expire=true|false</code> or <code>delayq restore</code>.</p>
+<h2>The leader's periodic reconciliation</h2>
+<div id="periodic">{periodic}</div>
 <h2>Reconcile the journal with Redis</h2>
 <div class="actions">{buttons}</div>
 <div id="report">{report}</div>"#
@@ -113,6 +119,59 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         "/ui/restore",
         &body,
     ))
+}
+
+/// The leader's last periodic reconciliation, as kept in Redis: when, by
+/// which node, and what it found and repaired of each kind.
+fn periodic_html(json: &str) -> String {
+    let Ok(kept) = serde_json::from_str::<serde_json::Value>(json) else {
+        return r#"<p class="empty">The kept report could not be read.</p>"#.to_string();
+    };
+    let r = &kept["report"];
+    let kinds = [
+        (
+            "missing",
+            "missing: live in the journal, absent from Redis (scheduled again)",
+        ),
+        (
+            "unscheduled",
+            "unscheduled: in Redis, in no queue (put back)",
+        ),
+        (
+            "finishedInJournal",
+            "finished in the journal, still in Redis (taken out)",
+        ),
+        ("unknown", "unknown: in Redis, not in the journal"),
+        ("statusMismatch", "status differs"),
+        ("unjournaled", "ends Redis kept for the journal"),
+    ];
+    let mut rows = String::new();
+    let mut found = 0;
+    for (key, kind) in kinds {
+        let (count, repaired) = (
+            r[key]["count"].as_u64().unwrap_or(0),
+            r[key]["repaired"].as_u64().unwrap_or(0),
+        );
+        found += count;
+        let _ = write!(
+            rows,
+            r#"<tr><td>{kind}</td><td class="num">{count}</td><td class="num">{repaired}</td></tr>"#
+        );
+    }
+    let verdict = if found == 0 {
+        r#"<span class="badge s-consumed">the journal and Redis agree</span>"#.to_string()
+    } else {
+        format!(r#"<span class="badge s-dead">{found} differences</span>"#)
+    };
+    format!(
+        r#"<p class="sub">Node <b>{}</b> at {}, took {}: {} journal rows, {} Redis records — {verdict}</p>
+<table class="grid"><thead><tr><th>Kind</th><th class="num">Found</th><th class="num">Repaired</th></tr></thead><tbody>{rows}</tbody></table>"#,
+        super::esc(kept["node"].as_str().unwrap_or("?")),
+        time(kept["at"].as_i64().unwrap_or(0)),
+        duration(r["elapsedMs"].as_i64().unwrap_or(0)),
+        r["journalScanned"].as_u64().unwrap_or(0),
+        r["redisScanned"].as_u64().unwrap_or(0),
+    )
 }
 
 fn report_table(r: &ReconcileReport) -> String {

@@ -36,17 +36,37 @@ pub async fn page(
     let topic = topic.into_inner();
     check_topic(&topic)?;
     let base = format!("/ui/topics/{}", url_encode(&topic));
-    if let Some(search) = q.get("q").map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        if let Some(found) = search_one(&state, &topic, search).await? {
+    // A bizKey is compared exactly (`A-1 ` is not `A-1`); a search that
+    // finds nothing so is tried again without white space at its ends.
+    if let Some(search) = q.get("q").filter(|s| !s.trim().is_empty()) {
+        let mut found = search_one(&state, &topic, search).await?;
+        if found.is_none() && search.trim() != search {
+            found = search_one(&state, &topic, search.trim()).await?;
+        }
+        if let Some(found) = found {
             return Ok(see_other(&format!("/ui/messages/{found}")));
         }
         viewer.error = Some(format!(
-            "No message has id {search}, and no live message of topic {topic} has bizKey {search}."
+            "No message has id {search:?}, and no live message of topic {topic} has bizKey {search:?}."
         ));
     }
+    // Each tab's count (the overview's, a few seconds old at most); the
+    // page opens on the first tab that holds messages.
+    let (counts, _) = super::overview::topic_counts(&state).await?;
+    let c = counts.get(&topic).cloned().unwrap_or_default();
+    let count_of = |s: Status| match s {
+        Status::WaitPut => c.waiting,
+        Status::Delaying => c.delaying,
+        Status::Ready => c.ready,
+        Status::Consuming => c.in_flight,
+        Status::Dead => c.dead,
+        Status::Consumed => c.consumed,
+        Status::Deleted => c.deleted,
+    };
     let (status, tab) = q
         .get("status")
         .and_then(|s| TABS.iter().find(|(_, name)| name == s))
+        .or_else(|| TABS.iter().find(|(s, _)| count_of(*s) > 0))
         .copied()
         .unwrap_or(TABS[0]);
     let after = q
@@ -63,9 +83,13 @@ pub async fn page(
     );
 
     let mut tabs = String::new();
-    for (_, name) in TABS {
+    for (s, name) in TABS {
         let class = if *name == tab { r#" class="on""# } else { "" };
-        let _ = write!(tabs, r#"<a href="{base}?status={name}"{class}>{name}</a>"#);
+        let _ = write!(
+            tabs,
+            r#"<a href="{base}?status={name}"{class}>{name} <span class="count">{}</span></a>"#,
+            count_of(*s)
+        );
     }
     let mut list = String::new();
     for r in &rows {
@@ -79,7 +103,7 @@ pub async fn page(
             badge(r.status()),
             preview(&r.body, 80),
             id = r.id,
-            biz = r.biz_key.as_deref().map_or(String::new(), esc),
+            biz = r.biz_key.as_deref().map_or(String::new(), super::key),
         );
     }
     if rows.is_empty() {

@@ -169,6 +169,25 @@ impl RedisSchedule {
 
     /// Records a logged-out dashboard session (its cookie's signed body)
     /// until `until` (epoch ms), when it would have expired anyway.
+    /// Keeps the leader's last periodic reconciliation (JSON) for a day.
+    pub async fn save_reconciled(&self, json: &str) -> Result<(), RedisError> {
+        Ok(redis::cmd("SET")
+            .arg(self.keys.reconciled())
+            .arg(json)
+            .arg("EX")
+            .arg(24 * 3600)
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
+    /// The leader's last periodic reconciliation, if one was kept.
+    pub async fn reconciled(&self) -> Result<Option<String>, RedisError> {
+        Ok(redis::cmd("GET")
+            .arg(self.keys.reconciled())
+            .query_async(&mut self.con.clone())
+            .await?)
+    }
+
     pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), RedisError> {
         Ok(redis::cmd("ZADD")
             .arg(self.keys.ui_revoked())
