@@ -1,5 +1,6 @@
 //! Restore, inspection and health.
 
+use crate::message::Status;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -106,12 +107,56 @@ pub async fn message(
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
-        Some((row, history)) => Ok(HttpResponse::Ok().json(MessageReply {
-            message: row.view(),
-            updated_time: row.updated_time,
-            history,
-        })),
+        Some((row, history)) => {
+            let mut message = row.view();
+            let ahead = redis_ahead(&state, id, &row).await;
+            if let Some((status, attempts)) = ahead {
+                message.status = status;
+                message.attempts = attempts;
+            }
+            Ok(HttpResponse::Ok().json(MessageReply {
+                message,
+                updated_time: row.updated_time,
+                status_from: if ahead.is_some() { "redis" } else { "journal" },
+                history,
+            }))
+        }
     }
+}
+
+/// What Redis knows of a message that the journal does not say yet: the
+/// end an ack or cancel applied (kept for the journal until it has it),
+/// or, for a message the journal holds live, where it is now (handed out,
+/// ready, scheduled) and its attempts. None when the journal says as much
+/// (or Redis cannot be asked: the journal's word is then all there is).
+async fn redis_ahead(
+    state: &AppState,
+    id: MessageId,
+    row: &crate::journal::models::MessageRow,
+) -> Option<(Status, i32)> {
+    use crate::redis::inspect::{Held, Place};
+    let held = state
+        .queue
+        .redis
+        .locate(&[(id, row.topic.as_str())])
+        .await
+        .ok()?
+        .pop()?;
+    let now = match held {
+        Held::Unjournaled(end) => (end.status, end.attempts),
+        Held::Record(place) if !row.status().is_terminal() => {
+            let status = match place {
+                Place::Delay { .. } => Status::Delaying,
+                Place::Ready => Status::Ready,
+                Place::InFlight { .. } => Status::Consuming,
+                Place::Nowhere => return None,
+            };
+            let header = state.queue.redis.headers(&[id]).await.ok()?.pop()??;
+            (status, header.attempts)
+        }
+        _ => return None,
+    };
+    (now != (row.status(), row.attempts)).then_some(now)
 }
 
 /// `GET /health`: the process answers, with the version it runs and the git

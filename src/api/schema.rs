@@ -538,9 +538,15 @@ pub struct MessagePage {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageReply {
+    /// Its status and attempts as Redis has them when Redis knows more
+    /// than the journal (a change the journal has not written yet, a few
+    /// ms behind): what an ack or a delivery already did.
     pub message: MessageView,
     /// When its journal row last changed (epoch ms).
     pub updated_time: i64,
+    /// Where `status` comes from: `redis` (ahead of the journal) or
+    /// `journal`. The history is the journal's.
+    pub status_from: &'static str,
     /// Oldest first.
     pub history: Vec<FlowRow>,
 }

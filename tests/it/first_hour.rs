@@ -448,3 +448,27 @@ async fn restore_counts_say_what_happened() {
         "{stderr}"
     );
 }
+
+/// Right after an ack (or a delivery) is answered, `GET /messages/{id}`
+/// says what Redis already did, not the journal's row of a few ms before.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_message_view_says_what_redis_already_did() {
+    let env = Env::start(Backend::Sqlite).await;
+    for _ in 0..20 {
+        let id = env.push(json!({"topic": "v", "body": "x"})).await;
+        let got = env.receive_one("v").await;
+        assert_eq!(got.id(), id);
+        let m = env.message(&id).await;
+        assert_eq!(
+            (
+                m["message"]["status"].as_str(),
+                m["message"]["attempts"].as_i64()
+            ),
+            (Some("Consuming"), Some(1)),
+            "{m}"
+        );
+        env.ack(&id).await.assert_ok();
+        let m = env.message(&id).await;
+        assert_eq!(m["message"]["status"], "Consumed", "{m}");
+    }
+}
