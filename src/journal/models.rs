@@ -141,6 +141,10 @@ pub struct FlowRow {
     pub shard: String,
     pub node_id: String,
     pub host: String,
+    /// The due time this change set (a reschedule, a retry's wait, a next
+    /// occurrence); absent for other changes.
+    #[serde(rename = "dueTime", skip_serializing_if = "Option::is_none")]
+    pub due_time: Option<i64>,
 }
 
 /// A flow row to insert; borrows its strings from the change and the node.
@@ -155,6 +159,7 @@ pub struct NewFlow<'a> {
     pub shard: &'a str,
     pub node_id: &'a str,
     pub host: &'a str,
+    pub due_time: Option<i64>,
 }
 
 fn status_name<S: serde::Serializer>(code: &i16, s: S) -> Result<S::Ok, S::Error> {

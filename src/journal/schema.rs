@@ -33,6 +33,7 @@ diesel::table! {
         shard -> Varchar,
         node_id -> Varchar,
         host -> Varchar,
+        due_time -> Nullable<BigInt>,
     }
 }
 

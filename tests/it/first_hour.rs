@@ -472,3 +472,25 @@ async fn the_message_view_says_what_redis_already_did() {
         assert_eq!(m["message"]["status"], "Consumed", "{m}");
     }
 }
+
+backend_tests!(a_moves_history_row_says_where_it_sent_the_message);
+
+/// A reschedule's history row carries the due time it set, on every
+/// journal, and the message's `dueTime` is the new one.
+async fn a_moves_history_row_says_where_it_sent_the_message(b: Backend) {
+    let env = Env::start(b).await;
+    let id = env
+        .push(json!({"topic": "mv", "body": "x", "delay": 600_000}))
+        .await;
+    env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    let r = env
+        .post_json("/reschedule", &json!({"id": id, "delay": 900_000}))
+        .await;
+    let due = r.assert_ok()["results"][0]["dueTime"].as_i64().unwrap();
+    let m = env
+        .wait_history(&id, &["WaitPut", "Delaying", "Delaying"])
+        .await;
+    assert_eq!(m["history"][2]["dueTime"], due, "{m}");
+    assert!(m["history"][0].get("dueTime").is_none(), "{m}");
+    assert_eq!(m["message"]["dueTime"], due, "{m}");
+}

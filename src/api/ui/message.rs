@@ -71,7 +71,10 @@ pub async fn page(
     let mut flow = String::new();
     let mut previous: Option<i64> = None;
     for f in &history {
-        let status = Status::from_code(f.status).map_or(f.status.to_string(), badge);
+        let mut status = Status::from_code(f.status).map_or(f.status.to_string(), badge);
+        if let Some(due) = f.due_time {
+            let _ = write!(status, r#" <span class="hint">until {}</span>"#, time(due));
+        }
         let after = previous.map_or(String::new(), |p| format!("+{}", duration(f.flow_time - p)));
         previous = Some(f.flow_time);
         let _ = write!(

@@ -103,6 +103,7 @@ const FLOW_LAYOUT: Layout = Layout {
         ("attempts", Kind::Int(I32)),
         ("flow_time", Kind::Int(I64)),
         ("shard", Kind::Text),
+        ("due_time", Kind::OptInt(I64)),
     ],
     same: &["node_id", "host"],
 };
@@ -276,7 +277,8 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
                 .int(f.status.into(), I16)
                 .int(f.attempts.into(), I32)
                 .int(f.flow_time, I64)
-                .text(f.shard);
+                .text(f.shard)
+                .opt_int(f.due_time, I64);
         }
         p.insert(self, &FLOW_SQL, &[first.node_id, first.host])?;
         Ok(())
@@ -332,6 +334,7 @@ static PG_FLOW_SQL: LazyLock<String> = LazyLock::new(|| {
             ("attempts", "integer"),
             ("flow_time", "bigint"),
             ("shard", "text"),
+            ("due_time", "bigint"),
         ],
         &["node_id", "host"],
     )
@@ -409,7 +412,7 @@ impl ChangeWriter for diesel::pg::PgConnection {
     }
 
     fn insert_flows(&mut self, flows: &[NewFlow]) -> QueryResult<()> {
-        use diesel::sql_types::{Array, BigInt, Integer, SmallInt, Text};
+        use diesel::sql_types::{Array, BigInt, Integer, Nullable, SmallInt, Text};
         let Some(first) = flows.first() else {
             return Ok(());
         };
@@ -422,6 +425,12 @@ impl ChangeWriter for diesel::pg::PgConnection {
                 .bind::<Array<Integer>, _>(chunk.iter().map(|f| f.attempts).collect::<Vec<i32>>())
                 .bind::<Array<BigInt>, _>(col(&|f| f.flow_time))
                 .bind::<Array<Text>, _>(chunk.iter().map(|f| f.shard).collect::<Vec<&str>>())
+                .bind::<Array<Nullable<BigInt>>, _>(
+                    chunk
+                        .iter()
+                        .map(|f| f.due_time)
+                        .collect::<Vec<Option<i64>>>(),
+                )
                 .bind::<Text, _>(first.node_id)
                 .bind::<Text, _>(first.host)
                 .execute(self)?;
@@ -544,6 +553,7 @@ mod tests {
             shard,
             node_id: "n\"1",
             host: "h\u{e9}",
+            due_time: (id % 2 == 0).then_some(flow_time),
         };
         let quoted = "dq:{0}:\"in\"flight";
         let flows = [
@@ -564,12 +574,12 @@ mod tests {
             "CREATE TABLE message_flow (id INTEGER NOT NULL PRIMARY KEY, \
              message_id BIGINT NOT NULL, status SMALLINT NOT NULL, attempts INTEGER NOT NULL, \
              flow_time BIGINT NOT NULL, shard VARCHAR(128) NOT NULL, \
-             node_id VARCHAR(128) NOT NULL, host VARCHAR(128) NOT NULL)",
+             node_id VARCHAR(128) NOT NULL, host VARCHAR(128) NOT NULL, due_time BIGINT NULL)",
         )
         .expect("table");
         c.insert_flows(&flows).expect("insert");
         c.insert_flows(&[]).expect("nothing");
-        type Row = (i64, i64, i16, i32, i64, String, String, String);
+        type Row = (i64, i64, i16, i32, i64, String, String, String, Option<i64>);
         let mut back: Vec<Row> = message_flow::table
             .select((
                 message_flow::id,
@@ -580,6 +590,7 @@ mod tests {
                 message_flow::shard,
                 message_flow::node_id,
                 message_flow::host,
+                message_flow::due_time,
             ))
             .load(&mut c)
             .expect("read");
@@ -598,6 +609,7 @@ mod tests {
                     shard,
                     node,
                     host,
+                    f.due_time,
                 )
             })
             .collect();

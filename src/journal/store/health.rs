@@ -22,6 +22,7 @@ pub fn probe_write(conn: &mut JournalConn) -> Result<(), JournalError> {
         shard: "probe",
         node_id: "probe",
         host: "probe",
+        due_time: None,
     };
     let tried: Result<(), diesel::result::Error> = with_conn!(conn, c => c.transaction(|c| {
         diesel::insert_into(message_flow::table).values(&probe).execute(c)?;

@@ -289,6 +289,7 @@ fn new_flow<'a>(id: MessageId, node: &'a NodeInfo, c: &'a StatusChange) -> NewFl
         shard: &c.shard,
         node_id: &node.node_id,
         host: &node.host,
+        due_time: c.due,
     }
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE message_flow DROP COLUMN due_time;
