@@ -7,6 +7,7 @@
 //! module opens the journal and Redis for both.
 
 mod duties;
+mod https;
 mod serve;
 mod spill;
 mod tools;

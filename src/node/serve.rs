@@ -391,25 +391,26 @@ fn listen(
     redis: &RedisSchedule,
     cluster: &ClusterHandle,
 ) -> anyhow::Result<actix_web::dev::Server> {
-    let mut server = HttpServer::new(move || {
+    let app = move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(api::refuse_when_stalled))
             .wrap(actix_web::middleware::from_fn(api::count_requests))
             .app_data(state.clone())
             .configure(api::configure)
-    })
-    .shutdown_timeout(5)
-    .disable_signals();
-    if let Some(n) = args.workers {
-        server = server.workers(n);
-    }
+    };
     let server = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let listener = crate::tls::Listener::load(cert, key)?;
             listener.clone().reload_on_hangup()?;
-            server.bind_rustls_0_23(args.bind, listener.server_config())
+            super::https::serve(args.bind, args.workers, listener.server_config(), app)
         }
-        _ => server.bind(args.bind),
+        _ => {
+            let mut server = HttpServer::new(app).shutdown_timeout(5).disable_signals();
+            if let Some(n) = args.workers {
+                server = server.workers(n);
+            }
+            server.bind(args.bind).map(HttpServer::run)
+        }
     }
     .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(
@@ -424,7 +425,7 @@ fn listen(
         mode = cluster.view().mode,
         "delayq serving"
     );
-    Ok(server.run())
+    Ok(server)
 }
 
 /// The first SIGINT or SIGTERM (true: finish the requests in progress) or

@@ -264,9 +264,23 @@ async fn the_node_serves_https_to_the_client_and_reads_a_renewed_certificate_on_
     round_trip(&client, "https").await;
     assert_eq!(served_name(port, &pki).await, "node-1");
 
-    // Plain HTTP is not answered on the TLS port.
+    // Plain HTTP is not served on the TLS port: it is told to use https,
+    // as nginx does, and nothing is done.
     let plain = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
     assert!(plain.poll("x", &[], 1, Duration::ZERO).await.is_err());
+    let r = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+        .expect("an answer to plain HTTP");
+    assert_eq!(r.status().as_u16(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "https_required", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("https://"),
+        "{body}"
+    );
+    round_trip(&client, "https").await;
 
     // A client that does not trust the CA is refused, and told why.
     let stranger = Client::new(&url).unwrap();

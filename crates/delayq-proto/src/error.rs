@@ -56,6 +56,7 @@ error_codes! {
         BizKeyTaken = "biz_key_taken",
         BodyTooLarge = "body_too_large",
         Forbidden = "forbidden",
+        HttpsRequired = "https_required",
         Internal = "internal",
         InvalidBatch = "invalid_batch",
         InvalidBizKey = "invalid_biz_key",

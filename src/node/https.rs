@@ -1,0 +1,122 @@
+//! The HTTPS listener: actix-web's HTTP service behind rustls, with one
+//! thing more than `HttpServer::bind_rustls_0_23` offers. A plain-HTTP
+//! request sent to the HTTPS port (`curl http://…` for `https://…`) gets
+//! a 400 that says to use https, as nginx answers, rather than a closed
+//! connection that clients report as "Received HTTP/0.9" or an empty reply.
+//!
+//! Before the TLS handshake the first bytes are peeked (not read): a TLS
+//! connection opens with a handshake record (`0x16`); anything that reads
+//! as an HTTP method is answered and closed. Everything else goes to
+//! rustls as it came.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_http::HttpService;
+use actix_rt::net::TcpStream;
+use actix_server::Server;
+use actix_service::{fn_service, map_config, ServiceFactoryExt as _};
+use actix_web::body::MessageBody;
+use actix_web::dev::{AppConfig, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::App;
+use tokio::io::AsyncWriteExt as _;
+
+/// How long a connection may take to send its first byte.
+const FIRST_BYTE: Duration = Duration::from_secs(5);
+
+/// The answer to plain HTTP on the HTTPS port.
+fn plain_http_answer(port: u16) -> Vec<u8> {
+    let body = serde_json::json!({
+        "error": crate::error::ErrorCode::HttpsRequired,
+        "message": format!("this port speaks HTTPS: send the request to https://…:{port}/ (plain HTTP was sent)"),
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Whether a connection's first bytes are an HTTP request line's start
+/// (an upper-case method and a space), not a TLS handshake.
+pub fn looks_like_plain_http(first: &[u8]) -> bool {
+    let method: Vec<u8> = first
+        .iter()
+        .copied()
+        .take_while(|b| b.is_ascii_uppercase())
+        .collect();
+    !method.is_empty()
+        && (first.len() > method.len() && first[method.len()] == b' '
+            || first.len() == method.len())
+}
+
+/// Serves `app` over HTTPS on `bind` (as `HttpServer` would: `workers`,
+/// a 5 s shutdown, signals left to the caller).
+pub fn serve<F, T, B>(
+    bind: SocketAddr,
+    workers: Option<usize>,
+    tls: rustls::ServerConfig,
+    app: F,
+) -> std::io::Result<Server>
+where
+    F: Fn() -> App<T> + Send + Clone + 'static,
+    T: ServiceFactory<
+            ServiceRequest,
+            Config = (),
+            Response = ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: MessageBody + 'static,
+{
+    let listener = std::net::TcpListener::bind(bind)?;
+    let local = listener.local_addr()?;
+    let mut builder = Server::build().shutdown_timeout(5).disable_signals();
+    if let Some(n) = workers {
+        builder = builder.workers(n);
+    }
+    builder
+        .listen("delayq-https", listener, move || {
+            let http = HttpService::build()
+                .finish(map_config(app(), |_| AppConfig::default()))
+                .rustls_0_23(tls.clone())
+                .map_err(|_| ());
+            let port = local.port();
+            fn_service(move |io: TcpStream| async move {
+                let mut first = [0u8; 8];
+                let n = match tokio::time::timeout(FIRST_BYTE, io.peek(&mut first)).await {
+                    Ok(Ok(n)) if n > 0 => n,
+                    _ => return Err(()),
+                };
+                if looks_like_plain_http(&first[..n]) {
+                    let mut io = io;
+                    let _ = io.write_all(&plain_http_answer(port)).await;
+                    let _ = io.shutdown().await;
+                    return Err(());
+                }
+                Ok(io)
+            })
+            .and_then(http)
+        })
+        .map(|b| b.run())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_methods_are_told_from_a_tls_handshake() {
+        for plain in [&b"GET / HT"[..], b"POST /pu", b"HEAD ", b"GET"] {
+            assert!(looks_like_plain_http(plain), "{plain:?}");
+        }
+        for tls in [
+            &[0x16u8, 0x03, 0x01, 0x02, 0x00][..],
+            b"get / ht",
+            b"\x00GET",
+        ] {
+            assert!(!looks_like_plain_http(tls), "{tls:?}");
+        }
+    }
+}
