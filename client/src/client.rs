@@ -285,7 +285,9 @@ impl Client {
     }
 
     /// `POST /reschedule` with a topic and `bizKey`: the live message
-    /// holding the key, if any, moves to `to`.
+    /// holding the key moves to `to`. When no live message holds it the
+    /// server answers 404: [`Error::Api`] with code
+    /// [`ErrorCode::NotFound`](crate::ErrorCode::NotFound).
     pub async fn reschedule_biz_key(
         &self,
         topic: &str,
@@ -385,7 +387,8 @@ impl Client {
     }
 
     /// `POST /cancel` with a topic and `bizKey`: the live message holding
-    /// the key, if any.
+    /// the key. When no live message holds it the server answers 404:
+    /// [`Error::Api`] with code [`ErrorCode::NotFound`](crate::ErrorCode::NotFound).
     pub async fn cancel_biz_key(&self, topic: &str, biz_key: &str) -> Result<Cancelled, Error> {
         self.call(
             Method::POST,

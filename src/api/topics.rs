@@ -2,12 +2,16 @@
 //! and resuming one, for the whole cluster (see
 //! [`crate::redis::schedule::RedisSchedule::pause`]).
 
+use std::collections::BTreeMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
 use actix_web::{web, HttpRequest, HttpResponse};
-use delayq_proto::{PauseState, TopicList, TopicView};
+use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 
 use super::{check_topic, AppState};
 use crate::api::error::{ApiError, ErrorBody};
-use crate::message::now_ms;
+use crate::message::{now_ms, Status};
 
 /// `GET /topics`: every topic with messages in the journal, live or
 /// finished within retention (counts by status, a few seconds old at
@@ -29,9 +33,49 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(topic_list(&state).await?))
 }
 
+/// Most (topic, status) rows the counts read.
+pub const MAX_ROWS: i64 = 5_000;
+/// How long a count is shown before it is read again.
+const COUNTS_FRESH: Duration = Duration::from_secs(2);
+
+/// Messages per status, by topic.
+pub type Counts = BTreeMap<String, TopicCounts>;
+
+static CACHE: LazyLock<Mutex<Option<(Instant, Counts, bool)>>> = LazyLock::new(Default::default);
+
+/// Counts per topic, as `GET /topics` and the dashboard show them: one
+/// grouped count of the journal over its `(status, topic, id)` index, at
+/// most [`MAX_ROWS`] rows (and whether it was cut there), kept for
+/// [`COUNTS_FRESH`] so that dashboards refreshing together run it once.
+pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> {
+    if let Some((at, counts, cut)) = &*CACHE.lock().unwrap_or_else(|p| p.into_inner()) {
+        if at.elapsed() < COUNTS_FRESH {
+            return Ok((counts.clone(), *cut));
+        }
+    }
+    let rows = state.queue.journal.topic_counts(MAX_ROWS).await?;
+    let cut = rows.len() as i64 == MAX_ROWS;
+    let mut counts = Counts::new();
+    for (topic, status, n) in rows {
+        let c = counts.entry(topic).or_default();
+        match Status::from_code(status) {
+            Some(Status::WaitPut) => c.waiting += n,
+            Some(Status::Delaying) => c.delaying += n,
+            Some(Status::Ready) => c.ready += n,
+            Some(Status::Consuming) => c.in_flight += n,
+            Some(Status::Dead) => c.dead += n,
+            Some(Status::Consumed) => c.consumed += n,
+            Some(Status::Deleted) => c.deleted += n,
+            None => {}
+        }
+    }
+    *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
+    Ok((counts, cut))
+}
+
 /// The topics as `GET /topics` and the dashboard show them.
 pub async fn topic_list(state: &AppState) -> Result<TopicList, ApiError> {
-    let (counts, cut) = super::ui::overview::topic_counts(state).await?;
+    let (counts, cut) = topic_counts(state).await?;
     let paused = state.queue.redis.paused_topics().await?;
     let mut names: Vec<&str> = counts.keys().map(String::as_str).collect();
     names.extend(paused.keys().map(String::as_str));

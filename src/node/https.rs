@@ -76,9 +76,19 @@ where
     if let Some(n) = workers {
         builder = builder.workers(n);
     }
+    // As HttpServer sets them: connections drain on a graceful stop
+    // (keep-alive closed, HTTP/2 GOAWAY), and an answer sent before the
+    // request's body was read lingers a second rather than resetting.
+    let shutdown = builder.graceful_shutdown_signal();
     builder
         .listen("delayq-https", listener, move || {
+            let shutdown = shutdown.clone();
             let http = HttpService::build()
+                .graceful_shutdown_signal(move || {
+                    let shutdown = shutdown.clone();
+                    async move { shutdown.notified().await }
+                })
+                .client_disconnect_timeout(Duration::from_secs(1))
                 .finish(map_config(app(), |_| AppConfig::default()))
                 .rustls_0_23(tls.clone())
                 .map_err(|_| ());
@@ -91,6 +101,15 @@ where
                 };
                 if looks_like_plain_http(&first[..n]) {
                     let mut io = io;
+                    // The request read first (only peeked so far): a socket
+                    // closed with unread bytes resets, and the client may
+                    // see the reset rather than the answer.
+                    let mut sink = [0u8; 4096];
+                    let _ = tokio::time::timeout(
+                        Duration::from_millis(100),
+                        tokio::io::AsyncReadExt::read(&mut io, &mut sink),
+                    )
+                    .await;
                     let _ = io.write_all(&plain_http_answer(port)).await;
                     let _ = io.shutdown().await;
                     return Err(());

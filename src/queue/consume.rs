@@ -287,9 +287,11 @@ pub enum AckOutcome {
 /// The answer to an ack of a message consumed already, by the delivery
 /// `attempts` counts: consumed (acking twice is harmless), unless the
 /// ack's receipt names another delivery (the current holder acked first).
+/// A recurring message's receipt names an occurrence, whose deliveries
+/// count from 0 again: its earlier occurrence's ack, sent again, is done.
 fn acked_already(ack: &Ack, attempts: i32) -> AckOutcome {
     match ack.receipt {
-        Some(r) if r.attempts != attempts => AckOutcome::Stale {
+        Some(r) if r.occurrence.is_none() && r.attempts != attempts => AckOutcome::Stale {
             now: Status::Consumed,
             earlier: r.attempts < attempts,
         },

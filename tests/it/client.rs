@@ -178,6 +178,16 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     assert_eq!(by_key.results[0].id, pushed.id);
     env.wait_status(&pushed.id.to_string(), status::DELETED)
         .await;
+    // Again: no live message holds the key now, and the error says so.
+    let err = client
+        .cancel_biz_key("orders", "order-42")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(404), Some(&delayq_client::ErrorCode::NotFound)),
+        "{err}"
+    );
     let group: Vec<NewMessage> = (1..=3)
         .map(|i| {
             NewMessage::new("orders", "g")

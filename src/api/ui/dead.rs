@@ -7,7 +7,7 @@ use std::fmt::Write;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::{back, check_action};
-use super::{back_with, esc, overview, preview, time, url_encode, UiError};
+use super::{back_with, esc, preview, time, url_encode, UiError};
 use crate::api::{check_topic, parse_id, AppState};
 use crate::journal::{DeleteDeadOutcome, RequeueOutcome};
 use crate::message::MessageId;
@@ -23,7 +23,7 @@ type Form = web::Form<HashMap<String, String>>;
 /// `GET /ui/dead`: topics with dead messages.
 pub async fn index(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let (counts, _) = overview::topic_counts(&state).await?;
+    let (counts, _) = crate::api::topics::topic_counts(&state).await?;
     let mut rows = String::new();
     for (topic, c) in counts.iter().filter(|(_, c)| c.dead > 0) {
         let _ = write!(

@@ -1,62 +1,19 @@
 //! The overview: every topic with its counts per status and its rates,
 //! the node at a glance, and the lateness and rate charts.
 //!
-//! Counts come from the journal: one grouped count per topic and status
-//! over the `(status, topic, id)` index (it reads one index entry per live
-//! or dead message), at most [`MAX_ROWS`] rows, and kept for
-//! [`COUNTS_FRESH`] so that dashboards refreshing together run it once.
-//! The journal follows Redis within milliseconds (`GET /admin/journal`).
+//! Counts come from the journal, as `GET /topics` reads them
+//! ([`crate::api::topics::topic_counts`]); the journal follows Redis
+//! within milliseconds (`GET /admin/journal`).
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::{LazyLock, Mutex};
-use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{esc, history, url_encode, UiError, Viewer};
-use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::message::Status;
 
-/// Most (topic, status) rows read.
-const MAX_ROWS: i64 = 5_000;
-/// How long a count is shown before it is read again.
-const COUNTS_FRESH: Duration = Duration::from_secs(2);
-
-/// A topic's messages per status, as `GET /topics` shows them.
+use crate::api::topics::MAX_ROWS;
 pub use delayq_proto::TopicCounts;
-
-type Counts = BTreeMap<String, TopicCounts>;
-
-static CACHE: LazyLock<Mutex<Option<(Instant, Counts, bool)>>> = LazyLock::new(Default::default);
-
-/// Counts per topic, and whether the list was cut at [`MAX_ROWS`].
-pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> {
-    if let Some((at, counts, cut)) = &*CACHE.lock().unwrap_or_else(|p| p.into_inner()) {
-        if at.elapsed() < COUNTS_FRESH {
-            return Ok((counts.clone(), *cut));
-        }
-    }
-    let rows = state.queue.journal.topic_counts(MAX_ROWS).await?;
-    let cut = rows.len() as i64 == MAX_ROWS;
-    let mut counts = Counts::new();
-    for (topic, status, n) in rows {
-        let c = counts.entry(topic).or_default();
-        match Status::from_code(status) {
-            Some(Status::WaitPut) => c.waiting += n,
-            Some(Status::Delaying) => c.delaying += n,
-            Some(Status::Ready) => c.ready += n,
-            Some(Status::Consuming) => c.in_flight += n,
-            Some(Status::Dead) => c.dead += n,
-            Some(Status::Consumed) => c.consumed += n,
-            Some(Status::Deleted) => c.deleted += n,
-            None => {}
-        }
-    }
-    *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
-    Ok((counts, cut))
-}
 
 fn rate(r: f64) -> String {
     if r == 0.0 {

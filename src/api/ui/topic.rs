@@ -52,7 +52,7 @@ pub async fn page(
     }
     // Each tab's count (the overview's, a few seconds old at most); the
     // page opens on the first tab that holds messages.
-    let (counts, _) = super::overview::topic_counts(&state).await?;
+    let (counts, _) = crate::api::topics::topic_counts(&state).await?;
     let c = counts.get(&topic).cloned().unwrap_or_default();
     let count_of = |s: Status| match s {
         Status::WaitPut => c.waiting,

@@ -167,8 +167,6 @@ impl RedisSchedule {
             .await?)
     }
 
-    /// Records a logged-out dashboard session (its cookie's signed body)
-    /// until `until` (epoch ms), when it would have expired anyway.
     /// Keeps the leader's last periodic reconciliation (JSON) for a day.
     pub async fn save_reconciled(&self, json: &str) -> Result<(), RedisError> {
         Ok(redis::cmd("SET")
@@ -188,6 +186,8 @@ impl RedisSchedule {
             .await?)
     }
 
+    /// Records a logged-out dashboard session (its cookie's signed body)
+    /// until `until` (epoch ms), when it would have expired anyway.
     pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), RedisError> {
         Ok(redis::cmd("ZADD")
             .arg(self.keys.ui_revoked())
