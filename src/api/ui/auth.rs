@@ -47,8 +47,13 @@ type Form = web::Form<HashMap<String, String>>;
 
 fn mac(state: &AppState, purpose: &str, text: &str) -> String {
     let key = state.admin_token.as_deref().unwrap_or("");
-    let mut m = Hmac::<Sha256>::new_from_slice(format!("delayq-ui:{key}").as_bytes())
-        .expect("HMAC takes a key of any length");
+    hmac_hex(&format!("delayq-ui:{key}"), purpose, text)
+}
+
+/// HMAC-SHA256 of `purpose`, a zero byte and `text` under `key`, in hex.
+fn hmac_hex(key: &str, purpose: &str, text: &str) -> String {
+    let mut m =
+        Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes a key of any length");
     m.update(purpose.as_bytes());
     m.update(b"\0");
     m.update(text.as_bytes());
@@ -67,16 +72,7 @@ static NOTICE_KEY: std::sync::LazyLock<String> =
 
 /// The signature of a notice of `kind` (`done`, `error`) saying `text`.
 pub fn notice_sig(kind: &str, text: &str) -> String {
-    let mut m = Hmac::<Sha256>::new_from_slice(NOTICE_KEY.as_bytes())
-        .expect("HMAC takes a key of any length");
-    m.update(kind.as_bytes());
-    m.update(b"\0");
-    m.update(text.as_bytes());
-    m.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hmac_hex(&NOTICE_KEY, kind, text)
 }
 
 /// The notice of `kind` in a query, when this node signed it.
