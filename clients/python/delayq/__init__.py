@@ -1,0 +1,24 @@
+"""delayq's Python client: a producer, and a consumer loop that carries its
+acks in its next poll. Standard library only.
+
+    from delayq import Client, Consumer
+
+    c = Client("http://127.0.0.1:7070")
+    c.push("sms", "hello", delay_ms=5_000)
+    Consumer(c, "sms", lambda m: print(m.body)).run()
+"""
+
+from .client import Client, Delivery, Pushed, message
+from .consumer import Consumer
+from .errors import ApiError, DelayqError, TransportError
+
+__all__ = [
+    "ApiError",
+    "Client",
+    "Consumer",
+    "DelayqError",
+    "Delivery",
+    "Pushed",
+    "TransportError",
+    "message",
+]

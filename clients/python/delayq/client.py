@@ -1,0 +1,291 @@
+"""The HTTP client: every route of delayq's API, over the standard library.
+
+Every request is bounded by its own timeout. With several base URLs, a
+node that does not answer, or answers 502, 504 or 503 ``node_stalled``,
+is skipped for the next one; other answers (a 400, a 404, a 409) are the
+cluster's word and are raised as :class:`ApiError`. A push is sent to a
+second node only when its bizKey makes it idempotent.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from .errors import ApiError, TransportError
+
+#: Answers that say "this node cannot serve now; another may".
+_SKIP_STATUS = (502, 504)
+_SKIP_CODES = ("node_stalled", "node_unavailable")
+
+
+@dataclass
+class Delivery:
+    """A message handed to this consumer, with the receipt that names the delivery."""
+
+    id: str
+    topic: str
+    body: str
+    receipt: str
+    attempts: int
+    due_time: int
+    biz_key: Optional[str] = None
+    priority: int = 0
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, m: dict) -> "Delivery":
+        return cls(
+            id=m["id"],
+            topic=m["topic"],
+            body=m["body"],
+            receipt=m.get("receipt", ""),
+            attempts=m.get("attempts", 0),
+            due_time=m.get("dueTime", 0),
+            biz_key=m.get("bizKey"),
+            priority=m.get("priority", 0),
+            raw=m,
+        )
+
+
+@dataclass
+class Pushed:
+    id: str
+    #: A live message of the topic held the bizKey: ``id`` is that message's.
+    duplicate: bool = False
+
+
+def message(
+    topic: str,
+    body: str,
+    *,
+    delay_ms: Optional[int] = None,
+    deliver_at: Optional[int] = None,
+    biz_key: Optional[str] = None,
+    priority: Optional[int] = None,
+    ttl_ms: Optional[int] = None,
+    max_attempts: Optional[int] = None,
+    retry: Optional[dict] = None,
+    repeat: Optional[dict] = None,
+) -> dict:
+    """A message as ``POST /push`` takes it (fields left out take the server's defaults)."""
+    m: dict[str, Any] = {"topic": topic, "body": body}
+    for key, value in (
+        ("delay", delay_ms),
+        ("deliverAt", deliver_at),
+        ("bizKey", biz_key),
+        ("priority", priority),
+        ("ttl", ttl_ms),
+        ("maxAttempts", max_attempts),
+        ("retry", retry),
+        ("repeat", repeat),
+    ):
+        if value is not None:
+            m[key] = value
+    return m
+
+
+class Client:
+    """A delayq cluster, reached at one or several base URLs (tried in turn).
+
+    ``timeout`` bounds every request but long polls, which wait their own
+    timeout plus ``timeout``. ``ca_file`` trusts a private CA for
+    ``https://`` URLs; ``admin_token`` and ``read_token`` go as
+    ``Authorization: Bearer`` to the routes that need them.
+    """
+
+    def __init__(
+        self,
+        urls: Union[str, Sequence[str]],
+        *,
+        timeout: float = 10.0,
+        admin_token: Optional[str] = None,
+        read_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+    ):
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise ValueError("give at least one base URL")
+        self._nodes = [urllib.parse.urlsplit(u.rstrip("/")) for u in urls]
+        for n in self._nodes:
+            if n.scheme not in ("http", "https") or not n.hostname:
+                raise ValueError(f"not an http(s) base URL: {urllib.parse.urlunsplit(n)}")
+        self.timeout = timeout
+        self.admin_token = admin_token
+        self.read_token = read_token
+        self._tls = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        self._first = 0
+
+    # -- transport ---------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: Optional[str] = None,
+        wait: float = 0.0,
+        idempotent: bool = True,
+    ) -> Any:
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        last: Optional[Exception] = None
+        for k in range(len(self._nodes)):
+            i = (self._first + k) % len(self._nodes)
+            node = self._nodes[i]
+            try:
+                status, reply = self._send(node, method, path, payload, headers, self.timeout + wait)
+            except (OSError, http.client.HTTPException, socket.timeout) as e:
+                last = TransportError(f"{node.netloc}: {e}")
+                if not idempotent:
+                    raise last from e
+                continue
+            if status < 400:
+                self._first = i
+                return reply
+            code = reply.get("error", "") if isinstance(reply, dict) else ""
+            message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
+            error = ApiError(status, code or f"http_{status}", message)
+            if status in _SKIP_STATUS or code in _SKIP_CODES:
+                last = error
+                continue
+            raise error
+        assert last is not None
+        raise last
+
+    def _send(self, node, method, path, payload, headers, timeout):
+        cls = http.client.HTTPSConnection if node.scheme == "https" else http.client.HTTPConnection
+        kwargs = {"context": self._tls} if node.scheme == "https" else {}
+        conn = cls(node.hostname, node.port, timeout=timeout, **kwargs)
+        try:
+            conn.request(method, node.path + path, body=payload, headers=headers)
+            resp = conn.getresponse()
+            text = resp.read()
+            try:
+                reply = json.loads(text) if text else None
+            except ValueError:
+                reply = text.decode(errors="replace")
+            return resp.status, reply
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _q(**params: Any) -> str:
+        given = {k: v for k, v in params.items() if v is not None}
+        return ("?" + urllib.parse.urlencode(given)) if given else ""
+
+    # -- producing ---------------------------------------------------------
+
+    def push(self, topic: str, body: str, **fields: Any) -> Pushed:
+        """``POST /push``: answered once the message is durable.
+
+        Keyword fields as :func:`message` names them. Without a bizKey a
+        push is sent to one node only: when that node fails to answer the
+        message may or may not be accepted (:class:`TransportError`).
+        """
+        m = message(topic, body, **fields)
+        r = self._request("POST", "/push", m, token=self.admin_token, idempotent="bizKey" in m)
+        return Pushed(r["id"], bool(r.get("duplicate", False)))
+
+    def push_batch(self, messages: Iterable[dict]) -> list[Pushed]:
+        """``POST /push/batch`` (1 to 1000 messages, see :func:`message`): all durable or none."""
+        msgs = list(messages)
+        idempotent = all("bizKey" in m for m in msgs)
+        r = self._request("POST", "/push/batch", {"messages": msgs}, token=self.admin_token, idempotent=idempotent)
+        dup = set(r.get("duplicates", []))
+        return [Pushed(i, n in dup) for n, i in enumerate(r["ids"])]
+
+    def cancel(self, id: str) -> dict:
+        """``POST /cancel`` of one message: ``{"deleted", "results": [{"id", "result"}]}``."""
+        return self._request("POST", "/cancel", {"id": id}, token=self.admin_token)
+
+    def cancel_ids(self, ids: Sequence[str]) -> dict:
+        return self._request("POST", "/cancel", {"ids": list(ids)}, token=self.admin_token)
+
+    def cancel_biz_key(self, topic: str, biz_key: str) -> dict:
+        """The live message holding the key; :class:`ApiError` ``not_found`` when none does."""
+        return self._request("POST", "/cancel", {"topic": topic, "bizKey": biz_key}, token=self.admin_token)
+
+    def cancel_prefix(self, topic: str, prefix: str) -> dict:
+        return self._request("POST", "/cancel", {"topic": topic, "bizKeyPrefix": prefix}, token=self.admin_token)
+
+    def reschedule(
+        self,
+        ids: Sequence[str],
+        *,
+        delay_ms: Optional[int] = None,
+        deliver_at: Optional[int] = None,
+        priority: Optional[int] = None,
+    ) -> dict:
+        """``POST /reschedule``: messages not handed out yet move and keep their ids."""
+        body: dict[str, Any] = {"ids": list(ids)}
+        for key, value in (("delay", delay_ms), ("deliverAt", deliver_at), ("priority", priority)):
+            if value is not None:
+                body[key] = value
+        return self._request("POST", "/reschedule", body, token=self.admin_token)
+
+    # -- looking -----------------------------------------------------------
+
+    def message(self, id: str) -> dict:
+        """``GET /messages/{id}``: the message, its status and its history."""
+        return self._request("GET", f"/messages/{id}", token=self.read_token or self.admin_token)
+
+    def search(self, topic: str, **params: Any) -> dict:
+        """``GET /messages?topic=…`` with ``bizKey``, ``bizKeyPrefix``, ``status``, ``limit``, ``after``."""
+        return self._request("GET", "/messages" + self._q(topic=topic, **params), token=self.read_token or self.admin_token)
+
+    def topics(self) -> list[dict]:
+        return self._request("GET", "/topics", token=self.read_token or self.admin_token)["topics"]
+
+    def pause(self, topic: str) -> dict:
+        return self._request("POST", f"/topics/{urllib.parse.quote(topic)}/pause", token=self.admin_token)
+
+    def resume(self, topic: str) -> dict:
+        return self._request("POST", f"/topics/{urllib.parse.quote(topic)}/resume", token=self.admin_token)
+
+    def dead(self, topic: str, *, limit: Optional[int] = None, after: Optional[str] = None) -> dict:
+        return self._request("GET", f"/dead/{urllib.parse.quote(topic)}" + self._q(limit=limit, after=after), token=self.read_token or self.admin_token)
+
+    def requeue(self, target: str) -> dict:
+        """``POST /dead/{target}/requeue``: a dead message by id, or a topic's dead letters."""
+        return self._request("POST", f"/dead/{urllib.parse.quote(target)}/requeue", token=self.admin_token)
+
+    # -- consuming ---------------------------------------------------------
+
+    def poll(
+        self,
+        topic: str,
+        *,
+        count: int = 1,
+        timeout_s: int = 30,
+        ack: Sequence[Delivery] = (),
+    ) -> tuple[list[dict], list[Delivery]]:
+        """``POST /get/{topic}``: acks ``ack`` (by their receipts), then long-polls.
+
+        Returns the acks' results and the messages handed out.
+        """
+        body = {
+            "ack": [{"id": d.id, "receipt": d.receipt} for d in ack],
+            "count": count,
+            "timeout": timeout_s,
+        }
+        r = self._request("POST", f"/get/{urllib.parse.quote(topic)}", body, wait=timeout_s)
+        return r.get("results", []), [Delivery.of(m) for m in r.get("messages", [])]
+
+    def ack(self, d: Delivery) -> dict:
+        """``POST /ack/{id}?receipt=``: 409 ``stale_delivery`` when another delivery holds it now."""
+        return self._request("POST", f"/ack/{d.id}" + self._q(receipt=d.receipt))
+
+    def nack(self, d: Delivery, *, delay_ms: Optional[int] = None) -> dict:
+        """``POST /nack/{id}``: back to Delaying for ``delay_ms``, or by the message's retry policy."""
+        return self._request("POST", f"/nack/{d.id}" + self._q(receipt=d.receipt, delay=delay_ms))

@@ -1,0 +1,208 @@
+"""The Python client against a real delayq server and a real Redis.
+
+Runs a ``redis-server`` and ``delayq serve`` (SQLite journal) of its own on
+free ports: ``DELAYQ_BIN`` names the binary (default: the checkout's
+``target/debug/delayq``). ``python3 -m unittest discover clients/python/tests``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from delayq import ApiError, Client, Consumer, TransportError, message  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Server:
+    """A Redis and a delayq node of the test's own."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="delayq-py-")
+        self.redis_port = free_port()
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.node = None
+        self.start()
+
+    def start(self):
+        binary = os.environ.get("DELAYQ_BIN", os.path.join(ROOT, "target", "debug", "delayq"))
+        self.log = open(os.path.join(self.dir, "node.log"), "ab")
+        self.node = subprocess.Popen(
+            [binary, "serve", "--bind", f"127.0.0.1:{self.port}",
+             "--redis-url", f"redis://127.0.0.1:{self.redis_port}/0",
+             "--database-url", f"sqlite://{self.dir}/journal.db", "--shards", "2"],
+            stdout=self.log, stderr=self.log,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("delayq did not get ready; see " + self.log.name)
+
+    def stop_node(self):
+        self.node.terminate()
+        self.node.wait(10)
+        self.log.close()
+
+    def close(self):
+        for p in (self.node, self.redis):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.client = Client(cls.server.url, timeout=5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def test_push_consume_ack_none_early_none_twice(self):
+        pushed_at = now_ms()
+        msgs = [message("py-burst", str(i), delay_ms=200 + (i % 5) * 100) for i in range(200)]
+        ids = [p.id for p in self.client.push_batch(msgs)]
+        seen, lock, all_in = {}, threading.Lock(), threading.Event()
+
+        def handle(d):
+            with lock:
+                self.assertNotIn(d.id, seen, "handed out twice")
+                seen[d.id] = now_ms()
+                if len(seen) == len(ids):
+                    all_in.set()
+
+        consumer = Consumer(self.client, "py-burst", handle, loops=2).start()
+        self.assertTrue(all_in.wait(30), f"{len(seen)} of {len(ids)} delivered")
+        consumer.stop(10)
+        self.assertEqual(set(seen), set(ids))
+        for i, id in enumerate(ids):
+            self.assertGreaterEqual(seen[id], pushed_at + 200 + (i % 5) * 100, "early")
+        # Every ack was carried: each message ends Consumed.
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if all(self.client.message(i)["message"]["status"] == "Consumed" for i in ids[:20]):
+                break
+            time.sleep(0.1)
+        for i in ids[:20]:
+            self.assertEqual(self.client.message(i)["message"]["status"], "Consumed")
+
+    def test_a_stale_receipt_is_refused(self):
+        self.client.push("py-stale", "x", ttl_ms=300)
+        _, (first,) = self.client.poll("py-stale", timeout_s=5)
+        time.sleep(0.5)
+        _, (second,) = self.client.poll("py-stale", timeout_s=5)
+        self.assertEqual(first.id, second.id)
+        with self.assertRaises(ApiError) as e:
+            self.client.ack(first)
+        self.assertEqual((e.exception.status, e.exception.code), (409, "stale_delivery"))
+        self.assertEqual(self.client.ack(second)["status"], "Consumed")
+
+    def test_a_failing_handler_nacks_and_the_retry_comes_back(self):
+        self.client.push("py-nack", "x", retry={"delay": 100})
+        calls = []
+
+        def flaky(d):
+            calls.append(d.attempts)
+            if len(calls) == 1:
+                raise RuntimeError("first try fails")
+
+        consumer = Consumer(self.client, "py-nack", flaky, poll_timeout_s=1).start()
+        deadline = time.time() + 20
+        while len(calls) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        consumer.stop(10)
+        self.assertEqual(calls[:2], [1, 2])
+
+    def test_cancel_reschedule_and_error_codes(self):
+        p = self.client.push("py-manage", "x", delay_ms=600_000, biz_key="order-1")
+        again = self.client.push("py-manage", "y", delay_ms=600_000, biz_key="order-1")
+        self.assertEqual((again.id, again.duplicate), (p.id, True))
+        r = self.client.reschedule([p.id], delay_ms=900_000)
+        self.assertEqual(r["results"][0]["result"], "rescheduled")
+        self.assertEqual(self.client.cancel(p.id)["results"][0]["result"], "deleted")
+        with self.assertRaises(ApiError) as e:
+            self.client.cancel_biz_key("py-manage", "order-1")
+        self.assertEqual((e.exception.status, e.exception.code), (404, "not_found"))
+        with self.assertRaises(ApiError) as e:
+            self.client.push("py-manage", "x", delay_ms=-1)
+        self.assertEqual(e.exception.code, "invalid_delay")
+        self.assertIn("py-manage", [t["topic"] for t in self.client.topics()])
+
+    def test_a_second_url_serves_when_the_first_does_not_answer(self):
+        dead = f"http://127.0.0.1:{free_port()}"
+        c = Client([dead, self.server.url], timeout=2)
+        p = c.push("py-failover", "x", biz_key="k-1")
+        self.assertTrue(p.id)
+        # Without a bizKey a push is not sent twice: the error says so.
+        lone = Client([dead], timeout=2)
+        with self.assertRaises(TransportError):
+            lone.push("py-failover", "y")
+
+
+class RestartTest(unittest.TestCase):
+    def test_the_consumer_rides_out_a_node_restart(self):
+        server = Server()
+        try:
+            client = Client(server.url, timeout=3)
+            got, lock = set(), threading.Lock()
+
+            def handle(d):
+                with lock:
+                    got.add(d.body)
+
+            consumer = Consumer(client, "py-restart", handle, poll_timeout_s=1).start()
+            client.push_batch([message("py-restart", f"a{i}") for i in range(20)])
+            deadline = time.time() + 20
+            while len(got) < 20 and time.time() < deadline:
+                time.sleep(0.05)
+            server.stop_node()
+            time.sleep(1)
+            server.start()
+            client.push_batch([message("py-restart", f"b{i}") for i in range(20)])
+            deadline = time.time() + 30
+            while len(got) < 40 and time.time() < deadline:
+                time.sleep(0.05)
+            consumer.stop(10)
+            self.assertEqual(len(got), 40, sorted(got))
+        finally:
+            server.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
