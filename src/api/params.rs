@@ -17,16 +17,18 @@ use actix_web::web;
 use super::error::ApiError;
 use crate::error::ErrorCode;
 
-/// (method, OpenAPI path) → the query parameters the route takes.
-type Table = HashMap<(String, String), Vec<String>>;
+/// (method, path as registered) of every route in [`super::ROUTES`] → the
+/// query parameters it takes: looked up per request without allocating.
+type Table = HashMap<(&'static str, &'static str), Vec<String>>;
 
 fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| {
         let doc = serde_json::to_value(super::openapi()).expect("the document serialises");
-        let mut table = Table::new();
-        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
-            for (method, op) in item.as_object().into_iter().flatten() {
+        super::ROUTES
+            .iter()
+            .map(|&(method, path)| {
+                let op = &doc["paths"][super::openapi_path(path)][method];
                 let names = op["parameters"]
                     .as_array()
                     .into_iter()
@@ -34,23 +36,20 @@ fn table() -> &'static Table {
                     .filter(|p| p["in"] == "query")
                     .filter_map(|p| p["name"].as_str().map(str::to_string))
                     .collect();
-                table.insert((method.clone(), path.clone()), names);
-            }
-        }
-        table
+                ((method, path), names)
+            })
+            .collect()
     })
 }
 
 /// The query parameters `method` `path` (as registered) takes.
-pub fn allowed(method: &str, path: &str) -> &'static [String] {
-    table()
-        .get(&(method.to_string(), super::openapi_path(path)))
-        .map_or(&[], Vec::as_slice)
+pub fn allowed(method: &'static str, path: &'static str) -> &'static [String] {
+    table().get(&(method, path)).map_or(&[], Vec::as_slice)
 }
 
 /// Checks a query string against what the route takes: each parameter
 /// known, none twice.
-pub fn check(method: &str, path: &str, query: &str) -> Result<(), ApiError> {
+pub fn check(method: &'static str, path: &'static str, query: &str) -> Result<(), ApiError> {
     if query.is_empty() {
         return Ok(());
     }
@@ -61,10 +60,10 @@ pub fn check(method: &str, path: &str, query: &str) -> Result<(), ApiError> {
         )
     })?;
     let allowed = allowed(method, path);
-    let route = format!("{} {}", method.to_uppercase(), super::openapi_path(path));
     let mut seen = HashSet::new();
     for (name, _) in pairs.iter() {
         if !allowed.iter().any(|a| a == name) {
+            let route = format!("{} {}", method.to_uppercase(), super::openapi_path(path));
             let takes = if allowed.is_empty() {
                 "no query parameters".to_string()
             } else {
