@@ -58,19 +58,25 @@ pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> 
     let mut counts = Counts::new();
     for (topic, status, n) in rows {
         let c = counts.entry(topic).or_default();
-        match Status::from_code(status) {
-            Some(Status::WaitPut) => c.waiting += n,
-            Some(Status::Delaying) => c.delaying += n,
-            Some(Status::Ready) => c.ready += n,
-            Some(Status::Consuming) => c.in_flight += n,
-            Some(Status::Dead) => c.dead += n,
-            Some(Status::Consumed) => c.consumed += n,
-            Some(Status::Deleted) => c.deleted += n,
-            None => {}
+        if let Some(s) = Status::from_code(status) {
+            *count_of(c, s) += n;
         }
     }
     *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
     Ok((counts, cut))
+}
+
+/// A topic's count of messages in `status`.
+pub fn count_of(c: &mut TopicCounts, status: Status) -> &mut i64 {
+    match status {
+        Status::WaitPut => &mut c.waiting,
+        Status::Delaying => &mut c.delaying,
+        Status::Ready => &mut c.ready,
+        Status::Consuming => &mut c.in_flight,
+        Status::Dead => &mut c.dead,
+        Status::Consumed => &mut c.consumed,
+        Status::Deleted => &mut c.deleted,
+    }
 }
 
 /// The topics as `GET /topics` and the dashboard show them.

@@ -53,16 +53,8 @@ pub async fn page(
     // Each tab's count (the overview's, a few seconds old at most); the
     // page opens on the first tab that holds messages.
     let (counts, _) = crate::api::topics::topic_counts(&state).await?;
-    let c = counts.get(&topic).cloned().unwrap_or_default();
-    let count_of = |s: Status| match s {
-        Status::WaitPut => c.waiting,
-        Status::Delaying => c.delaying,
-        Status::Ready => c.ready,
-        Status::Consuming => c.in_flight,
-        Status::Dead => c.dead,
-        Status::Consumed => c.consumed,
-        Status::Deleted => c.deleted,
-    };
+    let mut c = counts.get(&topic).cloned().unwrap_or_default();
+    let mut count_of = |s: Status| *crate::api::topics::count_of(&mut c, s);
     let (status, tab) = q
         .get("status")
         .and_then(|s| TABS.iter().find(|(_, name)| name == s))
