@@ -1,0 +1,281 @@
+// The HTTP client: every route of delayq's API, over node:http and
+// node:https with keep-alive connections.
+//
+// Every request is bounded by its own timeout. With several base URLs, a
+// node that does not answer, or answers 502, 504 or 503 `node_stalled`, is
+// skipped for the next one; other answers (a 400, a 404, a 409) are the
+// cluster's word and are thrown as ApiError. A push is sent to a second
+// node only when its bizKey makes it idempotent.
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import { ApiError, TransportError } from './errors.js';
+
+// Answers that say "this node cannot serve now; another may".
+const SKIP_STATUS = new Set([502, 504]);
+const SKIP_CODES = new Set(['node_stalled', 'node_unavailable']);
+
+// The fields of a message as POST /push takes them.
+const MESSAGE_FIELDS = ['delay', 'deliverAt', 'bizKey', 'priority', 'ttl', 'maxAttempts', 'retry', 'repeat'];
+
+/**
+ * A message as POST /push takes it; options left out (or undefined) take
+ * the server's defaults. An option the server does not know is refused
+ * here, before anything is sent.
+ */
+export function message(topic, body, options = {}) {
+  const m = { topic, body };
+  for (const [key, value] of Object.entries(options)) {
+    if (!MESSAGE_FIELDS.includes(key)) {
+      throw new TypeError(`unknown message option ${JSON.stringify(key)}; known: ${MESSAGE_FIELDS.join(', ')}`);
+    }
+    if (value !== undefined && value !== null) m[key] = value;
+  }
+  return m;
+}
+
+function query(params) {
+  const given = Object.entries(params).filter(([, v]) => v !== undefined && v !== null);
+  return given.length ? `?${new URLSearchParams(given.map(([k, v]) => [k, String(v)]))}` : '';
+}
+
+const seg = encodeURIComponent;
+
+/** A message handed to a consumer, with the receipt that names this delivery. */
+function delivery(m) {
+  return {
+    id: m.id,
+    topic: m.topic,
+    body: m.body,
+    receipt: m.receipt ?? '',
+    attempts: m.attempts ?? 0,
+    dueTime: m.dueTime ?? 0,
+    bizKey: m.bizKey ?? null,
+    priority: m.priority ?? 0,
+    raw: m,
+  };
+}
+
+/**
+ * A delayq cluster, reached at one or several base URLs (tried in turn).
+ *
+ * `timeout` (ms) bounds every request but long polls, which wait their own
+ * timeout plus `timeout`. `caFile` (or `ca`, PEM text) trusts a private CA
+ * for https:// URLs; `adminToken` and `readToken` go as
+ * `Authorization: Bearer` to the routes that need them.
+ */
+export class Client {
+  constructor(urls, options = {}) {
+    const { timeout = 10000, adminToken, readToken, caFile, ca, maxSockets = 64, ...rest } = options;
+    if (Object.keys(rest).length) throw new TypeError(`unknown client option ${Object.keys(rest).join(', ')}`);
+    const list = typeof urls === 'string' ? [urls] : [...urls];
+    if (list.length === 0) throw new TypeError('give at least one base URL');
+    this.nodes = list.map((u) => {
+      const url = new URL(u.replace(/\/+$/, ''));
+      if ((url.protocol !== 'http:' && url.protocol !== 'https:') || !url.hostname) {
+        throw new TypeError(`not an http(s) base URL: ${u}`);
+      }
+      return url;
+    });
+    this.timeout = timeout;
+    this.adminToken = adminToken;
+    this.readToken = readToken;
+    const pem = ca ?? (caFile ? fs.readFileSync(caFile) : undefined);
+    this.httpAgent = new http.Agent({ keepAlive: true, maxSockets });
+    this.httpsAgent = new https.Agent({ keepAlive: true, maxSockets, ...(pem ? { ca: pem } : {}) });
+    this.first = 0;
+  }
+
+  /** Closes the kept-alive connections (the process can then exit at once). */
+  close() {
+    this.httpAgent.destroy();
+    this.httpsAgent.destroy();
+  }
+
+  // -- transport -----------------------------------------------------------
+
+  async request(method, path, body, { token, wait = 0, idempotent = true } = {}) {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers = { accept: 'application/json' };
+    if (payload !== undefined) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = Buffer.byteLength(payload);
+    }
+    if (token) headers.authorization = `Bearer ${token}`;
+    let last;
+    for (let k = 0; k < this.nodes.length; k++) {
+      const i = (this.first + k) % this.nodes.length;
+      const node = this.nodes[i];
+      let status;
+      let reply;
+      try {
+        ({ status, reply } = await this.send(node, method, path, payload, headers, this.timeout + wait * 1000));
+      } catch (e) {
+        last = new TransportError(`${node.host}: ${e.message}`, { cause: e });
+        if (!idempotent) throw last;
+        continue;
+      }
+      if (status < 400) {
+        this.first = i;
+        return reply;
+      }
+      const isDoc = reply !== null && typeof reply === 'object';
+      const code = (isDoc && reply.error) || `http_${status}`;
+      const error = new ApiError(status, code, isDoc ? reply.message ?? '' : String(reply ?? ''));
+      if (SKIP_STATUS.has(status) || SKIP_CODES.has(code)) {
+        last = error;
+        continue;
+      }
+      throw error;
+    }
+    throw last;
+  }
+
+  send(node, method, path, payload, headers, timeoutMs) {
+    const tls = node.protocol === 'https:';
+    return new Promise((resolve, reject) => {
+      const req = (tls ? https : http).request(
+        {
+          host: node.hostname,
+          port: node.port || (tls ? 443 : 80),
+          method,
+          path: node.pathname.replace(/\/$/, '') + path,
+          headers,
+          agent: tls ? this.httpsAgent : this.httpAgent,
+        },
+        (res) => {
+          const chunks = [];
+          res.on('data', (c) => chunks.push(c));
+          res.on('error', reject);
+          res.on('end', () => {
+            clearTimeout(timer);
+            const text = Buffer.concat(chunks).toString();
+            let reply = null;
+            if (text) {
+              try {
+                reply = JSON.parse(text);
+              } catch {
+                reply = text;
+              }
+            }
+            resolve({ status: res.statusCode, reply });
+          });
+        },
+      );
+      const timer = setTimeout(() => req.destroy(new Error(`no answer in ${timeoutMs} ms`)), timeoutMs);
+      req.on('error', (e) => {
+        clearTimeout(timer);
+        reject(e);
+      });
+      req.end(payload);
+    });
+  }
+
+  get reader() {
+    return this.readToken ?? this.adminToken;
+  }
+
+  // -- producing -----------------------------------------------------------
+
+  /**
+   * POST /push: answered once the message is durable. Without a bizKey a
+   * push is sent to one node only: when that node fails to answer, the
+   * message may or may not be accepted (TransportError).
+   */
+  async push(topic, body, options = {}) {
+    const m = message(topic, body, options);
+    const r = await this.request('POST', '/push', m, { token: this.adminToken, idempotent: 'bizKey' in m });
+    return { id: r.id, duplicate: Boolean(r.duplicate) };
+  }
+
+  /** POST /push/batch (1 to 1000 messages made by message()): all durable or none. */
+  async pushBatch(messages) {
+    const msgs = [...messages];
+    const idempotent = msgs.every((m) => m.bizKey !== undefined && m.bizKey !== null);
+    const r = await this.request('POST', '/push/batch', { messages: msgs }, { token: this.adminToken, idempotent });
+    const dup = new Set(r.duplicates ?? []);
+    return r.ids.map((id, n) => ({ id, duplicate: dup.has(n) }));
+  }
+
+  /** POST /cancel of one message: `{deleted, results: [{id, result}]}`. */
+  cancel(id) {
+    return this.request('POST', '/cancel', { id }, { token: this.adminToken });
+  }
+
+  cancelIds(ids) {
+    return this.request('POST', '/cancel', { ids: [...ids] }, { token: this.adminToken });
+  }
+
+  /** The live message holding the key; ApiError `not_found` when none does. */
+  cancelBizKey(topic, bizKey) {
+    return this.request('POST', '/cancel', { topic, bizKey }, { token: this.adminToken });
+  }
+
+  cancelPrefix(topic, bizKeyPrefix) {
+    return this.request('POST', '/cancel', { topic, bizKeyPrefix }, { token: this.adminToken });
+  }
+
+  /** POST /reschedule: messages not handed out yet move and keep their ids. */
+  reschedule(ids, { delay, deliverAt, priority } = {}) {
+    const body = { ids: [...ids] };
+    if (delay !== undefined) body.delay = delay;
+    if (deliverAt !== undefined) body.deliverAt = deliverAt;
+    if (priority !== undefined) body.priority = priority;
+    return this.request('POST', '/reschedule', body, { token: this.adminToken });
+  }
+
+  // -- looking -------------------------------------------------------------
+
+  /** GET /messages/{id}: the message, its status and its history. */
+  message(id) {
+    return this.request('GET', `/messages/${seg(id)}`, undefined, { token: this.reader });
+  }
+
+  /** GET /messages?topic=… with bizKey, bizKeyPrefix, status, limit, after. */
+  search(topic, params = {}) {
+    return this.request('GET', `/messages${query({ topic, ...params })}`, undefined, { token: this.reader });
+  }
+
+  async topics() {
+    return (await this.request('GET', '/topics', undefined, { token: this.reader })).topics;
+  }
+
+  pause(topic) {
+    return this.request('POST', `/topics/${seg(topic)}/pause`, undefined, { token: this.adminToken });
+  }
+
+  resume(topic) {
+    return this.request('POST', `/topics/${seg(topic)}/resume`, undefined, { token: this.adminToken });
+  }
+
+  dead(topic, { limit, after } = {}) {
+    return this.request('GET', `/dead/${seg(topic)}${query({ limit, after })}`, undefined, { token: this.reader });
+  }
+
+  /** POST /dead/{target}/requeue: a dead message by id, or a topic's dead letters. */
+  requeue(target) {
+    return this.request('POST', `/dead/${seg(target)}/requeue`, undefined, { token: this.adminToken });
+  }
+
+  // -- consuming -----------------------------------------------------------
+
+  /**
+   * POST /get/{topic}: acks `ack` (by their receipts), then long-polls up
+   * to `timeout` seconds for up to `count` messages.
+   */
+  async poll(topic, { count = 1, timeout = 30, ack = [] } = {}) {
+    const body = { ack: ack.map((d) => ({ id: d.id, receipt: d.receipt })), count, timeout };
+    const r = await this.request('POST', `/get/${seg(topic)}`, body, { wait: timeout });
+    return { results: r.results ?? [], messages: (r.messages ?? []).map(delivery) };
+  }
+
+  /** POST /ack/{id}?receipt=: 409 `stale_delivery` when another delivery holds it now. */
+  ack(d) {
+    return this.request('POST', `/ack/${seg(d.id)}${query({ receipt: d.receipt })}`);
+  }
+
+  /** POST /nack/{id}: back to Delaying for `delay` ms, or by the message's retry policy. */
+  nack(d, { delay } = {}) {
+    return this.request('POST', `/nack/${seg(d.id)}${query({ receipt: d.receipt, delay })}`);
+  }
+}

@@ -1,0 +1,164 @@
+// The consumer loop: the fast path by default.
+//
+// Each loop long-polls POST /get/{topic} carrying the acks of the messages
+// its handler finished since the last poll (with their receipts), so a
+// burst costs one round trip per batch, not one per message. A handler
+// that throws (or rejects) nacks its message, which then follows the
+// message's retry policy (or is dead on its last attempt).
+//
+// Semantics: at least once. A message whose handler finished but whose ack
+// did not reach the server (the process stopped, the node failed before
+// the next poll) is handed out again after its ttl; a handler that takes
+// longer than the ttl may see its message handed to another consumer, and
+// its late ack is refused (`stale_delivery`) and changes nothing. Make
+// handlers idempotent, and keep `handlerTimeout` below the messages' ttl.
+import { ApiError, DelayqError } from './errors.js';
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+
+/**
+ * Runs `handler(delivery, signal)` on the messages of `topic`.
+ *
+ * `loops` long polls run at once, each taking up to `batch` messages a poll
+ * and handling them one after another (set `loops` to the concurrency
+ * wanted). `handlerTimeout` (ms) bounds a handler: one that takes longer is
+ * counted failed, its `signal` is aborted and its message nacked.
+ * `onError(error, context)` hears what the loops ride out (failed polls,
+ * refused acks, failed handlers); by default they go to console.warn.
+ */
+export class Consumer {
+  constructor(client, topic, handler, options = {}) {
+    const {
+      loops = 1,
+      batch = 32,
+      pollTimeout = 5,
+      handlerTimeout,
+      nackDelay,
+      onError = (e, context) => console.warn(`delayq: ${context}: ${e?.message ?? e}`),
+      ...rest
+    } = options;
+    if (Object.keys(rest).length) throw new TypeError(`unknown consumer option ${Object.keys(rest).join(', ')}`);
+    if (!(loops >= 1) || !(batch >= 1 && batch <= 100)) throw new RangeError('loops must be at least 1 and batch 1 to 100');
+    this.client = client;
+    this.topic = topic;
+    this.handler = handler;
+    this.loops = loops;
+    this.batch = batch;
+    this.pollTimeout = pollTimeout;
+    this.handlerTimeout = handlerTimeout;
+    this.nackDelay = nackDelay;
+    this.onError = onError;
+    this.stopping = new AbortController();
+    this.running = [];
+  }
+
+  /** Starts the loops; returns this. */
+  start() {
+    if (this.running.length) throw new Error('the consumer is running already');
+    for (let n = 0; n < this.loops; n++) this.running.push(this.loop());
+    return this;
+  }
+
+  /**
+   * Graceful stop: no new poll; messages in hand are finished and acked.
+   * Resolves when every loop has ended. A long poll under way is left to
+   * end on its own (at most `pollTimeout` seconds), and what it hands out
+   * is handled and acked too.
+   */
+  async stop() {
+    this.stopping.abort();
+    await Promise.all(this.running);
+  }
+
+  /** Starts the loops and resolves once stop() has ended them. */
+  async run() {
+    this.start();
+    await Promise.all(this.running);
+  }
+
+  async handle(d) {
+    const ctl = new AbortController();
+    let timer;
+    try {
+      const work = Promise.resolve().then(() => this.handler(d, ctl.signal));
+      if (this.handlerTimeout === undefined) {
+        await work;
+      } else {
+        const late = new Promise((_, reject) => {
+          timer = setTimeout(() => {
+            ctl.abort();
+            reject(new DelayqError(`handler of message ${d.id} took over ${this.handlerTimeout} ms`));
+          }, this.handlerTimeout);
+        });
+        work.catch(() => {}); // a handler that fails after its timeout has been nacked already
+        await Promise.race([work, late]);
+      }
+      return true;
+    } catch (e) {
+      this.onError(e, `handler of message ${d.id} failed; nacked`);
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async loop() {
+    let done = [];
+    let backoff = 100;
+    const signal = this.stopping.signal;
+    for (;;) {
+      if (signal.aborted) {
+        // The last acks, with no poll behind them.
+        await Promise.all(done.map((d) => this.ackAlone(d)));
+        return;
+      }
+      let got;
+      try {
+        ({ messages: got } = await this.client.poll(this.topic, { count: this.batch, timeout: this.pollTimeout, ack: done }));
+        done = [];
+        backoff = 100;
+      } catch (e) {
+        if (e instanceof DelayqError) {
+          this.onError(e, `poll of ${this.topic} failed; trying again`);
+          await sleep(backoff, signal);
+          backoff = Math.min(backoff * 2, 5000);
+          continue;
+        }
+        throw e;
+      }
+      for (const d of got) {
+        if (await this.handle(d)) {
+          done.push(d);
+        } else {
+          await this.nack(d, this.nackDelay);
+        }
+      }
+    }
+  }
+
+  async ackAlone(d) {
+    try {
+      await this.client.ack(d);
+    } catch (e) {
+      const context = e instanceof ApiError
+        ? `ack of ${d.id} refused`
+        : `ack of ${d.id} not sent; it is handed out again after its ttl`;
+      this.onError(e, context);
+    }
+  }
+
+  async nack(d, delay) {
+    try {
+      await this.client.nack(d, { delay });
+    } catch (e) {
+      this.onError(e, `nack of ${d.id} not taken; it comes back after its ttl`);
+    }
+  }
+}

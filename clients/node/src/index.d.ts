@@ -1,0 +1,309 @@
+// Types of delayq's Node client. The shapes are those of the server's
+// OpenAPI document (GET /openapi.json); times are Unix milliseconds.
+
+/** A message's place in its life. */
+export type Status = 'WaitPut' | 'Delaying' | 'Ready' | 'Consuming' | 'Consumed' | 'Deleted' | 'Dead';
+
+/** The server's stable error codes, then those of the nginx in front of a cluster. */
+export type ErrorCode =
+  | 'biz_key_taken' | 'body_too_large' | 'forbidden' | 'https_required' | 'internal'
+  | 'invalid_batch' | 'invalid_biz_key' | 'invalid_body' | 'invalid_cancel' | 'invalid_content_type'
+  | 'invalid_delay' | 'invalid_field' | 'invalid_id' | 'invalid_ids' | 'invalid_json'
+  | 'invalid_max_attempts' | 'invalid_message' | 'invalid_parameter' | 'invalid_path' | 'invalid_priority'
+  | 'invalid_receipt' | 'invalid_repeat' | 'invalid_retry' | 'invalid_shard' | 'invalid_topic'
+  | 'invalid_ttl' | 'journal_behind' | 'journal_refused' | 'journal_unavailable' | 'missing_body'
+  | 'missing_id' | 'missing_to' | 'missing_topic' | 'no_such_node' | 'no_such_route'
+  | 'no_such_shard' | 'node_stalled' | 'node_unavailable' | 'not_dead' | 'not_found'
+  | 'not_in_flight' | 'not_possible' | 'payload_too_large' | 'redis_unavailable' | 'stale_delivery'
+  | 'unauthorized' | 'unknown_field' | 'unknown_parameter'
+  | 'no_answer' | 'no_node';
+
+export declare const ERROR_CODES: readonly ErrorCode[];
+
+export declare class DelayqError extends Error {}
+
+/** The server answered with an error document `{"error", "message"}`. */
+export declare class ApiError extends DelayqError {
+  readonly status: number;
+  /** What to branch on; `http_<status>` when the answer carried no code. */
+  readonly code: ErrorCode | `http_${number}` | (string & {});
+  /** The server's sentence for people. */
+  readonly detail: string;
+  /** Whether the same request may succeed later (502, 503, 504). */
+  readonly retryable: boolean;
+}
+
+/** No node answered: refused, timed out, or TLS refused. */
+export declare class TransportError extends DelayqError {}
+
+export type Backoff = 'fixed' | 'exponential';
+
+export interface Retry {
+  /** ms before the first retry */
+  delay?: number;
+  /** the longest wait between retries, ms */
+  max?: number;
+  backoff?: Backoff;
+}
+
+export interface Repeat {
+  /** every so many ms */
+  every?: number;
+  /** a cron expression, in `tz` */
+  cron?: string;
+  tz?: string;
+  times?: number;
+  until?: number;
+}
+
+/** What POST /push takes beside topic and body; left out: the server's defaults. */
+export interface MessageOptions {
+  /** ms from now */
+  delay?: number;
+  /** Unix ms */
+  deliverAt?: number;
+  bizKey?: string;
+  priority?: number;
+  /** ms a delivery has to be acked in before it is handed out again */
+  ttl?: number;
+  maxAttempts?: number;
+  retry?: Retry;
+  repeat?: Repeat;
+}
+
+export interface NewMessage extends MessageOptions {
+  topic: string;
+  body: string;
+}
+
+export declare function message(topic: string, body: string, options?: MessageOptions): NewMessage;
+
+export interface Pushed {
+  id: string;
+  /** A live message of the topic held the bizKey: `id` is that message's. */
+  duplicate: boolean;
+}
+
+export interface Occurrence {
+  number: number;
+  dueTime: number;
+}
+
+export interface MessageView {
+  id: string;
+  topic: string;
+  bizKey?: string | null;
+  body: string;
+  priority: number;
+  ttl: number;
+  delay: number;
+  createTime: number;
+  dueTime: number;
+  maxAttempts?: number;
+  retry?: Record<string, unknown> | null;
+  repeat?: Record<string, unknown> | null;
+  occurrence?: Occurrence | null;
+  status: Status;
+  attempts: number;
+  receipt?: string | null;
+}
+
+/** A message handed to this consumer, with the receipt that names the delivery. */
+export interface Delivery {
+  id: string;
+  topic: string;
+  body: string;
+  receipt: string;
+  attempts: number;
+  dueTime: number;
+  bizKey: string | null;
+  priority: number;
+  raw: MessageView;
+}
+
+export interface FlowRow {
+  status: Status;
+  attempts: number;
+  time: number;
+  shard: string;
+  nodeId: string;
+  host: string;
+  dueTime?: number | null;
+}
+
+export interface MessageReply {
+  message: MessageView;
+  updatedTime: number;
+  /** Whose the status is: `redis` (ahead of the journal) or `journal`. */
+  statusFrom: 'redis' | 'journal' | (string & {});
+  history: FlowRow[];
+}
+
+export interface MessagePage {
+  messages: MessageView[];
+  next?: string | null;
+}
+
+export type CancelResult = 'deleted' | 'in_flight' | 'already_consumed' | 'dead' | 'not_found';
+
+/** By id, ids or bizKey: a result per message. */
+export interface CancelEach {
+  deleted: number;
+  results: { id: string; result: CancelResult; [key: string]: unknown }[];
+}
+
+/** By prefix: how many matched and the count per outcome. */
+export interface CancelCounts {
+  matched: number;
+  results: Record<string, number>;
+}
+
+export interface RescheduleEach {
+  rescheduled: number;
+  results: { id: string; result: string; dueTime?: number | null; priority?: number | null }[];
+}
+
+export interface TopicCounts {
+  waiting: number;
+  delaying: number;
+  ready: number;
+  inFlight: number;
+  dead: number;
+  consumed?: number;
+  deleted?: number;
+}
+
+export interface TopicView {
+  topic: string;
+  counts: TopicCounts;
+  paused: boolean;
+  pausedAt?: number | null;
+  limitPerSecond?: number | null;
+  limitConcurrency?: number | null;
+  oldestReadyDueTime?: number | null;
+  overdueMs?: number | null;
+}
+
+export interface PauseState {
+  topic: string;
+  paused: boolean;
+  pausedAt?: number | null;
+  changed: boolean;
+  known?: boolean;
+}
+
+export interface DeadPage {
+  messages: (MessageView & { history: FlowRow[] })[];
+  next?: string | null;
+}
+
+export interface RequeueOne {
+  id: string;
+  result: string;
+  status?: Status | null;
+  holder?: string | null;
+}
+
+export interface RequeueTopic {
+  topic: string;
+  requeued: number;
+  skipped: RequeueOne[];
+  more: boolean;
+}
+
+export interface AckResult {
+  id: string;
+  result: 'consumed' | 'not_in_flight' | 'stale_delivery' | 'not_found';
+  status?: Status | null;
+  nextOccurrence?: Occurrence | null;
+}
+
+export interface AckReply {
+  id: string;
+  status: Status;
+  nextOccurrence?: Occurrence | null;
+}
+
+export interface NackReply {
+  id: string;
+  result: 'ready' | 'delaying' | 'dead' | 'deleted' | 'not_in_flight' | 'stale_delivery' | 'not_found';
+  status?: Status | null;
+  attempts?: number | null;
+  dueTime?: number | null;
+}
+
+export interface ClientOptions {
+  /** ms every request but a long poll waits for its answer (default 10000) */
+  timeout?: number;
+  adminToken?: string;
+  readToken?: string;
+  /** a PEM file of the private CA to trust for https:// URLs */
+  caFile?: string;
+  /** the same, as PEM text */
+  ca?: string | Buffer;
+  /** kept-alive connections per node (default 64) */
+  maxSockets?: number;
+}
+
+export interface SearchParams {
+  bizKey?: string;
+  bizKeyPrefix?: string;
+  status?: Status;
+  limit?: number;
+  after?: string;
+}
+
+export declare class Client {
+  constructor(urls: string | string[], options?: ClientOptions);
+  /** Closes the kept-alive connections. */
+  close(): void;
+
+  push(topic: string, body: string, options?: MessageOptions): Promise<Pushed>;
+  pushBatch(messages: Iterable<NewMessage>): Promise<Pushed[]>;
+  cancel(id: string): Promise<CancelEach>;
+  cancelIds(ids: Iterable<string>): Promise<CancelEach>;
+  cancelBizKey(topic: string, bizKey: string): Promise<CancelEach>;
+  cancelPrefix(topic: string, bizKeyPrefix: string): Promise<CancelCounts>;
+  reschedule(ids: Iterable<string>, to: { delay?: number; deliverAt?: number; priority?: number }): Promise<RescheduleEach>;
+
+  message(id: string): Promise<MessageReply>;
+  search(topic: string, params?: SearchParams): Promise<MessagePage>;
+  topics(): Promise<TopicView[]>;
+  pause(topic: string): Promise<PauseState>;
+  resume(topic: string): Promise<PauseState>;
+  dead(topic: string, page?: { limit?: number; after?: string }): Promise<DeadPage>;
+  requeue(target: string): Promise<RequeueOne | RequeueTopic>;
+
+  poll(
+    topic: string,
+    options?: { count?: number; timeout?: number; ack?: Pick<Delivery, 'id' | 'receipt'>[] },
+  ): Promise<{ results: AckResult[]; messages: Delivery[] }>;
+  ack(d: Pick<Delivery, 'id' | 'receipt'>): Promise<AckReply>;
+  nack(d: Pick<Delivery, 'id' | 'receipt'>, options?: { delay?: number }): Promise<NackReply>;
+}
+
+export interface ConsumerOptions {
+  /** long polls at once: the concurrency (default 1) */
+  loops?: number;
+  /** messages a poll takes, 1 to 100 (default 32) */
+  batch?: number;
+  /** seconds a long poll waits (default 5) */
+  pollTimeout?: number;
+  /** ms a handler may take; keep it below the messages' ttl */
+  handlerTimeout?: number;
+  /** ms a failed message waits before it is handed out again (default: its retry policy) */
+  nackDelay?: number;
+  /** hears what the loops ride out (default: console.warn) */
+  onError?: (error: unknown, context: string) => void;
+}
+
+export type Handler = (delivery: Delivery, signal: AbortSignal) => unknown | Promise<unknown>;
+
+export declare class Consumer {
+  constructor(client: Client, topic: string, handler: Handler, options?: ConsumerOptions);
+  start(): this;
+  /** Graceful stop: no new poll; messages in hand are finished and acked. */
+  stop(): Promise<void>;
+  /** Starts the loops and resolves once stop() has ended them. */
+  run(): Promise<void>;
+}

@@ -1,0 +1,40 @@
+// Compiled (not run) by `npm run typecheck`: the declarations in
+// src/index.d.ts take what a TypeScript user writes, and refuse a mistake.
+import { ApiError, Client, Consumer, ERROR_CODES, message, type Delivery, type ErrorCode } from '../../src/index.js';
+
+async function main(): Promise<void> {
+  const client = new Client(['https://a:7070', 'https://b:7070'], { timeout: 5000, caFile: 'ca.pem', adminToken: 't' });
+  const pushed = await client.push('orders', '{"id":1}', { delay: 30000, bizKey: 'order-1', retry: { delay: 1000, backoff: 'exponential' } });
+  const id: string = pushed.id;
+  const dup: boolean = pushed.duplicate;
+  await client.pushBatch([message('orders', 'a', { deliverAt: Date.now() + 1000, priority: 5 })]);
+  const view = await client.message(id);
+  const status: 'WaitPut' | 'Delaying' | 'Ready' | 'Consuming' | 'Consumed' | 'Deleted' | 'Dead' = view.message.status;
+  const counts = (await client.topics())[0].counts.ready;
+  await client.reschedule([id], { delay: 1000 });
+  const { messages } = await client.poll('orders', { count: 10, timeout: 5 });
+  const first: Delivery | undefined = messages[0];
+  if (first) await client.ack(first);
+
+  const consumer = new Consumer(client, 'orders', async (d, signal) => {
+    if (signal.aborted) return;
+    JSON.parse(d.body);
+  }, { loops: 4, handlerTimeout: 10000 });
+  consumer.start();
+  await consumer.stop();
+
+  try {
+    await client.cancelBizKey('orders', 'order-1');
+  } catch (e) {
+    if (e instanceof ApiError && e.code === 'not_found') console.log(e.status, e.detail);
+  }
+  const code: ErrorCode = ERROR_CODES[0];
+  console.log(dup, status, counts, code);
+
+  // @ts-expect-error: a misspelt option is a compile error
+  await client.push('orders', 'x', { dealy: 5 });
+  // @ts-expect-error: bodies are strings
+  await client.push('orders', { id: 1 });
+}
+
+void main;
