@@ -9,6 +9,7 @@ acks in its next poll. Standard library only.
 """
 
 from .client import Client, Delivery, Pushed, message
+from .codes import ERROR_CODES
 from .consumer import Consumer
 from .errors import ApiError, DelayqError, TransportError
 
@@ -17,6 +18,7 @@ __all__ = [
     "Client",
     "Consumer",
     "DelayqError",
+    "ERROR_CODES",
     "Delivery",
     "Pushed",
     "TransportError",

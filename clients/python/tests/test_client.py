@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from delayq import ApiError, Client, Consumer, TransportError, message  # noqa: E402
+from delayq import ERROR_CODES, ApiError, Client, Consumer, TransportError, message  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -31,6 +32,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _unchecked() -> ssl.SSLContext:
+    """Only to ask whether a node is up: its certificate is not checked."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def private_ca(dir: str) -> dict:
+    """A CA and a certificate for 127.0.0.1 signed by it, made with openssl."""
+    f = lambda n: os.path.join(dir, n)  # noqa: E731
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=delayq test CA",
+        "-keyout", f("ca.key"), "-out", f("ca.pem"))
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", f("node.key"), "-out", f("node.csr"))
+    with open(f("ext.cnf"), "w") as e:
+        e.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", f("node.csr"), "-CA", f("ca.pem"), "-CAkey", f("ca.key"), "-CAcreateserial",
+        "-days", "2", "-extfile", f("ext.cnf"), "-out", f("node.pem"))
+    return {"ca": f("ca.pem"), "cert": f("node.pem"), "key": f("node.key")}
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -38,8 +65,10 @@ def now_ms() -> int:
 class Server:
     """A Redis and a delayq node of the test's own."""
 
-    def __init__(self):
+    def __init__(self, tls=None, args=()):
         self.dir = tempfile.mkdtemp(prefix="delayq-py-")
+        self.tls = tls
+        self.args = list(args)
         self.redis_port = free_port()
         self.redis = subprocess.Popen(
             ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
@@ -47,7 +76,7 @@ class Server:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.node = None
         self.start()
 
@@ -57,13 +86,15 @@ class Server:
         self.node = subprocess.Popen(
             [binary, "serve", "--bind", f"127.0.0.1:{self.port}",
              "--redis-url", f"redis://127.0.0.1:{self.redis_port}/0",
-             "--database-url", f"sqlite://{self.dir}/journal.db", "--shards", "2"],
+             "--database-url", f"sqlite://{self.dir}/journal.db", "--shards", "2"]
+            + (["--tls-cert", self.tls["cert"], "--tls-key", self.tls["key"]] if self.tls else [])
+            + self.args,
             stdout=self.log, stderr=self.log,
         )
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
-                with urllib.request.urlopen(self.url + "/ready", timeout=1) as r:
+                with urllib.request.urlopen(self.url + "/ready", timeout=1, context=_unchecked()) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -173,6 +204,35 @@ class ClientTest(unittest.TestCase):
         lone = Client([dead], timeout=2)
         with self.assertRaises(TransportError):
             lone.push("py-failover", "y")
+
+
+class TlsTest(unittest.TestCase):
+    def test_a_private_ca_and_the_tokens(self):
+        pki_dir = tempfile.mkdtemp(prefix="delayq-py-ca-")
+        pki = private_ca(pki_dir)
+        server = Server(tls=pki, args=["--admin-token", "admin-secret", "--read-token", "read-secret"])
+        try:
+            admin = Client(server.url, timeout=5, ca_file=pki["ca"], admin_token="admin-secret")
+            later = admin.push("py-tls", "secret", delay_ms=60_000)
+            now = admin.push("py-tls", "secret")
+            _, (d,) = admin.poll("py-tls", timeout_s=5)
+            self.assertEqual(d.id, now.id)
+            admin.ack(d)
+            # The read token looks and may not act; the admin token acts.
+            reader = Client(server.url, timeout=5, ca_file=pki["ca"], read_token="read-secret")
+            self.assertEqual(reader.message(later.id)["message"]["body"], "secret")
+            with self.assertRaises(ApiError) as e:
+                reader.cancel(later.id)
+            self.assertEqual(e.exception.code, "unauthorized")
+            self.assertIn(e.exception.code, ERROR_CODES)
+            self.assertEqual(admin.cancel(later.id)["deleted"], 1)
+            # Without the CA the node's certificate is not trusted.
+            with self.assertRaises(TransportError) as e:
+                Client(server.url, timeout=5).topics()
+            self.assertIn("CERTIFICATE", str(e.exception).upper())
+        finally:
+            server.close()
+            shutil.rmtree(pki_dir, ignore_errors=True)
 
 
 class RestartTest(unittest.TestCase):
