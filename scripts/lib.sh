@@ -251,6 +251,19 @@ ensure_chromium() { ensure_apt_packages chromium chromium-driver; }
 # (LD_PRELOAD on that process alone).
 ensure_faketime() { ensure_apt_packages faketime; }
 
+# The clients' toolchains (clients/*): Node.js with npm (the machine's own
+# when it has one; Debian's otherwise), Go and Java 17 with Maven from
+# Debian's archive.
+ensure_node() {
+    if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then return 0; fi
+    ensure_apt_packages nodejs npm
+}
+ensure_go() { ensure_apt_packages golang-go; }
+ensure_java() {
+    command -v javac >/dev/null 2>&1 || ensure_apt_packages openjdk-17-jdk-headless
+    ensure_apt_packages maven
+}
+
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still
 # runs and one of its command-line arguments matches the extended regular
 # expression ERE (so a pid the kernel has since given to another program is

@@ -109,7 +109,7 @@ export class Client {
       let status;
       let reply;
       try {
-        ({ status, reply } = await this.send(node, method, path, payload, headers, this.timeout + wait * 1000));
+        ({ status, reply } = await this.send(node, method, path, payload, headers, this.timeout + wait * 1000, idempotent));
       } catch (e) {
         last = new TransportError(`${node.host}: ${e.message}`, { cause: e });
         if (!idempotent) throw last;
@@ -131,7 +131,19 @@ export class Client {
     throw last;
   }
 
-  send(node, method, path, payload, headers, timeoutMs) {
+  // A kept-alive socket the server closed meanwhile fails at once with
+  // ECONNRESET or EPIPE: the request is sent again on a fresh socket when it
+  // is idempotent (an unkeyed push is never sent twice).
+  async send(node, method, path, payload, headers, timeoutMs, idempotent) {
+    try {
+      return await this.sendOnce(node, method, path, payload, headers, timeoutMs);
+    } catch (e) {
+      if (!e.reusedSocket || !idempotent || !['ECONNRESET', 'EPIPE'].includes(e.code)) throw e;
+      return this.sendOnce(node, method, path, payload, headers, timeoutMs);
+    }
+  }
+
+  sendOnce(node, method, path, payload, headers, timeoutMs) {
     const tls = node.protocol === 'https:';
     return new Promise((resolve, reject) => {
       const req = (tls ? https : http).request(
@@ -165,6 +177,7 @@ export class Client {
       const timer = setTimeout(() => req.destroy(new Error(`no answer in ${timeoutMs} ms`)), timeoutMs);
       req.on('error', (e) => {
         clearTimeout(timer);
+        e.reusedSocket = req.reusedSocket;
         reject(e);
       });
       req.end(payload);

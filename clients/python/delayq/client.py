@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
 import ssl
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
@@ -22,6 +25,9 @@ from .errors import ApiError, TransportError
 #: Answers that say "this node cannot serve now; another may".
 _SKIP_STATUS = (502, 504)
 _SKIP_CODES = ("node_stalled", "node_unavailable")
+#: A kept-alive connection idle longer than this is closed, not reused:
+#: the server may be closing it at the same moment.
+_IDLE_S = 2.0
 
 
 @dataclass
@@ -90,6 +96,18 @@ def message(
     return m
 
 
+def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle kept-alive connection has been closed by the server
+    (it is readable: the end of the stream, or bytes nobody asked for)."""
+    if conn.sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
 class Client:
     """A delayq cluster, reached at one or several base URLs (tried in turn).
 
@@ -120,6 +138,7 @@ class Client:
         self.read_token = read_token
         self._tls = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
         self._first = 0
+        self._local = threading.local()
 
     # -- transport ---------------------------------------------------------
 
@@ -144,7 +163,7 @@ class Client:
             i = (self._first + k) % len(self._nodes)
             node = self._nodes[i]
             try:
-                status, reply = self._send(node, method, path, payload, headers, self.timeout + wait)
+                status, reply = self._send(node, method, path, payload, headers, self.timeout + wait, idempotent)
             except (OSError, http.client.HTTPException, socket.timeout) as e:
                 last = TransportError(f"{node.netloc}: {e}")
                 if not idempotent:
@@ -163,20 +182,67 @@ class Client:
         assert last is not None
         raise last
 
-    def _send(self, node, method, path, payload, headers, timeout):
-        cls = http.client.HTTPSConnection if node.scheme == "https" else http.client.HTTPConnection
-        kwargs = {"context": self._tls} if node.scheme == "https" else {}
-        conn = cls(node.hostname, node.port, timeout=timeout, **kwargs)
+    def _send(self, node, method, path, payload, headers, timeout, idempotent):
+        """One request on this thread's kept-alive connection to ``node``.
+
+        A connection idle for longer than ``_IDLE_S`` is not reused (the
+        server may be closing it); a reused one that fails before any answer
+        is replaced and the request sent once more only when it is
+        idempotent, so an unkeyed push is never sent twice.
+        """
+        pool = self._local.__dict__.setdefault("conns", {})
+        key = (node.scheme, node.netloc)
+        kept = pool.pop(key, None)
+        if kept is not None and (time.monotonic() - kept[1] > _IDLE_S or _closed_by_peer(kept[0])):
+            kept[0].close()
+            kept = None
+        fresh = kept is None
+        conn = self._connect(node, timeout) if fresh else kept[0]
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         try:
             conn.request(method, node.path + path, body=payload, headers=headers)
+        except (ConnectionResetError, BrokenPipeError):
+            # The request did not go out: the server had closed the kept
+            # connection. A fresh one is safe for any request.
+            conn.close()
+            if fresh:
+                raise
+            return self._send(node, method, path, payload, headers, timeout, idempotent)
+        except BaseException:
+            conn.close()
+            raise
+        try:
             resp = conn.getresponse()
             text = resp.read()
-            try:
-                reply = json.loads(text) if text else None
-            except ValueError:
-                reply = text.decode(errors="replace")
-            return resp.status, reply
-        finally:
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            # Sent, and no answer: it may have been taken.
+            conn.close()
+            if fresh or not idempotent:
+                raise
+            return self._send(node, method, path, payload, headers, timeout, idempotent)
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            pool[key] = (conn, time.monotonic())
+        try:
+            reply = json.loads(text) if text else None
+        except ValueError:
+            reply = text.decode(errors="replace")
+        return resp.status, reply
+
+    def _connect(self, node, timeout):
+        if node.scheme == "https":
+            return http.client.HTTPSConnection(node.hostname, node.port, timeout=timeout, context=self._tls)
+        return http.client.HTTPConnection(node.hostname, node.port, timeout=timeout)
+
+    def close(self) -> None:
+        """Closes this thread's kept-alive connections."""
+        for conn, _ in self._local.__dict__.pop("conns", {}).values():
             conn.close()
 
     @staticmethod

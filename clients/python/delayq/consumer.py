@@ -111,6 +111,7 @@ class Consumer:
                     # The last acks, with no poll behind them.
                     for d in done:
                         self._ack_alone(d)
+                    self.client.close()  # this thread's connections
                     return
                 _, got = self.client.poll(
                     self.topic, count=self.batch, timeout_s=self.poll_timeout_s, ack=done
