@@ -259,9 +259,12 @@ ensure_node() {
     ensure_apt_packages nodejs npm
 }
 ensure_go() { ensure_apt_packages golang-go; }
+# Maven runs offline against /usr/share/maven-repo, which these packages
+# fill (clients/java/build).
 ensure_java() {
     command -v javac >/dev/null 2>&1 || ensure_apt_packages openjdk-17-jdk-headless
-    ensure_apt_packages maven
+    ensure_apt_packages maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
+        libmaven-jar-plugin-java libsurefire-java junit5
 }
 
 # recorded_pid PIDFILE ERE: print the pid in PIDFILE if that process still

@@ -122,7 +122,10 @@ export class Client {
       const isDoc = reply !== null && typeof reply === 'object';
       const code = (isDoc && reply.error) || `http_${status}`;
       const error = new ApiError(status, code, isDoc ? reply.message ?? '' : String(reply ?? ''));
-      if (SKIP_STATUS.has(status) || SKIP_CODES.has(code)) {
+      // 503 node_stalled/node_unavailable: nothing was applied, any request
+      // may go to the next node. 502/504 (no node, or no answer in time): it
+      // may have been applied, so only an idempotent one.
+      if (SKIP_CODES.has(code) || (SKIP_STATUS.has(status) && idempotent)) {
         last = error;
         continue;
       }

@@ -175,7 +175,10 @@ class Client:
             code = reply.get("error", "") if isinstance(reply, dict) else ""
             message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
             error = ApiError(status, code or f"http_{status}", message)
-            if status in _SKIP_STATUS or code in _SKIP_CODES:
+            # 503 node_stalled/node_unavailable: nothing was applied, any
+            # request may go to the next node. 502/504 (no node, or no answer
+            # in time): it may have been applied, so only an idempotent one.
+            if code in _SKIP_CODES or (status in _SKIP_STATUS and idempotent):
                 last = error
                 continue
             raise error

@@ -19,12 +19,12 @@ fn checkout() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The quoted code-like strings (`'a_b'` or `"a_b"`) of `text`, in order.
-fn quoted_codes(text: &str) -> Vec<String> {
+/// The code-like strings quoted with `quote` (`'a_b'` or `"a_b"`) in
+/// `text`, in order.
+fn quoted_codes(text: &str, quote: char) -> Vec<String> {
     let mut codes = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find(['"', '\'']) {
-        let quote = rest[start..].chars().next().unwrap();
+    while let Some(start) = rest.find(quote) {
         let after = &rest[start + 1..];
         let Some(end) = after.find(quote) else { break };
         let word = &after[..end];
@@ -45,8 +45,7 @@ fn quoted_codes(text: &str) -> Vec<String> {
 /// between `from` and the next `to`.
 fn client_list(path: &str, part: Option<(&str, &str)>) -> Vec<String> {
     let file = checkout().join(path);
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let text = match part {
         None => text.as_str(),
         Some((from, to)) => {
@@ -57,7 +56,14 @@ fn client_list(path: &str, part: Option<(&str, &str)>) -> Vec<String> {
             &text[start..start + len]
         }
     };
-    quoted_codes(text)
+    // JavaScript and TypeScript quote with ', the others with " (and may
+    // write an apostrophe in a comment).
+    let quote = if path.ends_with(".js") || path.ends_with(".ts") {
+        '\''
+    } else {
+        '"'
+    };
+    quoted_codes(text, quote)
 }
 
 #[test]
@@ -104,7 +110,11 @@ fn every_client_knows_every_error_code_and_no_other() {
 #[test]
 fn quoted_codes_reads_both_quotes_and_skips_other_words() {
     assert_eq!(
-        quoted_codes(r#"A = "not_found"; b = 'stale_delivery' "Not a code" "a-b" """#),
-        vec!["not_found", "stale_delivery"]
+        quoted_codes(r#"A = "not_found"; it's "Not a code" "a-b" "" "x_y""#, '"'),
+        vec!["not_found", "x_y"]
+    );
+    assert_eq!(
+        quoted_codes(r#"a = 'stale_delivery'; "not_found""#, '\''),
+        vec!["stale_delivery"]
     );
 }

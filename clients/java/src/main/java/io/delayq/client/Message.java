@@ -1,0 +1,212 @@
+package io.delayq.client;
+
+import java.time.Duration;
+import java.time.Instant;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * A message to push, as {@code POST /push} takes it. Fields left unset are not sent, and
+ * take the server's defaults (due now, priority 0, ttl 30 s, 16 attempts, no retry wait).
+ *
+ * <pre>{@code
+ * Message m = Message.builder("sms", "{\"order\":42}")
+ *         .delay(Duration.ofMinutes(20))
+ *         .bizKey("order-42-reminder")
+ *         .retry(Retry.exponential(1_000, 60_000))
+ *         .build();
+ * }</pre>
+ */
+public final class Message {
+    private final String topic;
+    private final String body;
+    private final Long delayMs;
+    private final Long deliverAt;
+    private final String bizKey;
+    private final Integer priority;
+    private final Long ttlMs;
+    private final Integer maxAttempts;
+    private final Retry retry;
+    private final Repeat repeat;
+
+    private Message(Builder b) {
+        this.topic = b.topic;
+        this.body = b.body;
+        this.delayMs = b.delayMs;
+        this.deliverAt = b.deliverAt;
+        this.bizKey = b.bizKey;
+        this.priority = b.priority;
+        this.ttlMs = b.ttlMs;
+        this.maxAttempts = b.maxAttempts;
+        this.retry = b.retry;
+        this.repeat = b.repeat;
+    }
+
+    /** A message of {@code topic} carrying {@code body} (text; JSON text welcome). */
+    public static Builder builder(String topic, String body) {
+        return new Builder(topic, body);
+    }
+
+    /** A message due now, with the server's defaults. */
+    public static Message of(String topic, String body) {
+        return builder(topic, body).build();
+    }
+
+    public String topic() {
+        return topic;
+    }
+
+    public String body() {
+        return body;
+    }
+
+    /** The delay in ms, or null when not set. */
+    public Long delayMs() {
+        return delayMs;
+    }
+
+    /** The due time in epoch ms, or null when not set. */
+    public Long deliverAt() {
+        return deliverAt;
+    }
+
+    /** The bizKey, or null: a push is sent to a second node only with one. */
+    public String bizKey() {
+        return bizKey;
+    }
+
+    public Integer priority() {
+        return priority;
+    }
+
+    public Long ttlMs() {
+        return ttlMs;
+    }
+
+    public Integer maxAttempts() {
+        return maxAttempts;
+    }
+
+    public Retry retry() {
+        return retry;
+    }
+
+    public Repeat repeat() {
+        return repeat;
+    }
+
+    /** The JSON object sent: only the fields that are set, under their wire names. */
+    public Map<String, Object> toMap() {
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("topic", topic);
+        m.put("body", body);
+        putIf(m, "delay", delayMs);
+        putIf(m, "deliverAt", deliverAt);
+        putIf(m, "bizKey", bizKey);
+        putIf(m, "priority", priority);
+        putIf(m, "ttl", ttlMs);
+        putIf(m, "maxAttempts", maxAttempts);
+        putIf(m, "retry", retry == null ? null : retry.toMap());
+        putIf(m, "repeat", repeat == null ? null : repeat.toMap());
+        return m;
+    }
+
+    static void putIf(Map<String, Object> m, String key, Object value) {
+        if (value != null) {
+            m.put(key, value);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return Json.write(toMap());
+    }
+
+    /** Builds a {@link Message}; every setter is optional. */
+    public static final class Builder {
+        private final String topic;
+        private final String body;
+        private Long delayMs;
+        private Long deliverAt;
+        private String bizKey;
+        private Integer priority;
+        private Long ttlMs;
+        private Integer maxAttempts;
+        private Retry retry;
+        private Repeat repeat;
+
+        private Builder(String topic, String body) {
+            this.topic = Objects.requireNonNull(topic, "topic");
+            this.body = Objects.requireNonNull(body, "body");
+        }
+
+        /** Due this many ms from now (0 to 10 years); not with {@link #deliverAt}. */
+        public Builder delayMs(long ms) {
+            this.delayMs = ms;
+            return this;
+        }
+
+        /** Due this long from now (whole ms). */
+        public Builder delay(Duration delay) {
+            return delayMs(delay.toMillis());
+        }
+
+        /** Due at this epoch time in ms (in the past means now); not with {@link #delayMs}. */
+        public Builder deliverAt(long epochMs) {
+            this.deliverAt = epochMs;
+            return this;
+        }
+
+        public Builder deliverAt(Instant at) {
+            return deliverAt(at.toEpochMilli());
+        }
+
+        /**
+         * The producer's business key, unique per topic among live messages: pushing it again
+         * answers the live message's id ({@link Pushed#duplicate()}), so the push is idempotent.
+         */
+        public Builder bizKey(String bizKey) {
+            this.bizKey = bizKey;
+            return this;
+        }
+
+        /** 0 to 255, higher first among messages due at the same instant. */
+        public Builder priority(int priority) {
+            this.priority = priority;
+            return this;
+        }
+
+        /** How long a consumer has to ack a delivery (100 ms to 1 day; default 30 s). */
+        public Builder ttlMs(long ms) {
+            this.ttlMs = ms;
+            return this;
+        }
+
+        public Builder ttl(Duration ttl) {
+            return ttlMs(ttl.toMillis());
+        }
+
+        /** Deliveries before the message is {@code Dead} (1 to 1000; default 16). */
+        public Builder maxAttempts(int n) {
+            this.maxAttempts = n;
+            return this;
+        }
+
+        /** The wait before the next delivery after a nack without a delay or an expired ttl. */
+        public Builder retry(Retry retry) {
+            this.retry = retry;
+            return this;
+        }
+
+        /** Makes it a recurring message: one delivery per occurrence. */
+        public Builder repeat(Repeat repeat) {
+            this.repeat = repeat;
+            return this;
+        }
+
+        public Message build() {
+            return new Message(this);
+        }
+    }
+}

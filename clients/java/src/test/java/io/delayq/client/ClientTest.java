@@ -1,0 +1,370 @@
+package io.delayq.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * The Java client against a real delayq node and a real Redis, started for this class
+ * ({@link TestServer}). Each test uses topics of its own.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class ClientTest {
+    static TestServer server;
+    static DelayqClient client;
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.start();
+        client = DelayqClient.builder().url(server.url()).timeout(Duration.ofSeconds(5)).build();
+    }
+
+    @AfterAll
+    static void stop() {
+        if (server != null) {
+            server.close();
+        }
+    }
+
+    static long now() {
+        return System.currentTimeMillis();
+    }
+
+    static void await(String what, Duration limit, BooleanSupplier done) throws InterruptedException {
+        long deadline = System.nanoTime() + limit.toNanos();
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("not within " + limit + ": " + what);
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    static String status(String id) {
+        return (String) Json.object(client.message(id).get("message")).get("status");
+    }
+
+    /** The ids of the topic's messages in a status, by the journal (a few ms behind Redis). */
+    static Set<String> inStatus(String topic, String status) {
+        Set<String> ids = new HashSet<>();
+        String after = null;
+        do {
+            Map<String, Object> page = client.search(topic, after == null
+                    ? Map.of("status", status, "limit", 1000)
+                    : Map.of("status", status, "limit", 1000, "after", after));
+            for (Object m : Json.list(page.get("messages"))) {
+                ids.add((String) Json.object(m).get("id"));
+            }
+            after = (String) page.get("next");
+        } while (after != null);
+        return ids;
+    }
+
+    @Test
+    void pushConsumeAckNoneEarlyNoneTwice() throws Exception {
+        String topic = "java-burst";
+        List<Message> batch = new ArrayList<>();
+        for (int i = 0; i < 200; i++) {
+            batch.add(Message.builder(topic, Integer.toString(i)).delayMs(200 + (i % 5) * 100).build());
+        }
+        long pushedAt = now();
+        List<String> ids = client.pushBatch(batch).stream().map(Pushed::id).toList();
+        assertEquals(200, new HashSet<>(ids).size());
+        Map<String, Long> seen = new ConcurrentHashMap<>();
+        List<String> twice = new CopyOnWriteArrayList<>();
+        CountDownLatch allIn = new CountDownLatch(ids.size());
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            if (seen.putIfAbsent(d.id(), now()) == null) {
+                allIn.countDown();
+            } else {
+                twice.add(d.id());
+            }
+        }).loops(2).build().start();
+        boolean all = allIn.await(30, TimeUnit.SECONDS);
+        consumer.close();
+        assertTrue(all, seen.size() + " of " + ids.size() + " delivered");
+        assertEquals(List.of(), twice, "handed out twice");
+        assertEquals(new HashSet<>(ids), seen.keySet());
+        for (int i = 0; i < ids.size(); i++) {
+            long due = pushedAt + 200 + (i % 5) * 100;
+            assertTrue(seen.get(ids.get(i)) >= due, "message " + i + " early by " + (due - seen.get(ids.get(i))));
+        }
+        // Every ack was carried (or sent at the stop): each message ends Consumed.
+        Set<String> want = new HashSet<>(ids);
+        await("all 200 Consumed", Duration.ofSeconds(10), () -> inStatus(topic, "Consumed").equals(want));
+        assertEquals("Consumed", status(ids.get(0)));
+    }
+
+    @Test
+    void aStaleReceiptIsRefused() throws Exception {
+        String topic = "java-stale";
+        client.push(Message.builder(topic, "x").ttlMs(300).build());
+        List<Delivery> one = client.poll(topic, 1, 5).messages();
+        assertEquals(1, one.size());
+        Delivery first = one.get(0);
+        Thread.sleep(500);
+        List<Delivery> again = client.poll(topic, 1, 5).messages();
+        assertEquals(1, again.size());
+        Delivery second = again.get(0);
+        assertEquals(first.id(), second.id());
+        assertEquals(2, second.attempts());
+        ApiException e = assertThrows(ApiException.class, () -> client.ack(first));
+        assertEquals(409, e.status());
+        assertEquals("stale_delivery", e.code());
+        assertEquals(Optional.of(ErrorCode.STALE_DELIVERY), e.errorCode());
+        assertFalse(e.retryable());
+        assertEquals("Consumed", client.ack(second).get("status"));
+    }
+
+    @Test
+    void aFailingHandlerNacksAndTheRetryComesBack() throws Exception {
+        String topic = "java-nack";
+        client.push(Message.builder(topic, "x").retry(Retry.fixed(100)).build());
+        List<Integer> calls = new CopyOnWriteArrayList<>();
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            calls.add(d.attempts());
+            if (calls.size() == 1) {
+                throw new IllegalStateException("first try fails");
+            }
+        }).pollTimeout(Duration.ofSeconds(1)).build().start();
+        try {
+            await("a second delivery", Duration.ofSeconds(20), () -> calls.size() >= 2);
+        } finally {
+            consumer.close();
+        }
+        assertEquals(List.of(1, 2), calls.subList(0, 2));
+    }
+
+    @Test
+    void aHandlerOverItsTimeoutIsNackedAndInterrupted() throws Exception {
+        String topic = "java-slow";
+        String id = client.push(Message.builder(topic, "x").ttlMs(20_000).build()).id();
+        List<Integer> calls = new CopyOnWriteArrayList<>();
+        CountDownLatch interrupted = new CountDownLatch(1);
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            calls.add(d.attempts());
+            if (calls.size() == 1) {
+                try {
+                    Thread.sleep(10_000);
+                } catch (InterruptedException e) {
+                    interrupted.countDown();
+                    throw e;
+                }
+            }
+        }).handlerTimeout(Duration.ofMillis(300)).pollTimeout(Duration.ofSeconds(1)).build().start();
+        try {
+            // Nacked at 300 ms, not left to its 20 s ttl.
+            await("the retry", Duration.ofSeconds(5), () -> calls.size() >= 2);
+        } finally {
+            consumer.close();
+        }
+        assertEquals(List.of(1, 2), calls.subList(0, 2));
+        assertTrue(interrupted.await(1, TimeUnit.SECONDS), "the slow handler was interrupted");
+        await("Consumed", Duration.ofSeconds(5), () -> status(id).equals("Consumed"));
+    }
+
+    @Test
+    void aGracefulStopFinishesAndAcksTheMessagesInHand() throws Exception {
+        String topic = "java-stop";
+        List<String> ids = client.pushBatch(List.of(Message.of(topic, "a"), Message.of(topic, "b"),
+                Message.of(topic, "c"))).stream().map(Pushed::id).toList();
+        CountDownLatch inHand = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        Set<String> handled = ConcurrentHashMap.newKeySet();
+        // One poll takes all three; the handler holds the first until the stop has begun.
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            inHand.countDown();
+            release.await();
+            handled.add(d.id());
+        }).batch(10).pollTimeout(Duration.ofSeconds(1)).build();
+        await("all three due", Duration.ofSeconds(5), () -> inStatus(topic, "Ready").size() == 3);
+        consumer.start();
+        assertTrue(inHand.await(10, TimeUnit.SECONDS));
+        Thread stopper = new Thread(consumer::close);
+        stopper.start();
+        Thread.sleep(200);
+        release.countDown();
+        stopper.join(10_000);
+        assertFalse(stopper.isAlive(), "close() returned");
+        assertEquals(new HashSet<>(ids), handled, "the messages in hand were finished");
+        // Their acks went in a POST /ack of their own: Consumed now, not after a ttl.
+        for (String id : ids) {
+            assertEquals("Consumed", status(id));
+        }
+    }
+
+    @Test
+    void cancelRescheduleAndErrorCodes() {
+        String topic = "java-manage";
+        Pushed p = client.push(Message.builder(topic, "x").delayMs(600_000).bizKey("order-1").build());
+        Pushed again = client.push(Message.builder(topic, "y").delayMs(600_000).bizKey("order-1").build());
+        assertEquals(p.id(), again.id());
+        assertTrue(again.duplicate());
+        assertFalse(p.duplicate());
+
+        Map<String, Object> r = client.reschedule(List.of(p.id()), Reschedule.delayMs(900_000).withPriority(7));
+        Map<String, Object> one = Json.object(Json.list(r.get("results")).get(0));
+        assertEquals("rescheduled", one.get("result"));
+        assertEquals(7L, one.get("priority"));
+        assertEquals(1L, r.get("rescheduled"));
+
+        Map<String, Object> found = client.search(topic, Map.of("bizKey", "order-1"));
+        assertEquals(p.id(), Json.object(Json.list(found.get("messages")).get(0)).get("id"));
+
+        Map<String, Object> c = client.cancel(p.id());
+        assertEquals("deleted", Json.object(Json.list(c.get("results")).get(0)).get("result"));
+        assertEquals("Deleted", status(p.id()));
+
+        ApiException notFound = assertThrows(ApiException.class, () -> client.cancelBizKey(topic, "order-1"));
+        assertEquals(404, notFound.status());
+        assertEquals("not_found", notFound.code());
+        assertEquals(Optional.of(ErrorCode.NOT_FOUND), notFound.errorCode());
+
+        ApiException badDelay = assertThrows(ApiException.class,
+                () -> client.push(Message.builder(topic, "x").delayMs(-1).build()));
+        assertEquals(400, badDelay.status());
+        assertEquals(Optional.of(ErrorCode.INVALID_DELAY), badDelay.errorCode());
+
+        ApiException unknownId = assertThrows(ApiException.class, () -> client.message("12345"));
+        assertEquals(Optional.of(ErrorCode.NOT_FOUND), unknownId.errorCode());
+
+        ApiException badParameter = assertThrows(ApiException.class,
+                () -> client.search(topic, Map.of("bizkey", "order-1")));
+        assertEquals(Optional.of(ErrorCode.UNKNOWN_PARAMETER), badParameter.errorCode());
+
+        assertTrue(client.topics().stream().anyMatch(t -> topic.equals(t.get("topic"))));
+    }
+
+    @Test
+    void batchesByIdsAndByPrefix() {
+        String topic = "java-batch";
+        List<Pushed> pushed = client.pushBatch(List.of(
+                Message.builder(topic, "a").delayMs(600_000).bizKey("user-7-a").build(),
+                Message.builder(topic, "b").delayMs(600_000).bizKey("user-7-b").build(),
+                Message.builder(topic, "c").delayMs(600_000).bizKey("user-7-a").build(),
+                Message.builder(topic, "d").delayMs(600_000).bizKey("user-8").build(),
+                Message.builder(topic, "e").delayMs(600_000).build()));
+        assertEquals(List.of(false, false, true, false, false), pushed.stream().map(Pushed::duplicate).toList());
+        assertEquals(pushed.get(0).id(), pushed.get(2).id());
+
+        Map<String, Object> byPrefix = client.cancelPrefix(topic, "user-7-");
+        assertEquals(2L, byPrefix.get("matched"));
+        assertEquals(2L, Json.object(byPrefix.get("results")).get("deleted"));
+
+        // A message cancelled already answers deleted again (and counts): cancels are idempotent.
+        Map<String, Object> byIds = client.cancelIds(List.of(pushed.get(3).id(), pushed.get(4).id(),
+                pushed.get(0).id()));
+        assertEquals(3L, byIds.get("deleted"));
+        for (Object o : Json.list(byIds.get("results"))) {
+            assertEquals("deleted", Json.object(o).get("result"));
+        }
+        assertEquals(Set.of(), inStatus(topic, "Delaying"));
+        assertEquals(4, inStatus(topic, "Deleted").size());
+    }
+
+    @Test
+    void pauseResumeDeadAndRequeue() throws Exception {
+        String topic = "java-dead";
+        String id = client.push(Message.builder(topic, "x").maxAttempts(1).build()).id();
+        Delivery d = client.poll(topic, 1, 5).messages().get(0);
+        assertEquals(id, d.id());
+        Map<String, Object> nacked = client.nack(d);
+        assertEquals("dead", nacked.get("result"));
+        await("listed dead", Duration.ofSeconds(5), () -> {
+            List<Object> dead = Json.list(client.dead(topic).get("messages"));
+            return dead.size() == 1 && id.equals(Json.object(dead.get(0)).get("id"));
+        });
+
+        assertEquals(true, client.pause(topic).get("paused"));
+        assertEquals("requeued", client.requeue(id).get("result"));
+        assertEquals(List.of(), client.poll(topic, 1, 1).messages(), "a paused topic hands nothing out");
+        assertEquals(false, client.resume(topic).get("paused"));
+        Delivery back = client.poll(topic, 1, 5).messages().get(0);
+        assertEquals(id, back.id());
+        assertEquals(1, back.attempts());
+        ApiException notDead = assertThrows(ApiException.class, () -> client.requeue(id));
+        assertEquals(Optional.of(ErrorCode.NOT_DEAD), notDead.errorCode());
+        Polled last = client.poll(topic, 1, 0, List.of(back));
+        assertEquals(List.of(new AckResult(id, "consumed", null)), last.results());
+        assertEquals(1, last.acked());
+        assertEquals("Consumed", status(id));
+    }
+
+    @Test
+    void aSecondUrlServesWhenTheFirstDoesNotAnswer() throws Exception {
+        String nobody = "http://127.0.0.1:" + TestServer.freePort();
+        DelayqClient both = DelayqClient.builder().urls(nobody, server.url()).timeout(Duration.ofSeconds(2)).build();
+        Pushed p = both.push(Message.builder("java-failover", "x").bizKey("k-1").build());
+        assertNotNull(p.id());
+        List<Pushed> batch = both.pushBatch(List.of(Message.builder("java-failover", "y").bizKey("k-2").build()));
+        assertEquals(1, batch.size());
+        // The node that answered is asked first from now on, also without a bizKey.
+        assertNotNull(both.push("java-failover", "z").id());
+
+        // Without a bizKey a push is not sent twice: the exception says it may have been.
+        DelayqClient lone = DelayqClient.builder().urls(nobody, server.url()).timeout(Duration.ofSeconds(2)).build();
+        assertThrows(TransportException.class, () -> lone.push("java-failover", "w"));
+        assertThrows(TransportException.class, () -> lone.pushBatch(List.of(
+                Message.builder("java-failover", "v").bizKey("k-3").build(), Message.of("java-failover", "u"))));
+        assertEquals(3, inStatusCount("java-failover"));
+    }
+
+    /** The topic's live messages: statuses asked in life order, so one moving on is not missed. */
+    private static int inStatusCount(String topic) {
+        Set<String> all = new TreeSet<>();
+        for (String s : List.of("WaitPut", "Delaying", "Ready", "Consuming")) {
+            all.addAll(inStatus(topic, s));
+        }
+        return all.size();
+    }
+
+    @Test
+    void theErrorCodesAreTheServers() {
+        // The server's list, from its OpenAPI document, and the proxy's two.
+        Map<String, Object> doc = fetchOpenApi();
+        List<Object> wire = Json.list(Json.object(Json.object(Json.object(doc.get("components")).get("schemas"))
+                .get("ErrorCode")).get("enum"));
+        Set<String> expected = new TreeSet<>();
+        wire.forEach(c -> expected.add((String) c));
+        expected.add("no_answer");
+        expected.add("no_node");
+        Set<String> ours = new TreeSet<>();
+        for (ErrorCode c : ErrorCode.values()) {
+            ours.add(c.wire());
+            assertEquals(Optional.of(c), ErrorCode.of(c.wire()));
+        }
+        assertEquals(expected, ours);
+        assertEquals(Optional.empty(), ErrorCode.of("no_such_code"));
+    }
+
+    private static Map<String, Object> fetchOpenApi() {
+        try {
+            var http = java.net.http.HttpClient.newHttpClient();
+            var resp = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create(server.url()
+                    + "/openapi.json")).build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+            return Json.object(Json.parse(resp.body()));
+        } catch (Exception e) {
+            throw new AssertionError(e);
+        }
+    }
+}
