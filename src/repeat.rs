@@ -64,6 +64,10 @@ pub struct Repeat {
     pub misfire: Option<Misfire>,
 }
 
+/// The fields of `repeat` a push takes (the OpenAPI document's
+/// `RepeatRequest` lists the same: a test in api::docs checks).
+pub const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until", "misfire"];
+
 /// What a recurring message's missed occurrences come to (see the module
 /// doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
@@ -238,7 +242,6 @@ pub fn parse_repeat(value: &Value, now: i64) -> Result<Option<Repeat>, Invalid> 
             "repeat must be an object: {\"every\": ms} or {\"cron\": \"…\", \"tz\": \"Area/City\"}, with \"times\" or \"until\" optional",
         )),
     };
-    const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until", "misfire"];
     if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(invalid(format!(
             "unknown field 'repeat.{k}'; repeat has {}",

@@ -207,6 +207,20 @@ pub async fn ui_file(file: web::Path<String>) -> Result<HttpResponse, ApiError> 
 mod tests {
     use super::*;
 
+    /// `repeat`'s fields as the document lists them are those a push takes.
+    #[test]
+    fn the_document_lists_every_repeat_field_a_push_takes() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let props = doc["components"]["schemas"]["RepeatRequest"]["properties"]
+            .as_object()
+            .expect("RepeatRequest's properties");
+        let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
+        let mut taken = crate::repeat::FIELDS.to_vec();
+        documented.sort_unstable();
+        taken.sort_unstable();
+        assert_eq!(documented, taken);
+    }
+
     /// Summaries are whole sentences of plain text: no Markdown backticks,
     /// no parenthesis left open where the first line ended.
     #[test]

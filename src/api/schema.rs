@@ -108,6 +108,11 @@ pub struct RepeatRequest {
     /// No occurrence after this epoch time (ms): from now to 100 years ahead.
     #[schema(minimum = 0)]
     until: Option<i64>,
+    /// What occurrences missed while the series fell behind come to:
+    /// `one` (default) delivers the waiting one once, late; `all` every
+    /// missed one back to back; `skip` none.
+    #[schema(example = "one")]
+    misfire: Option<crate::repeat::Misfire>,
 }
 
 /// `POST /push/batch`: all durable, or none accepted.
