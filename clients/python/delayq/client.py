@@ -42,6 +42,8 @@ class Delivery:
     due_time: int
     biz_key: Optional[str] = None
     priority: int = 0
+    #: ms this delivery may take before the message is handed out again.
+    ttl: int = 30_000
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -55,6 +57,7 @@ class Delivery:
             due_time=m.get("dueTime", 0),
             biz_key=m.get("bizKey"),
             priority=m.get("priority", 0),
+            ttl=m.get("ttl") or 30_000,
             raw=m,
         )
 
@@ -354,6 +357,11 @@ class Client:
     def ack(self, d: Delivery) -> dict:
         """``POST /ack/{id}?receipt=``: 409 ``stale_delivery`` when another delivery holds it now."""
         return self._request("POST", f"/ack/{d.id}" + self._q(receipt=d.receipt))
+
+    def ack_all(self, ds: Sequence[Delivery]) -> list[dict]:
+        """``POST /ack`` of up to 100 deliveries (by their receipts): a result each."""
+        body = {"ids": [{"id": d.id, "receipt": d.receipt} for d in ds]}
+        return self._request("POST", "/ack", body).get("results", [])
 
     def nack(self, d: Delivery, *, delay_ms: Optional[int] = None) -> dict:
         """``POST /nack/{id}``: back to Delaying for ``delay_ms``, or by the message's retry policy."""

@@ -6,6 +6,14 @@ so a burst costs one round trip per batch, not one per message. A handler
 that raises nacks its message, which then follows the message's retry
 policy (or is dead on its last attempt).
 
+Batches fit the ttl: a loop asks for 10 messages at first, twice as many
+(up to ``batch``) while a batch takes under an eighth of the messages'
+ttl, and fewer when one takes over a quarter, so a slow handler does not
+hold messages past their ttl. A message still in hand when its delivery
+is about to lapse is not started (it is handed out again after its ttl),
+and acks held for the next poll go on their own once half the ttl has
+passed since the poll.
+
 Semantics: **at least once**. A message whose handler finished but whose
 ack did not reach the server (the process stopped, the node failed before
 the next poll) is handed out again after its ttl; a handler that takes
@@ -27,12 +35,27 @@ from .errors import ApiError, DelayqError
 
 log = logging.getLogger("delayq")
 
+#: The first poll of a loop asks for this many messages (or ``batch``).
+_FIRST_BATCH = 10
+
+
+def _next_batch(want: int, got: int, spent: float, ttl: float, most: int) -> int:
+    """The next poll's count: twice ``want`` (up to ``most``) when a full
+    batch took under an eighth of the ttl, as many as fit a quarter of it
+    when it took longer than that, ``want`` otherwise."""
+    if spent > ttl / 4:
+        return max(1, min(want, int(got * (ttl / 4) / spent)))
+    if got >= want and spent < ttl / 8:
+        return min(most, want * 2)
+    return want
+
 
 class Consumer:
     """Runs ``handler(delivery)`` on the messages of ``topic``.
 
     ``loops`` long polls run at once, each taking up to ``batch`` messages
-    a poll and handling them one after another (set ``loops`` to the
+    a poll (1 to 100; fewer while handlers are slow, see the module's
+    doc) and handling them one after another (set ``loops`` to the
     concurrency wanted). ``handler_timeout`` (seconds) bounds a handler:
     one that takes longer is counted failed and its message nacked (the
     handler's thread is left to finish; Python cannot stop it).
@@ -45,7 +68,7 @@ class Consumer:
         handler: Callable[[Delivery], None],
         *,
         loops: int = 1,
-        batch: int = 32,
+        batch: int = 100,
         poll_timeout_s: int = 5,
         handler_timeout: Optional[float] = None,
         nack_delay_ms: Optional[int] = None,
@@ -104,17 +127,18 @@ class Consumer:
     def _loop(self) -> None:
         done: List[Delivery] = []
         backoff = 0.1
+        want = min(_FIRST_BATCH, self.batch)
         while True:
             stopping = self._stop.is_set()
             try:
                 if stopping:
                     # The last acks, with no poll behind them.
-                    for d in done:
-                        self._ack_alone(d)
+                    self._ack_alone(done)
                     self.client.close()  # this thread's connections
                     return
+                sent = time.monotonic()
                 _, got = self.client.poll(
-                    self.topic, count=self.batch, timeout_s=self.poll_timeout_s, ack=done
+                    self.topic, count=want, timeout_s=self.poll_timeout_s, ack=done
                 )
                 done = []
                 backoff = 0.1
@@ -124,19 +148,39 @@ class Consumer:
                     continue
                 backoff = min(backoff * 2, 5.0)
                 continue
+            if not got:
+                continue
+            ttl = min(d.ttl for d in got) / 1000.0
+            started = time.monotonic()
             for d in got:
+                now = time.monotonic()
+                if now > sent + ttl - min(ttl / 10, 1.0):
+                    log.warning(
+                        "delayq: message %s not started: its delivery lapses (ttl %.1f s); it is handed out again",
+                        d.id, ttl,
+                    )
+                    continue
+                if done and now > sent + ttl / 2:
+                    # Held acks must reach the server within the ttl.
+                    self._ack_alone(done)
+                    done = []
                 if self._handle(d):
                     done.append(d)
                 else:
                     self._nack(d)
+            want = _next_batch(want, len(got), time.monotonic() - started, ttl, self.batch)
 
-    def _ack_alone(self, d: Delivery) -> None:
-        try:
-            self.client.ack(d)
-        except ApiError as e:
-            log.warning("delayq: ack of %s refused: %s", d.id, e)
-        except DelayqError as e:
-            log.warning("delayq: ack of %s not sent (%s); it is handed out again after its ttl", d.id, e)
+    def _ack_alone(self, done: List[Delivery]) -> None:
+        for i in range(0, len(done), 100):
+            part = done[i : i + 100]
+            try:
+                for r in self.client.ack_all(part):
+                    if r.get("result") != "consumed":
+                        log.warning("delayq: ack of %s: %s", r.get("id"), r.get("result"))
+            except ApiError as e:
+                log.warning("delayq: acks of %d messages refused: %s", len(part), e)
+            except DelayqError as e:
+                log.warning("delayq: acks of %d messages not sent (%s); they are handed out again after their ttl", len(part), e)
 
     def _nack(self, d: Delivery) -> None:
         try:

@@ -180,6 +180,29 @@ class ClientTest(unittest.TestCase):
         consumer.stop(10)
         self.assertEqual(calls[:2], [1, 2])
 
+    def test_batches_fit_the_ttl_of_a_slow_handler(self):
+        # 30 messages of 1 s ttl and a 60 ms handler: a whole batch of 30
+        # handled in one go would take 1.8 s, past the ttl, and every ack
+        # carried after it would come too late (each message handed out
+        # twice). Batches that fit the ttl hand each out once.
+        ids = [p.id for p in self.client.push_batch([message("py-slow", str(i), ttl_ms=1000) for i in range(30)])]
+        seen, lock = [], threading.Lock()
+
+        def slow(d):
+            time.sleep(0.06)
+            with lock:
+                seen.append(d.id)
+
+        consumer = Consumer(self.client, "py-slow", slow, loops=2, poll_timeout_s=1).start()
+        deadline = time.time() + 30
+        while len(set(seen)) < len(ids) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # a lapsed delivery would come back meanwhile
+        consumer.stop(10)
+        self.assertEqual(sorted(seen), sorted(ids), "each handled once")
+        for i in ids:
+            self.assertEqual(self.client.message(i)["message"]["status"], "Consumed")
+
     def test_cancel_reschedule_and_error_codes(self):
         p = self.client.push("py-manage", "x", delay_ms=600_000, biz_key="order-1")
         again = self.client.push("py-manage", "y", delay_ms=600_000, biz_key="order-1")
