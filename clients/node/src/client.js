@@ -52,6 +52,7 @@ function delivery(m) {
     dueTime: m.dueTime ?? 0,
     bizKey: m.bizKey ?? null,
     priority: m.priority ?? 0,
+    ttl: m.ttl || 30000,
     raw: m,
   };
 }
@@ -288,6 +289,12 @@ export class Client {
   /** POST /ack/{id}?receipt=: 409 `stale_delivery` when another delivery holds it now. */
   ack(d) {
     return this.request('POST', `/ack/${seg(d.id)}${query({ receipt: d.receipt })}`);
+  }
+
+  /** POST /ack of up to 100 deliveries (by their receipts): a result each. */
+  async ackAll(ds) {
+    const r = await this.request('POST', '/ack', { ids: ds.map((d) => ({ id: d.id, receipt: d.receipt })) });
+    return r.results ?? [];
   }
 
   /** POST /nack/{id}: back to Delaying for `delay` ms, or by the message's retry policy. */

@@ -6,6 +6,13 @@
 // that throws (or rejects) nacks its message, which then follows the
 // message's retry policy (or is dead on its last attempt).
 //
+// Batches fit the ttl: a loop asks for 10 messages at first, twice as many
+// (up to `batch`) while a batch takes under an eighth of the messages' ttl,
+// and fewer when one takes over a quarter, so a slow handler does not hold
+// messages past their ttl. A message still in hand when its delivery is
+// about to lapse is not started (it is handed out again after its ttl), and
+// acks held for the next poll go on their own once half the ttl has passed.
+//
 // Semantics: at least once. A message whose handler finished but whose ack
 // did not reach the server (the process stopped, the node failed before
 // the next poll) is handed out again after its ttl; a handler that takes
@@ -13,6 +20,18 @@
 // its late ack is refused (`stale_delivery`) and changes nothing. Make
 // handlers idempotent, and keep `handlerTimeout` below the messages' ttl.
 import { ApiError, DelayqError } from './errors.js';
+
+// The first poll of a loop asks for this many messages (or `batch`).
+const FIRST_BATCH = 10;
+
+// The next poll's count: twice `want` (up to `most`) when a full batch took
+// under an eighth of the ttl, as many as fit a quarter of it when it took
+// longer than that, `want` otherwise.
+export function nextBatch(want, got, spent, ttl, most) {
+  if (spent > ttl / 4) return Math.max(1, Math.min(want, Math.floor((got * (ttl / 4)) / spent)));
+  if (got >= want && spent < ttl / 8) return Math.min(most, want * 2);
+  return want;
+}
 
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
@@ -37,7 +56,7 @@ export class Consumer {
   constructor(client, topic, handler, options = {}) {
     const {
       loops = 1,
-      batch = 32,
+      batch = 100,
       pollTimeout = 5,
       handlerTimeout,
       nackDelay,
@@ -112,16 +131,18 @@ export class Consumer {
   async loop() {
     let done = [];
     let backoff = 100;
+    let want = Math.min(FIRST_BATCH, this.batch);
     const signal = this.stopping.signal;
     for (;;) {
       if (signal.aborted) {
         // The last acks, with no poll behind them.
-        await Promise.all(done.map((d) => this.ackAlone(d)));
+        await this.ackAlone(done);
         return;
       }
       let got;
+      const sent = performance.now();
       try {
-        ({ messages: got } = await this.client.poll(this.topic, { count: this.batch, timeout: this.pollTimeout, ack: done }));
+        ({ messages: got } = await this.client.poll(this.topic, { count: want, timeout: this.pollTimeout, ack: done }));
         done = [];
         backoff = 100;
       } catch (e) {
@@ -133,24 +154,43 @@ export class Consumer {
         }
         throw e;
       }
+      if (got.length === 0) continue;
+      const ttl = Math.min(...got.map((d) => d.ttl));
+      const started = performance.now();
       for (const d of got) {
+        const now = performance.now();
+        if (now > sent + ttl - Math.min(ttl / 10, 1000)) {
+          this.onError(new DelayqError(`its delivery lapses (ttl ${ttl} ms)`), `message ${d.id} not started; it is handed out again`);
+          continue;
+        }
+        if (done.length && now > sent + ttl / 2) {
+          // Held acks must reach the server within the ttl.
+          await this.ackAlone(done);
+          done = [];
+        }
         if (await this.handle(d)) {
           done.push(d);
         } else {
           await this.nack(d, this.nackDelay);
         }
       }
+      want = nextBatch(want, got.length, performance.now() - started, ttl, this.batch);
     }
   }
 
-  async ackAlone(d) {
-    try {
-      await this.client.ack(d);
-    } catch (e) {
-      const context = e instanceof ApiError
-        ? `ack of ${d.id} refused`
-        : `ack of ${d.id} not sent; it is handed out again after its ttl`;
-      this.onError(e, context);
+  async ackAlone(done) {
+    for (let i = 0; i < done.length; i += 100) {
+      const part = done.slice(i, i + 100);
+      try {
+        for (const r of await this.client.ackAll(part)) {
+          if (r.result !== 'consumed') this.onError(new DelayqError(r.result), `ack of ${r.id}`);
+        }
+      } catch (e) {
+        const context = e instanceof ApiError
+          ? `acks of ${part.length} messages refused`
+          : `acks of ${part.length} messages not sent; they are handed out again after their ttl`;
+        this.onError(e, context);
+      }
     }
   }
 

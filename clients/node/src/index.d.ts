@@ -118,6 +118,8 @@ export interface Delivery {
   dueTime: number;
   bizKey: string | null;
   priority: number;
+  /** ms this delivery may take before the message is handed out again */
+  ttl: number;
   raw: MessageView;
 }
 
@@ -279,13 +281,15 @@ export declare class Client {
     options?: { count?: number; timeout?: number; ack?: Pick<Delivery, 'id' | 'receipt'>[] },
   ): Promise<{ results: AckResult[]; messages: Delivery[] }>;
   ack(d: Pick<Delivery, 'id' | 'receipt'>): Promise<AckReply>;
+  /** POST /ack of up to 100 deliveries: a result each. */
+  ackAll(ds: Pick<Delivery, 'id' | 'receipt'>[]): Promise<AckResult[]>;
   nack(d: Pick<Delivery, 'id' | 'receipt'>, options?: { delay?: number }): Promise<NackReply>;
 }
 
 export interface ConsumerOptions {
   /** long polls at once: the concurrency (default 1) */
   loops?: number;
-  /** messages a poll takes, 1 to 100 (default 32) */
+  /** the most messages a poll takes, 1 to 100 (default 100; fewer while handlers are slow against the ttl) */
   batch?: number;
   /** seconds a long poll waits (default 5) */
   pollTimeout?: number;

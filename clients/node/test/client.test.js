@@ -101,6 +101,24 @@ describe('against one node', () => {
     assert.deepEqual(views.map((v) => v.message.status), Array(10).fill('Consumed'));
   });
 
+  test('batches fit the ttl of a slow handler: each message handed out once', async () => {
+    // 30 messages of 1 s ttl and a 60 ms handler: a whole batch of 30 in
+    // one go would take 1.8 s, past the ttl, and every ack carried after
+    // it would come too late.
+    const ids = (await client.pushBatch(Array.from({ length: 30 }, (_, i) => message('node-slow', String(i), { ttl: 1000 })))).map((p) => p.id);
+    const seen = [];
+    const consumer = new Consumer(client, 'node-slow', async (d) => {
+      await sleep(60);
+      seen.push(d.id);
+    }, { loops: 2, pollTimeout: 1, onError: quiet }).start();
+    await until(() => new Set(seen).size === ids.length, 30000);
+    await sleep(1500); // a lapsed delivery would come back meanwhile
+    await consumer.stop();
+    assert.deepEqual([...seen].sort(), [...ids].sort(), 'each handled once');
+    const views = await Promise.all(ids.map((id) => client.message(id)));
+    assert.deepEqual(views.map((v) => v.message.status), Array(30).fill('Consumed'));
+  });
+
   test('cancel, reschedule, bizKey and error codes', async () => {
     const p = await client.push('node-manage', 'x', { delay: 600000, bizKey: 'order-1' });
     const again = await client.push('node-manage', 'y', { delay: 600000, bizKey: 'order-1' });
