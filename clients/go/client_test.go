@@ -272,6 +272,74 @@ func TestAHandlerPastItsTimeoutIsNacked(t *testing.T) {
 	}
 }
 
+func TestBatchesFitTheTTLOfASlowHandler(t *testing.T) {
+	// 30 messages of 1 s ttl and a 60 ms handler: a whole batch of 30
+	// handled in one go would take 1.8 s, past the ttl, and every ack
+	// carried after it would come too late (each message handed out
+	// twice). Batches that fit the ttl hand each out once.
+	ctx := testContext(t, 60*time.Second)
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
+	const topic, n = "go-slow-batch", 30
+	msgs := make([]delayq.Message, n)
+	for i := range msgs {
+		msgs[i] = delayq.Message{Topic: topic, Body: fmt.Sprint(i), TTL: time.Second}
+	}
+	pushed, err := c.PushBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		set := map[string]bool{}
+		for _, id := range seen {
+			set[id] = true
+		}
+		return len(set)
+	}
+	consumer, err := delayq.NewConsumer(c, topic, func(ctx context.Context, d delayq.Delivery) error {
+		time.Sleep(60 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, d.ID)
+		return nil
+	}, delayq.ConsumerOptions{Loops: 2, PollWait: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := consumer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(30*time.Second, func() bool { return distinct() == n })
+	time.Sleep(1500 * time.Millisecond) // a lapsed delivery would come back meanwhile
+	if err := consumer.Stop(testContext(t, 10*time.Second)); err != nil {
+		t.Fatal("stop:", err)
+	}
+	mu.Lock()
+	got := append([]string(nil), seen...)
+	mu.Unlock()
+	want := make([]string, 0, n)
+	for _, p := range pushed {
+		want = append(want, p.ID)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("each handled once: %d handlings of %d messages (%d distinct)", len(got), n, distinct())
+	}
+	for _, p := range pushed {
+		info, err := c.Message(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Message.Status != delayq.StatusConsumed {
+			t.Errorf("message %s is %s", p.ID, info.Message.Status)
+		}
+	}
+}
+
 func TestRunStopsGracefullyAndSendsTheLastAcks(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))

@@ -20,7 +20,9 @@ type ConsumerOptions struct {
 	// each handling its messages one after another: the concurrency
 	// wanted. Default 1.
 	Loops int
-	// Batch is the most messages a poll takes, 1 … 100. Default 32.
+	// Batch is the most messages a poll takes, 1 … 100. Default 100. A
+	// loop asks for 10 (or Batch) at first and fits later polls to the
+	// ttl (see Consumer): fewer while handlers are slow.
 	Batch int
 	// PollWait is how long a poll waits for messages (whole seconds).
 	// Default 5 s. A stop waits for the polls in flight to answer.
@@ -49,6 +51,16 @@ type ConsumerOptions struct {
 // message, which then follows the message's retry policy (or is Dead on
 // its last attempt). A poll that fails is tried again after 0.1 s,
 // doubling up to 5 s, its acks carried again.
+//
+// Batches fit the ttl: a loop asks for 10 messages at first, twice as
+// many (up to Batch) while a batch takes under an eighth of the
+// messages' ttl, and fewer when one takes over a quarter, so a slow
+// handler does not hold messages past their ttl. A message still in hand
+// when its delivery is about to lapse (the poll's start plus its ttl,
+// less a tenth of the ttl up to 1 s) is not started and not nacked: it
+// is handed out again after its ttl. Acks held for the next poll go on
+// their own (POST /ack) once half the shortest ttl has passed since the
+// poll.
 //
 // Semantics: at least once. A message whose handler finished but whose
 // ack did not reach the server (the process stopped, the node failed
@@ -83,7 +95,7 @@ func NewConsumer(client *Client, topic string, h Handler, o ConsumerOptions) (*C
 		o.Loops = 1
 	}
 	if o.Batch == 0 {
-		o.Batch = 32
+		o.Batch = 100
 	}
 	if o.PollWait == 0 {
 		o.PollWait = 5 * time.Second
@@ -174,9 +186,41 @@ func (c *Consumer) stopped() bool {
 	}
 }
 
+// firstBatch is what a loop's first poll asks for (or Batch, if less).
+const firstBatch = 10
+
+// nextBatch is the next poll's count after a batch of got messages (of
+// want asked for) whose handling took spent, ttl being the batch's
+// shortest: as many as fit a quarter of the ttl when the batch took
+// longer than that (at least 1, at most want), twice want (up to most)
+// when a full batch took under an eighth of it, want otherwise.
+func nextBatch(want, got int, spent, ttl time.Duration, most int) int {
+	if spent > ttl/4 {
+		n := int(float64(got) * float64(ttl/4) / float64(spent))
+		if n > want {
+			n = want
+		}
+		if n < 1 {
+			n = 1
+		}
+		return n
+	}
+	if got >= want && spent < ttl/8 {
+		if want*2 > most {
+			return most
+		}
+		return want * 2
+	}
+	return want
+}
+
 func (c *Consumer) loop() {
 	var done []Delivery
 	backoff := 100 * time.Millisecond
+	want := firstBatch
+	if c.o.Batch < want {
+		want = c.o.Batch
+	}
 	for {
 		if c.stopped() {
 			// The last acks, with no poll to carry them.
@@ -184,7 +228,7 @@ func (c *Consumer) loop() {
 			return
 		}
 		sent := time.Now()
-		res, err := c.client.Poll(c.base, c.topic, PollRequest{Count: c.o.Batch, Wait: c.o.PollWait, Ack: done})
+		res, err := c.client.Poll(c.base, c.topic, PollRequest{Count: want, Wait: c.o.PollWait, Ack: done})
 		if err != nil {
 			if c.base.Err() != nil {
 				return // the stop gave up waiting
@@ -215,12 +259,29 @@ func (c *Consumer) loop() {
 			}
 		}
 		done = done[:0]
+		if len(res.Messages) == 0 {
+			continue
+		}
+		started := time.Now()
 		flush := true
 		for _, d := range res.Messages {
 			if c.base.Err() != nil {
 				return // the stop gave up waiting: these come back after their ttl
 			}
-			deadline := c.deadline(sent, d)
+			now := time.Now()
+			lapse := ackDeadline(sent, d)
+			if !now.Before(lapse) {
+				// Too late to start: its ack would be refused. Not nacked
+				// either (no failure of its own, and no round trip for
+				// each of a batch's leftovers): it is handed out again
+				// after its ttl.
+				c.o.Logf("delayq: message %s not started: its delivery lapses (ttl %v); it is handed out again", d.ID, ttlOf(d))
+				continue
+			}
+			deadline := lapse
+			if c.o.HandlerTimeout > 0 && now.Add(c.o.HandlerTimeout).Before(deadline) {
+				deadline = now.Add(c.o.HandlerTimeout)
+			}
 			if err := c.handle(d, deadline); err != nil {
 				c.o.Logf("delayq: handler of message %s failed (%v); nacked", d.ID, err)
 				c.nack(d)
@@ -235,38 +296,35 @@ func (c *Consumer) loop() {
 				}
 			}
 		}
+		want = nextBatch(want, len(res.Messages), time.Since(started), shortestTTL(res.Messages), c.o.Batch)
 	}
 }
 
-// deadline is the end of a handler of d: its ack deadline as this
-// process can bound it (the poll's start plus the ttl, less a tenth of
-// it up to 1 s), or HandlerTimeout from now when sooner.
-func (c *Consumer) deadline(sent time.Time, d Delivery) time.Time {
-	ttl := time.Duration(d.TTL) * time.Millisecond
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
+// ackDeadline is d's ack deadline as this process can bound it: the
+// poll's start plus the ttl, less a tenth of it up to 1 s. A handler of
+// d ends then at the latest (or at HandlerTimeout, when sooner), and
+// one not started by then is not started at all.
+func ackDeadline(sent time.Time, d Delivery) time.Time {
+	ttl := ttlOf(d)
 	margin := ttl / 10
 	if margin > time.Second {
 		margin = time.Second
 	}
-	end := sent.Add(ttl - margin)
-	if c.o.HandlerTimeout > 0 {
-		if t := time.Now().Add(c.o.HandlerTimeout); t.Before(end) {
-			end = t
-		}
+	return sent.Add(ttl - margin)
+}
+
+// ttlOf is d's ttl: 30 s (the server's default) when it has none.
+func ttlOf(d Delivery) time.Duration {
+	if d.TTL <= 0 {
+		return 30 * time.Second
 	}
-	return end
+	return time.Duration(d.TTL) * time.Millisecond
 }
 
 func shortestTTL(ds []Delivery) time.Duration {
 	least := time.Duration(0)
 	for _, d := range ds {
-		ttl := time.Duration(d.TTL) * time.Millisecond
-		if ttl <= 0 {
-			ttl = 30 * time.Second
-		}
-		if least == 0 || ttl < least {
+		if ttl := ttlOf(d); least == 0 || ttl < least {
 			least = ttl
 		}
 	}
@@ -277,9 +335,6 @@ func shortestTTL(ds []Delivery) time.Duration {
 // returned by then counts as failed, whatever it returns later; one still
 // running is left to finish in its goroutine (its context ended).
 func (c *Consumer) handle(d Delivery, deadline time.Time) error {
-	if time.Until(deadline) <= 0 {
-		return errors.New("its ack deadline passed before its turn")
-	}
 	ctx, cancel := context.WithDeadline(c.base, deadline)
 	defer cancel()
 	result := make(chan error, 1)
