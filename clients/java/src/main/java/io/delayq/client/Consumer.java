@@ -19,13 +19,21 @@ import java.util.concurrent.atomic.AtomicInteger;
  * Runs a {@link Handler} on the messages of a topic: the fast path by default.
  *
  * <p>Each of {@code loops} threads long-polls {@code POST /get/{topic}} for up to
- * {@code batch} messages, carrying the acks (with their receipts) of the messages its handler
- * finished since its last poll, so a burst costs one round trip per batch, not one per
- * message; it then runs the handler on each message in turn (set {@code loops} to the
- * concurrency wanted). A handler that throws nacks its message, which then follows the
- * message's retry policy (or is dead on its last attempt). With a {@code handlerTimeout} the
- * handler runs on an executor and one that takes longer counts as failed: it is interrupted
- * and its message nacked. A poll that fails is tried again after 0.1 s, doubling up to 5 s.
+ * {@code batch} messages (default 100), carrying the acks (with their receipts) of the
+ * messages its handler finished since its last poll, so a burst costs one round trip per
+ * batch, not one per message; it then runs the handler on each message in turn (set
+ * {@code loops} to the concurrency wanted). A handler that throws nacks its message, which
+ * then follows the message's retry policy (or is dead on its last attempt). With a
+ * {@code handlerTimeout} the handler runs on an executor and one that takes longer counts as
+ * failed: it is interrupted and its message nacked. A poll that fails is tried again after
+ * 0.1 s, doubling up to 5 s.
+ *
+ * <p><b>Batches fit the ttl.</b> A loop asks for 10 messages at first, twice as many (up to
+ * {@code batch}) while a batch takes under an eighth of the messages' ttl, and fewer when one
+ * takes over a quarter, so a slow handler does not hold messages past their ttl. A message
+ * still in hand when its delivery is about to lapse is not started (it is handed out again
+ * after its ttl), and acks held for the next poll go on their own ({@code POST /ack}) once half
+ * the ttl has passed since the poll.
  *
  * <p><b>Semantics: at least once.</b> A message whose handler finished but whose ack did not
  * reach the server (the process stopped, the node failed before the next poll) is handed out
@@ -52,6 +60,10 @@ public final class Consumer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.delayq.client");
     private static final long FIRST_BACKOFF_MS = 100;
     private static final long LAST_BACKOFF_MS = 5_000;
+    /** The first poll of a loop asks for this many messages (or {@code batch}). */
+    private static final int FIRST_BATCH = 10;
+    /** The most deliveries one {@code POST /ack} carries. */
+    private static final int ACKS_PER_REQUEST = 100;
 
     /** The work done on one message; throwing anything nacks it. */
     @FunctionalInterface
@@ -166,9 +178,30 @@ public final class Consumer implements AutoCloseable {
         return stopping.getCount() == 0;
     }
 
+    /**
+     * The next poll's count: twice {@code want} (up to {@code most}) when a full batch took under
+     * an eighth of the ttl, as many as fit a quarter of it when it took longer than that,
+     * {@code want} otherwise. {@code spentMs} is the batch's handling time, {@code ttlMs} the
+     * smallest ttl of its messages.
+     */
+    static int nextBatch(int want, int got, double spentMs, double ttlMs, int most) {
+        if (spentMs > ttlMs / 4) {
+            return Math.max(1, Math.min(want, (int) Math.floor(got * (ttlMs / 4) / spentMs)));
+        }
+        if (got >= want && spentMs < ttlMs / 8) {
+            return Math.min(most, want * 2);
+        }
+        return want;
+    }
+
+    private static double msSince(long nanos) {
+        return (System.nanoTime() - nanos) / 1e6;
+    }
+
     private void loop() {
         List<Delivery> done = new ArrayList<>();
         long backoff = FIRST_BACKOFF_MS;
+        int want = Math.min(FIRST_BATCH, batch);
         while (true) {
             if (stopping()) {
                 // The last acks, with no poll behind them.
@@ -176,8 +209,9 @@ public final class Consumer implements AutoCloseable {
                 return;
             }
             List<Delivery> got;
+            long sent = System.nanoTime();
             try {
-                got = client.poll(topic, batch, pollTimeoutSeconds, done).messages();
+                got = client.poll(topic, want, pollTimeoutSeconds, done).messages();
                 done = new ArrayList<>();
                 backoff = FIRST_BACKOFF_MS;
             } catch (RuntimeException e) { // DelayqException, or a reply this client could not read
@@ -197,13 +231,35 @@ public final class Consumer implements AutoCloseable {
                 backoff = Math.min(backoff * 2, LAST_BACKOFF_MS);
                 continue;
             }
+            if (got.isEmpty()) {
+                continue;
+            }
+            long ttl = Long.MAX_VALUE;
             for (Delivery d : got) {
+                ttl = Math.min(ttl, d.ttlMs());
+            }
+            // A delivery lapses ttl ms after the server handed it out, which is after `sent`.
+            double lapsesAt = ttl - Math.min(ttl / 10.0, 1000.0);
+            long started = System.nanoTime();
+            for (Delivery d : got) {
+                double now = msSince(sent);
+                if (now > lapsesAt) {
+                    LOG.log(Level.WARNING, "delayq: message {0} not started: its delivery lapses (ttl {1} ms); "
+                            + "it is handed out again", d.id(), ttl);
+                    continue;
+                }
+                if (!done.isEmpty() && now > ttl / 2.0) {
+                    // Held acks must reach the server within the ttl.
+                    ackAlone(done);
+                    done = new ArrayList<>();
+                }
                 if (handle(d)) {
                     done.add(d);
                 } else {
                     nack(d);
                 }
             }
+            want = nextBatch(want, got.size(), msSince(started), ttl, batch);
         }
     }
 
@@ -253,21 +309,23 @@ public final class Consumer implements AutoCloseable {
         }
     }
 
+    /** Sends held acks on their own: {@code POST /ack}, up to 100 deliveries a request. */
     private void ackAlone(List<Delivery> done) {
-        if (done.isEmpty()) {
-            return;
-        }
-        try {
-            for (AckResult r : client.ackAll(done)) {
-                if (!r.consumed()) {
-                    LOG.log(Level.WARNING, "delayq: ack of {0} answered {1} ({2})", r.id(), r.result(), r.status());
+        for (int i = 0; i < done.size(); i += ACKS_PER_REQUEST) {
+            List<Delivery> part = done.subList(i, Math.min(done.size(), i + ACKS_PER_REQUEST));
+            try {
+                for (AckResult r : client.ackAll(part)) {
+                    if (!r.consumed()) {
+                        LOG.log(Level.WARNING, "delayq: ack of {0} answered {1} ({2})", r.id(), r.result(),
+                                r.status());
+                    }
                 }
+            } catch (ApiException e) {
+                LOG.log(Level.WARNING, "delayq: acks of {0} messages refused: {1}", part.size(), e.getMessage());
+            } catch (DelayqException e) {
+                LOG.log(Level.WARNING, "delayq: acks of {0} messages not sent ({1}); they are handed out again "
+                        + "after their ttl", part.size(), e.getMessage());
             }
-        } catch (ApiException e) {
-            LOG.log(Level.WARNING, "delayq: acks of {0} messages refused: {1}", done.size(), e.getMessage());
-        } catch (DelayqException e) {
-            LOG.log(Level.WARNING, "delayq: acks of {0} messages not sent ({1}); they are handed out again after "
-                    + "their ttl", done.size(), e.getMessage());
         }
     }
 
@@ -295,7 +353,7 @@ public final class Consumer implements AutoCloseable {
         private final String topic;
         private final Handler handler;
         private int loops = 1;
-        private int batch = 32;
+        private int batch = 100;
         private int pollTimeoutSeconds = 5;
         private Duration handlerTimeout;
         private Duration nackDelay;
@@ -315,7 +373,11 @@ public final class Consumer implements AutoCloseable {
             return this;
         }
 
-        /** The most messages a poll takes (1 to 100, default 32). */
+        /**
+         * The most messages a poll takes (1 to 100, default 100). A loop asks for 10 at first
+         * (or {@code batch}, if fewer) and fewer or more after each batch, so that a batch's
+         * handling fits the messages' ttl (see {@link Consumer}).
+         */
         public Builder batch(int batch) {
             if (batch < 1 || batch > 100) {
                 throw new IllegalArgumentException("batch must be 1 to 100");

@@ -14,8 +14,8 @@ import java.util.Map;
  * @param dueTime when it was due (epoch ms)
  * @param bizKey its bizKey, or null
  * @param priority its priority (0 to 255)
- * @param raw the message as the server showed it ({@code ttl}, {@code createTime},
- *     {@code occurrence} of a recurring message, ...)
+ * @param raw the message as the server showed it ({@code ttl}, also as {@link #ttlMs()},
+ *     {@code createTime}, {@code occurrence} of a recurring message, ...)
  */
 public record Delivery(
         String id,
@@ -42,9 +42,16 @@ public record Delivery(
                 m);
     }
 
-    /** The ms a consumer has to ack it ({@code ttl}), or 0 when the server did not say. */
+    /** The server's ttl when a message does not set one, in ms. */
+    static final long DEFAULT_TTL_MS = 30_000;
+
+    /**
+     * The ms this delivery may take before the message is handed out again (its {@code ttl});
+     * 30,000, the server's default, when the server did not say (or said 0).
+     */
     public long ttlMs() {
-        return Json.number(raw, "ttl", 0);
+        long ttl = Json.number(raw, "ttl", 0);
+        return ttl > 0 ? ttl : DEFAULT_TTL_MS;
     }
 
     @Override

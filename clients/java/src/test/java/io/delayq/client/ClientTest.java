@@ -116,6 +116,38 @@ class ClientTest {
     }
 
     @Test
+    void batchesFitTheTtlOfASlowHandler() throws Exception {
+        // 30 messages of 1 s ttl and a 60 ms handler: a whole batch of 30 handled in one go
+        // would take 1.8 s, past the ttl, and every ack carried after it would come too late
+        // (each message handed out twice). Batches that fit the ttl hand each out once.
+        String topic = "java-slow";
+        List<Message> batch = new ArrayList<>();
+        for (int i = 0; i < 30; i++) {
+            batch.add(Message.builder(topic, Integer.toString(i)).ttlMs(1000).build());
+        }
+        List<String> ids = client.pushBatch(batch).stream().map(Pushed::id).toList();
+        List<String> seen = new CopyOnWriteArrayList<>();
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            Thread.sleep(60);
+            seen.add(d.id());
+        }).loops(2).pollTimeout(Duration.ofSeconds(1)).build().start();
+        try {
+            await("all 30 handled", Duration.ofSeconds(30), () -> new HashSet<>(seen).size() == ids.size());
+            Thread.sleep(1500); // a lapsed delivery would come back meanwhile
+        } finally {
+            consumer.stop(Duration.ofSeconds(10));
+        }
+        List<String> handled = new ArrayList<>(seen);
+        List<String> want = new ArrayList<>(ids);
+        handled.sort(null);
+        want.sort(null);
+        assertEquals(want, handled, "each handled once");
+        for (String id : ids) {
+            assertEquals("Consumed", status(id));
+        }
+    }
+
+    @Test
     void aStaleReceiptIsRefused() throws Exception {
         String topic = "java-stale";
         client.push(Message.builder(topic, "x").ttlMs(300).build());
