@@ -111,6 +111,11 @@ def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
+def _delivery_ref(d: "Delivery") -> dict:
+    """A delivery as the ack routes take it: its id, and its receipt when it has one."""
+    return {"id": d.id, "receipt": d.receipt} if d.receipt else {"id": d.id}
+
+
 class Client:
     """A delayq cluster, reached at one or several base URLs (tried in turn).
 
@@ -173,6 +178,9 @@ class Client:
                     raise last from e
                 continue
             if status < 400:
+                if not isinstance(reply, dict):
+                    # Not delayq's answer (a proxy's page?): what happened is unknown.
+                    raise TransportError(f"{node.netloc} answered {status} without a JSON object: {str(reply)[:200]}")
                 self._first = i
                 return reply
             code = reply.get("error", "") if isinstance(reply, dict) else ""
@@ -266,13 +274,13 @@ class Client:
         message may or may not be accepted (:class:`TransportError`).
         """
         m = message(topic, body, **fields)
-        r = self._request("POST", "/push", m, token=self.admin_token, idempotent="bizKey" in m)
+        r = self._request("POST", "/push", m, token=self.admin_token, idempotent=m.get("bizKey") is not None)
         return Pushed(r["id"], bool(r.get("duplicate", False)))
 
     def push_batch(self, messages: Iterable[dict]) -> list[Pushed]:
         """``POST /push/batch`` (1 to 1000 messages, see :func:`message`): all durable or none."""
         msgs = list(messages)
-        idempotent = all("bizKey" in m for m in msgs)
+        idempotent = bool(msgs) and all(m.get("bizKey") is not None for m in msgs)
         r = self._request("POST", "/push/batch", {"messages": msgs}, token=self.admin_token, idempotent=idempotent)
         dup = set(r.get("duplicates", []))
         return [Pushed(i, n in dup) for n, i in enumerate(r["ids"])]
@@ -346,23 +354,23 @@ class Client:
 
         Returns the acks' results and the messages handed out.
         """
-        body = {
-            "ack": [{"id": d.id, "receipt": d.receipt} for d in ack],
-            "count": count,
-            "timeout": timeout_s,
-        }
-        r = self._request("POST", f"/get/{urllib.parse.quote(topic)}", body, wait=timeout_s)
+        if not 0 <= timeout_s <= 300:
+            raise ValueError("timeout_s must be 0 to 300 seconds")
+        body = {"ack": [_delivery_ref(d) for d in ack], "count": count}
+        # The wait goes in the query, where a load balancer in front of the
+        # nodes (cluster/nginx-proxy.conf) bounds the poll by it.
+        r = self._request("POST", f"/get/{urllib.parse.quote(topic)}?timeout={int(timeout_s)}", body, wait=timeout_s)
         return r.get("results", []), [Delivery.of(m) for m in r.get("messages", [])]
 
     def ack(self, d: Delivery) -> dict:
         """``POST /ack/{id}?receipt=``: 409 ``stale_delivery`` when another delivery holds it now."""
-        return self._request("POST", f"/ack/{d.id}" + self._q(receipt=d.receipt))
+        return self._request("POST", f"/ack/{d.id}" + self._q(receipt=d.receipt or None))
 
     def ack_all(self, ds: Sequence[Delivery]) -> list[dict]:
         """``POST /ack`` of up to 100 deliveries (by their receipts): a result each."""
-        body = {"ids": [{"id": d.id, "receipt": d.receipt} for d in ds]}
+        body = {"ids": [_delivery_ref(d) for d in ds]}
         return self._request("POST", "/ack", body).get("results", [])
 
     def nack(self, d: Delivery, *, delay_ms: Optional[int] = None) -> dict:
         """``POST /nack/{id}``: back to Delaying for ``delay_ms``, or by the message's retry policy."""
-        return self._request("POST", f"/nack/{d.id}" + self._q(receipt=d.receipt, delay=delay_ms))
+        return self._request("POST", f"/nack/{d.id}" + self._q(receipt=d.receipt or None, delay=delay_ms))

@@ -24,7 +24,6 @@ handlers idempotent, and keep ``handler_timeout`` below the messages' ttl.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -73,8 +72,8 @@ class Consumer:
         handler_timeout: Optional[float] = None,
         nack_delay_ms: Optional[int] = None,
     ):
-        if loops < 1 or not 1 <= batch <= 100:
-            raise ValueError("loops must be at least 1 and batch 1 to 100")
+        if loops < 1 or not 1 <= batch <= 100 or not 1 <= poll_timeout_s <= 300:
+            raise ValueError("loops must be at least 1, batch 1 to 100 and poll_timeout_s 1 to 300")
         self.client = client
         self.topic = topic
         self.handler = handler
@@ -85,9 +84,6 @@ class Consumer:
         self.nack_delay_ms = nack_delay_ms
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
-        self._pool = (
-            concurrent.futures.ThreadPoolExecutor(max_workers=loops) if handler_timeout else None
-        )
 
     def start(self) -> "Consumer":
         """Starts the loops in background threads."""
@@ -102,8 +98,6 @@ class Consumer:
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
-        if self._pool:
-            self._pool.shutdown(wait=False)
 
     def run(self) -> None:
         """Runs the loops in the foreground until :meth:`stop` (from another thread)."""
@@ -112,17 +106,33 @@ class Consumer:
             t.join()
 
     def _handle(self, d: Delivery) -> bool:
-        try:
-            if self._pool is None:
+        if self.handler_timeout is None:
+            try:
                 self.handler(d)
-            else:
-                self._pool.submit(self.handler, d).result(timeout=self.handler_timeout)
-            return True
-        except concurrent.futures.TimeoutError:
+                return True
+            except Exception:  # the handler's failure is the message's
+                log.exception("delayq: handler of message %s failed; nacked", d.id)
+                return False
+        # A timed handler runs on a daemon thread of its own: one that
+        # overruns is left to finish there (Python cannot stop it) and holds
+        # up neither this loop nor the next handler, nor the process's exit.
+        outcome: List[bool] = []
+
+        def run() -> None:
+            try:
+                self.handler(d)
+                outcome.append(True)
+            except Exception:  # the handler's failure is the message's
+                log.exception("delayq: handler of message %s failed; nacked", d.id)
+                outcome.append(False)
+
+        t = threading.Thread(target=run, name=f"delayq-handler-{d.id}", daemon=True)
+        t.start()
+        t.join(self.handler_timeout)
+        if t.is_alive():
             log.warning("delayq: handler of message %s took over %s s; nacked", d.id, self.handler_timeout)
-        except Exception:  # the handler's failure is the message's
-            log.exception("delayq: handler of message %s failed; nacked", d.id)
-        return False
+            return False
+        return outcome == [True]
 
     def _loop(self) -> None:
         done: List[Delivery] = []
@@ -137,13 +147,21 @@ class Consumer:
                     self.client.close()  # this thread's connections
                     return
                 sent = time.monotonic()
-                _, got = self.client.poll(
+                results, got = self.client.poll(
                     self.topic, count=want, timeout_s=self.poll_timeout_s, ack=done
                 )
                 done = []
                 backoff = 0.1
+                for r in results:
+                    if r.get("result") != "consumed":
+                        log.warning("delayq: ack of %s: %s (status %s)", r.get("id"), r.get("result"), r.get("status"))
             except DelayqError as e:
                 log.warning("delayq: poll of %s failed (%s); trying again", self.topic, e)
+                if isinstance(e, ApiError) and not e.retryable and done:
+                    # The poll was refused (bad input, not an outage): its
+                    # acks go alone, once, lest they keep every poll refused.
+                    self._ack_alone(done)
+                    done = []
                 if self._stop.wait(backoff):
                     continue
                 backoff = min(backoff * 2, 5.0)

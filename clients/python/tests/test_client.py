@@ -203,6 +203,29 @@ class ClientTest(unittest.TestCase):
         for i in ids:
             self.assertEqual(self.client.message(i)["message"]["status"], "Consumed")
 
+    def test_a_handler_past_its_timeout_holds_up_no_other(self):
+        # The first handler hangs for 3 s; with a 0.3 s timeout it is
+        # nacked, and the four after it run at once and are acked.
+        ids = [p.id for p in self.client.push_batch(
+            [message("py-hang", str(i), retry={"delay": 60_000}) for i in range(5)])]
+        ran, lock = [], threading.Lock()
+
+        def handler(d):
+            with lock:
+                ran.append(d.body)
+                first = len(ran) == 1
+            if first:
+                time.sleep(3)
+
+        consumer = Consumer(self.client, "py-hang", handler, poll_timeout_s=1, handler_timeout=0.3).start()
+        deadline = time.time() + 2.5
+        while len(ran) < 5 and time.time() < deadline:
+            time.sleep(0.02)
+        consumer.stop(10)
+        self.assertEqual(len(ran), 5, ran)
+        statuses = sorted(self.client.message(i)["message"]["status"] for i in ids)
+        self.assertEqual(statuses, ["Consumed"] * 4 + ["Delaying"])
+
     def test_cancel_reschedule_and_error_codes(self):
         p = self.client.push("py-manage", "x", delay_ms=600_000, biz_key="order-1")
         again = self.client.push("py-manage", "y", delay_ms=600_000, biz_key="order-1")
