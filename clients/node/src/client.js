@@ -41,6 +41,9 @@ function query(params) {
 
 const seg = encodeURIComponent;
 
+// A delivery as the ack routes take it: its id, and its receipt when it has one.
+const ref = (d) => (d.receipt ? { id: d.id, receipt: d.receipt } : { id: d.id });
+
 /** A message handed to a consumer, with the receipt that names this delivery. */
 function delivery(m) {
   return {
@@ -117,6 +120,10 @@ export class Client {
         continue;
       }
       if (status < 400) {
+        if (reply === null || typeof reply !== 'object') {
+          // Not delayq's answer (a proxy's page?): what happened is unknown.
+          throw new TransportError(`${node.host} answered ${status} without a JSON object: ${String(reply).slice(0, 200)}`);
+        }
         this.first = i;
         return reply;
       }
@@ -281,24 +288,27 @@ export class Client {
    * to `timeout` seconds for up to `count` messages.
    */
   async poll(topic, { count = 1, timeout = 30, ack = [] } = {}) {
-    const body = { ack: ack.map((d) => ({ id: d.id, receipt: d.receipt })), count, timeout };
-    const r = await this.request('POST', `/get/${seg(topic)}`, body, { wait: timeout });
+    if (!(Number.isInteger(timeout) && timeout >= 0 && timeout <= 300)) throw new RangeError('timeout must be 0 to 300 seconds');
+    // The wait goes in the query, where a load balancer in front of the
+    // nodes (cluster/nginx-proxy.conf) bounds the poll by it.
+    const body = { ack: ack.map(ref), count };
+    const r = await this.request('POST', `/get/${seg(topic)}?timeout=${timeout}`, body, { wait: timeout });
     return { results: r.results ?? [], messages: (r.messages ?? []).map(delivery) };
   }
 
   /** POST /ack/{id}?receipt=: 409 `stale_delivery` when another delivery holds it now. */
   ack(d) {
-    return this.request('POST', `/ack/${seg(d.id)}${query({ receipt: d.receipt })}`);
+    return this.request('POST', `/ack/${seg(d.id)}${query({ receipt: d.receipt || undefined })}`);
   }
 
   /** POST /ack of up to 100 deliveries (by their receipts): a result each. */
   async ackAll(ds) {
-    const r = await this.request('POST', '/ack', { ids: ds.map((d) => ({ id: d.id, receipt: d.receipt })) });
+    const r = await this.request('POST', '/ack', { ids: ds.map(ref) });
     return r.results ?? [];
   }
 
   /** POST /nack/{id}: back to Delaying for `delay` ms, or by the message's retry policy. */
   nack(d, { delay } = {}) {
-    return this.request('POST', `/nack/${seg(d.id)}${query({ receipt: d.receipt, delay })}`);
+    return this.request('POST', `/nack/${seg(d.id)}${query({ receipt: d.receipt || undefined, delay })}`);
   }
 }

@@ -33,14 +33,17 @@ export function nextBatch(want, got, spent, ttl, most) {
   return want;
 }
 
-const sleep = (ms, signal) =>
-  new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const done = () => {
       clearTimeout(t);
+      signal.removeEventListener('abort', done);
       resolve();
-    }, { once: true });
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
   });
+}
 
 /**
  * Runs `handler(delivery, signal)` on the messages of `topic`.
@@ -74,8 +77,18 @@ export class Consumer {
     this.handlerTimeout = handlerTimeout;
     this.nackDelay = nackDelay;
     this.onError = onError;
+    if (!(Number.isInteger(pollTimeout) && pollTimeout >= 1 && pollTimeout <= 300)) throw new RangeError('pollTimeout must be 1 to 300 seconds');
     this.stopping = new AbortController();
     this.running = [];
+  }
+
+  // onError, kept from ending a loop when it throws.
+  report(error, context) {
+    try {
+      this.onError(error, context);
+    } catch {
+      // the loop goes on
+    }
   }
 
   /** Starts the loops; returns this. */
@@ -121,7 +134,7 @@ export class Consumer {
       }
       return true;
     } catch (e) {
-      this.onError(e, `handler of message ${d.id} failed; nacked`);
+      this.report(e, `handler of message ${d.id} failed; nacked`);
       return false;
     } finally {
       clearTimeout(timer);
@@ -142,17 +155,26 @@ export class Consumer {
       let got;
       const sent = performance.now();
       try {
-        ({ messages: got } = await this.client.poll(this.topic, { count: want, timeout: this.pollTimeout, ack: done }));
+        const polled = await this.client.poll(this.topic, { count: want, timeout: this.pollTimeout, ack: done });
+        got = polled.messages;
         done = [];
         backoff = 100;
-      } catch (e) {
-        if (e instanceof DelayqError) {
-          this.onError(e, `poll of ${this.topic} failed; trying again`);
-          await sleep(backoff, signal);
-          backoff = Math.min(backoff * 2, 5000);
-          continue;
+        for (const r of polled.results) {
+          if (r.result !== 'consumed') this.report(new DelayqError(`${r.result} (status ${r.status})`), `ack of ${r.id}`);
         }
-        throw e;
+      } catch (e) {
+        // Any failure (an outage, a refusal, an answer not understood)
+        // leaves the loop running: tried again after a backoff.
+        this.report(e, `poll of ${this.topic} failed; trying again`);
+        if (e instanceof ApiError && !e.retryable && done.length) {
+          // The poll was refused (bad input, not an outage): its acks go
+          // alone, once, lest they keep every poll refused.
+          await this.ackAlone(done);
+          done = [];
+        }
+        await sleep(backoff, signal);
+        backoff = Math.min(backoff * 2, 5000);
+        continue;
       }
       if (got.length === 0) continue;
       const ttl = Math.min(...got.map((d) => d.ttl));
@@ -160,7 +182,7 @@ export class Consumer {
       for (const d of got) {
         const now = performance.now();
         if (now > sent + ttl - Math.min(ttl / 10, 1000)) {
-          this.onError(new DelayqError(`its delivery lapses (ttl ${ttl} ms)`), `message ${d.id} not started; it is handed out again`);
+          this.report(new DelayqError(`its delivery lapses (ttl ${ttl} ms)`), `message ${d.id} not started; it is handed out again`);
           continue;
         }
         if (done.length && now > sent + ttl / 2) {
@@ -183,13 +205,13 @@ export class Consumer {
       const part = done.slice(i, i + 100);
       try {
         for (const r of await this.client.ackAll(part)) {
-          if (r.result !== 'consumed') this.onError(new DelayqError(r.result), `ack of ${r.id}`);
+          if (r.result !== 'consumed') this.report(new DelayqError(r.result), `ack of ${r.id}`);
         }
       } catch (e) {
         const context = e instanceof ApiError
           ? `acks of ${part.length} messages refused`
           : `acks of ${part.length} messages not sent; they are handed out again after their ttl`;
-        this.onError(e, context);
+        this.report(e, context);
       }
     }
   }
@@ -198,7 +220,7 @@ export class Consumer {
     try {
       await this.client.nack(d, { delay });
     } catch (e) {
-      this.onError(e, `nack of ${d.id} not taken; it comes back after its ttl`);
+      this.report(e, `nack of ${d.id} not taken; it comes back after its ttl`);
     }
   }
 }

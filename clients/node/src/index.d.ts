@@ -54,6 +54,8 @@ export interface Repeat {
   tz?: string;
   times?: number;
   until?: number;
+  /** what missed occurrences come to (default `one`) */
+  misfire?: 'one' | 'all' | 'skip';
 }
 
 /** What POST /push takes beside topic and body; left out: the server's defaults. */
