@@ -211,7 +211,9 @@ public final class Consumer implements AutoCloseable {
             List<Delivery> got;
             long sent = System.nanoTime();
             try {
-                got = client.poll(topic, want, pollTimeoutSeconds, done).messages();
+                Polled polled = client.poll(topic, want, pollTimeoutSeconds, done);
+                warnUnconsumed(polled.results());
+                got = polled.messages();
                 done = new ArrayList<>();
                 backoff = FIRST_BACKOFF_MS;
             } catch (RuntimeException e) { // DelayqException, or a reply this client could not read
@@ -309,17 +311,26 @@ public final class Consumer implements AutoCloseable {
         }
     }
 
+    /**
+     * Logs each ack that did not consume its message ({@code not_in_flight},
+     * {@code stale_delivery}, {@code not_found}): another delivery holds it, or it was nacked,
+     * cancelled or handed out again meanwhile.
+     */
+    private static void warnUnconsumed(List<AckResult> results) {
+        for (AckResult r : results) {
+            if (!r.consumed()) {
+                LOG.log(Level.WARNING, "delayq: ack of {0} answered {1} (status {2})", r.id(), r.result(),
+                        r.status());
+            }
+        }
+    }
+
     /** Sends held acks on their own: {@code POST /ack}, up to 100 deliveries a request. */
     private void ackAlone(List<Delivery> done) {
         for (int i = 0; i < done.size(); i += ACKS_PER_REQUEST) {
             List<Delivery> part = done.subList(i, Math.min(done.size(), i + ACKS_PER_REQUEST));
             try {
-                for (AckResult r : client.ackAll(part)) {
-                    if (!r.consumed()) {
-                        LOG.log(Level.WARNING, "delayq: ack of {0} answered {1} ({2})", r.id(), r.result(),
-                                r.status());
-                    }
-                }
+                warnUnconsumed(client.ackAll(part));
             } catch (ApiException e) {
                 LOG.log(Level.WARNING, "delayq: acks of {0} messages refused: {1}", part.size(), e.getMessage());
             } catch (DelayqException e) {

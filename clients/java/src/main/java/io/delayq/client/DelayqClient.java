@@ -47,9 +47,11 @@ import javax.net.ssl.TrustManagerFactory;
  * {@code node_stalled} / {@code node_unavailable}, is skipped for the next URL, and the node
  * that answered is tried first next time. Other error answers (a 400, a 404, a 409) are the
  * cluster's word and are thrown as {@link ApiException}; when no node answered,
- * {@link TransportException}. A push (single or batch) is sent to a second node only when
- * every message has a bizKey, which makes it idempotent: without one, the push may have been
- * applied by the node that failed to answer, and the exception says so.
+ * {@link TransportException}. A 503 {@code node_stalled} / {@code node_unavailable} means the
+ * node applied nothing, so every request goes on to the next node after one. After no answer,
+ * a 502 or a 504, a push (single or batch) goes on only when every message has a bizKey, which
+ * makes it idempotent: without one, the push may have been applied by the node that failed to
+ * answer, and the exception says so.
  *
  * <p><b>Tokens.</b> {@code adminToken} goes as {@code Authorization: Bearer} to the routes
  * that change things (push, cancel, reschedule, pause, resume, requeue); {@code readToken}
@@ -106,9 +108,10 @@ public final class DelayqClient {
     // -- producing -------------------------------------------------------------------------
 
     /**
-     * {@code POST /push}: answered once the message is durable. Without a bizKey it is sent to
-     * one node only: when that node fails to answer, the message may or may not be accepted
-     * ({@link TransportException}).
+     * {@code POST /push}: answered once the message is durable. Without a bizKey it goes to the
+     * next node only after a 503 {@code node_stalled} / {@code node_unavailable} (nothing
+     * applied): when a node fails to answer (or a proxy answers 502/504), the message may or may
+     * not be accepted ({@link TransportException}, {@link ApiException}).
      */
     public Pushed push(Message message) {
         Map<String, Object> r = object(request("POST", "/push", message.toMap(), adminToken, 0,
@@ -294,7 +297,9 @@ public final class DelayqClient {
     /**
      * {@code POST /get/{topic}}: acks {@code ack} (each by its receipt), then long-polls up to
      * {@code timeoutSeconds} (0 to 300) for up to {@code count} (1 to 100) messages, in one round
-     * trip. The request waits {@code timeoutSeconds} plus the client's timeout.
+     * trip. The request waits {@code timeoutSeconds} plus the client's timeout. The wait goes in
+     * the query ({@code ?timeout=}), where a proxy in front of the nodes sees it and bounds the
+     * request by it (the shipped nginx: by its bucket of 2, 5, 10, 30, 60 or 300 s).
      */
     public Polled poll(String topic, int count, int timeoutSeconds, Collection<Delivery> ack) {
         List<Map<String, Object>> acks = new ArrayList<>(ack.size());
@@ -304,8 +309,8 @@ public final class DelayqClient {
         Map<String, Object> body = new LinkedHashMap<>();
         body.put("ack", acks);
         body.put("count", count);
-        body.put("timeout", timeoutSeconds);
-        Map<String, Object> r = object(request("POST", "/get/" + path(topic), body, null, timeoutSeconds, true));
+        String route = "/get/" + path(topic) + query(Map.of("timeout", timeoutSeconds));
+        Map<String, Object> r = object(request("POST", route, body, null, timeoutSeconds, true));
         List<AckResult> results = new ArrayList<>();
         for (Object o : Json.list(r.get("results"))) {
             results.add(AckResult.of(Json.object(o)));
@@ -417,15 +422,23 @@ public final class DelayqClient {
         return q.toString();
     }
 
-    private static boolean skips(int status, String code) {
-        return status == 502 || status == 504
-                || (status == 503 && ("node_stalled".equals(code) || "node_unavailable".equals(code)));
+    /**
+     * Whether an error answer sends the request on to the next node: {@code node_stalled} and
+     * {@code node_unavailable} (503) for any request, as that node applied nothing; 502 and 504
+     * (a proxy that got no answer, which the node may still have applied) for idempotent
+     * requests only.
+     */
+    static boolean skips(int status, String code, boolean idempotent) {
+        if ("node_stalled".equals(code) || "node_unavailable".equals(code)) {
+            return true;
+        }
+        return idempotent && (status == 502 || status == 504);
     }
 
     /**
      * Sends one request to the nodes in turn. {@code waitSeconds}: the long poll's own wait,
      * added to the timeout. {@code idempotent}: whether a second node may be asked after the
-     * first failed to answer.
+     * first failed to answer or a proxy answered 502/504 for it ({@link #skips}).
      */
     private Object request(String method, String path, Object body, String token, int waitSeconds,
             boolean idempotent) {
@@ -468,7 +481,7 @@ public final class DelayqClient {
                 return reply;
             }
             ApiException error = error(status, reply);
-            if (idempotent && skips(status, error.code())) {
+            if (skips(status, error.code(), idempotent)) {
                 last = error;
                 continue;
             }

@@ -6,6 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.sun.net.httpserver.HttpServer;
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -18,7 +23,12 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
+import java.util.logging.Handler;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import java.util.logging.SimpleFormatter;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -359,6 +369,172 @@ class ClientTest {
         assertThrows(TransportException.class, () -> lone.pushBatch(List.of(
                 Message.builder("java-failover", "v").bizKey("k-3").build(), Message.of("java-failover", "u"))));
         assertEquals(3, inStatusCount("java-failover"));
+    }
+
+    /**
+     * A stand-in node on a free port that answers every request {@code status} with
+     * {@code reply}, and keeps each request's method, URI and body ("POST /push?x=1 {...}").
+     */
+    static HttpServer stub(int status, String reply, List<String> seen) throws IOException {
+        HttpServer http = HttpServer.create(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), 0), 0);
+        http.createContext("/", exchange -> {
+            try {
+                String body = new String(exchange.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+                seen.add(exchange.getRequestMethod() + " " + exchange.getRequestURI() + " " + body);
+                byte[] out = reply.getBytes(StandardCharsets.UTF_8);
+                exchange.getResponseHeaders().set("Content-Type", "application/json");
+                exchange.sendResponseHeaders(status, out.length);
+                exchange.getResponseBody().write(out);
+            } finally {
+                exchange.close();
+            }
+        });
+        http.start();
+        return http;
+    }
+
+    static String url(HttpServer http) {
+        return "http://127.0.0.1:" + http.getAddress().getPort();
+    }
+
+    @Test
+    void anUnkeyedPushMovesOnAfterNodeStalledNotAfter502() throws Exception {
+        String topic = "java-stalled";
+        List<String> seen = new CopyOnWriteArrayList<>();
+        HttpServer stalled = stub(503, "{\"error\":\"node_stalled\",\"message\":\"resumed after a stall\"}", seen);
+        HttpServer unavailable = stub(503, "{\"error\":\"node_unavailable\",\"message\":\"no worker id\"}", seen);
+        HttpServer gateway = stub(502, "{\"error\":\"no_answer\",\"message\":\"no node answered\"}", seen);
+        try {
+            // 503 node_stalled: nothing applied there, so the push without a bizKey goes on.
+            DelayqClient c = DelayqClient.builder().urls(url(stalled), server.url())
+                    .timeout(Duration.ofSeconds(2)).build();
+            String id = c.push(topic, "x").id();
+            assertEquals(1, seen.size(), "the stalled node was asked first: " + seen);
+            assertTrue(seen.get(0).startsWith("POST /push "), seen.get(0));
+            assertNotNull(client.message(id), "the second node took it");
+
+            DelayqClient b = DelayqClient.builder().urls(url(unavailable), server.url())
+                    .timeout(Duration.ofSeconds(2)).build();
+            List<Pushed> batch = b.pushBatch(List.of(Message.of(topic, "y"), Message.of(topic, "z")));
+            assertEquals(2, batch.size());
+            assertEquals(2, seen.size(), "the unavailable node was asked first: " + seen);
+
+            // 502 from a proxy: the node behind it may have applied the push, so without a
+            // bizKey it is not sent again; with one it is.
+            seen.clear();
+            DelayqClient g = DelayqClient.builder().urls(url(gateway), server.url())
+                    .timeout(Duration.ofSeconds(2)).build();
+            ApiException e = assertThrows(ApiException.class, () -> g.push(topic, "w"));
+            assertEquals(502, e.status());
+            assertEquals("no_answer", e.code());
+            assertEquals(1, seen.size());
+            assertNotNull(g.push(Message.builder(topic, "v").bizKey("k-502").build()).id());
+            assertEquals(2, seen.size());
+            await("4 messages, none pushed twice", Duration.ofSeconds(5), () -> inStatusCount(topic) == 4);
+            Thread.sleep(200);
+            assertEquals(4, inStatusCount(topic));
+        } finally {
+            stalled.stop(0);
+            unavailable.stop(0);
+            gateway.stop(0);
+        }
+        assertTrue(DelayqClient.skips(503, "node_stalled", false));
+        assertTrue(DelayqClient.skips(503, "node_unavailable", false));
+        assertFalse(DelayqClient.skips(503, "journal_unavailable", true));
+        assertFalse(DelayqClient.skips(502, "no_answer", false));
+        assertFalse(DelayqClient.skips(504, "no_answer", false));
+        assertTrue(DelayqClient.skips(502, "no_answer", true));
+        assertTrue(DelayqClient.skips(504, "http_504", true));
+    }
+
+    @Test
+    void aPollSendsItsTimeoutInTheQueryAndWaitsIt() throws Exception {
+        // What goes on the wire: ?timeout= where a proxy sees it; no timeout in the body.
+        List<String> seen = new CopyOnWriteArrayList<>();
+        HttpServer http = stub(200, "{\"acked\":0,\"results\":[],\"messages\":[]}", seen);
+        try {
+            DelayqClient c = DelayqClient.of(url(http));
+            c.poll("java-wire", 7, 3);
+        } finally {
+            http.stop(0);
+        }
+        assertEquals(1, seen.size());
+        String[] request = seen.get(0).split(" ", 3);
+        assertEquals("POST", request[0]);
+        assertEquals("/get/java-wire?timeout=3", request[1]);
+        Map<String, Object> body = Json.object(Json.parse(request[2]));
+        assertEquals(Map.of("ack", List.of(), "count", 7L), body);
+
+        // The node waits the query's timeout: 1 s on an empty topic (not 0, not the default 30).
+        String topic = "java-wait";
+        long t0 = System.nanoTime();
+        assertEquals(List.of(), client.poll(topic, 1, 1).messages());
+        long waited = (System.nanoTime() - t0) / 1_000_000;
+        assertTrue(waited >= 900 && waited < 4_000, "an empty poll of 1 s took " + waited + " ms");
+
+        // And answers as soon as a message is due within it.
+        Thread pusher = new Thread(() -> {
+            try {
+                Thread.sleep(500);
+                client.push(topic, "late");
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        t0 = System.nanoTime();
+        pusher.start();
+        List<Delivery> got = client.poll(topic, 1, 5).messages();
+        waited = (System.nanoTime() - t0) / 1_000_000;
+        pusher.join();
+        assertEquals(1, got.size());
+        assertEquals("late", got.get(0).body());
+        assertTrue(waited >= 400 && waited < 4_000, "the poll answered after " + waited + " ms");
+        client.ack(got.get(0));
+    }
+
+    @Test
+    void anAckThePollDidNotApplyIsLoggedAtWarning() throws Exception {
+        String topic = "java-unapplied";
+        String id = client.push(topic, "x").id();
+        List<LogRecord> records = new CopyOnWriteArrayList<>();
+        Handler capture = new Handler() {
+            @Override
+            public void publish(LogRecord r) {
+                records.add(r);
+            }
+
+            @Override
+            public void flush() {}
+
+            @Override
+            public void close() {}
+        };
+        Logger jul = Logger.getLogger("io.delayq.client");
+        jul.addHandler(capture);
+        SimpleFormatter text = new SimpleFormatter();
+        // The handler nacks its message itself (ready at once), takes it again with a poll of
+        // its own and returns: the consumer's ack, carried in its next poll, names a delivery
+        // that another one followed, and is refused (stale_delivery).
+        AtomicReference<Delivery> taken = new AtomicReference<>();
+        Consumer consumer = Consumer.builder(client, topic, d -> {
+            if (taken.get() == null) {
+                client.nack(d, Duration.ZERO);
+                taken.set(client.poll(topic, 1, 5).messages().get(0));
+            }
+        }).pollTimeout(Duration.ofSeconds(1)).build().start();
+        try {
+            await("a warning about the ack of " + id, Duration.ofSeconds(10), () -> records.stream().anyMatch(
+                    r -> r.getLevel() == java.util.logging.Level.WARNING
+                            && text.formatMessage(r).startsWith("delayq: ack of " + id
+                                    + " answered stale_delivery")));
+        } finally {
+            consumer.close();
+            jul.removeHandler(capture);
+        }
+        assertEquals(id, taken.get().id());
+        assertEquals(2, taken.get().attempts());
+        assertEquals("Consuming", status(id));
+        assertEquals("Consumed", client.ack(taken.get()).get("status"));
     }
 
     /** The topic's live messages: statuses asked in life order, so one moving on is not missed. */
