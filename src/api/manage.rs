@@ -107,9 +107,19 @@ pub async fn message(
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
-        Some((row, history)) => {
-            let mut message = row.view();
+        Some((mut row, mut history)) => {
             let ahead = redis_ahead(&state, id, &row).await;
+            if ahead.is_none() && !row.status().is_terminal() {
+                // Redis holds nothing newer than the row read before it: the
+                // journal may have written what Redis applied (and Redis then
+                // dropped the end it kept) between the two reads. The row
+                // read again is then the newer word.
+                if let Some((again, again_history)) = state.queue.journal.find(id).await? {
+                    row = again;
+                    history = again_history;
+                }
+            }
+            let mut message = row.view();
             if let Some((status, attempts)) = ahead {
                 message.status = status;
                 message.attempts = attempts;
