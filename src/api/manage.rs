@@ -108,65 +108,93 @@ pub async fn message(
             message: format!("no message {id}"),
         }),
         Some((mut row, mut history)) => {
-            let ahead = redis_ahead(&state, id, &row).await;
-            if ahead.is_none() && !row.status().is_terminal() {
-                // Redis holds nothing newer than the row read before it: the
-                // journal may have written what Redis applied (and Redis then
-                // dropped the end it kept) between the two reads. The row
-                // read again is then the newer word.
+            let mut ahead = redis_ahead(&state, id, &row).await;
+            if ahead == RedisView::Gone {
+                // Redis holds no record of a message the row read before it
+                // calls live: the journal may have written what Redis
+                // applied (and Redis then dropped the end it kept) between
+                // the two reads. The row read again is the newer word.
                 if let Some((again, again_history)) = state.queue.journal.find(id).await? {
                     row = again;
                     history = again_history;
                 }
+                ahead = RedisView::Agrees;
             }
             let mut message = row.view();
-            if let Some((status, attempts)) = ahead {
+            if let RedisView::Newer(status, attempts) = ahead {
                 message.status = status;
                 message.attempts = attempts;
             }
             Ok(HttpResponse::Ok().json(MessageReply {
                 message,
                 updated_time: row.updated_time,
-                status_from: if ahead.is_some() { "redis" } else { "journal" },
+                status_from: match ahead {
+                    RedisView::Newer(..) => "redis",
+                    _ => "journal",
+                },
                 history,
             }))
         }
     }
 }
 
-/// What Redis knows of a message that the journal does not say yet: the
-/// end an ack or cancel applied (kept for the journal until it has it),
-/// or, for a message the journal holds live, where it is now (handed out,
-/// ready, scheduled) and its attempts. None when the journal says as much
-/// (or Redis cannot be asked: the journal's word is then all there is).
+/// What Redis says of a message beside the journal's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RedisView {
+    /// What the journal does not say yet: the end an ack or cancel applied
+    /// (kept for the journal until it has it), or, for a message the
+    /// journal holds live, where it is now and its attempts.
+    Newer(Status, i32),
+    /// Nothing newer (or Redis cannot be asked: the journal's word is then
+    /// all there is).
+    Agrees,
+    /// No record of a message the row calls live: finished, or gone.
+    Gone,
+}
+
+/// What Redis says of message `id` beside its journal row `row`.
 async fn redis_ahead(
     state: &AppState,
     id: MessageId,
     row: &crate::journal::models::MessageRow,
-) -> Option<(Status, i32)> {
+) -> RedisView {
     use crate::redis::inspect::{Held, Place};
-    let held = state
+    let live = !row.status().is_terminal();
+    let Some(held) = state
         .queue
         .redis
         .locate(&[(id, row.topic.as_str())])
         .await
-        .ok()?
-        .pop()?;
+        .ok()
+        .and_then(|mut h| h.pop())
+    else {
+        return RedisView::Agrees;
+    };
     let now = match held {
         Held::Unjournaled(end) => (end.status, end.attempts),
-        Held::Record(place) if !row.status().is_terminal() => {
+        Held::Record(place) if live => {
             let status = match place {
                 Place::Delay { .. } => Status::Delaying,
                 Place::Ready => Status::Ready,
                 Place::InFlight { .. } => Status::Consuming,
-                Place::Nowhere => return None,
+                Place::Nowhere => return RedisView::Gone,
             };
-            let header = state.queue.redis.headers(&[id]).await.ok()?.pop()??;
-            (status, header.attempts)
+            match state.queue.redis.headers(&[id]).await {
+                Ok(mut h) => match h.pop().flatten() {
+                    Some(header) => (status, header.attempts),
+                    None => return RedisView::Gone,
+                },
+                Err(_) => return RedisView::Agrees,
+            }
         }
-        _ => return None,
+        Held::Finished | Held::Absent if live => return RedisView::Gone,
+        _ => return RedisView::Agrees,
     };
-    (now != (row.status(), row.attempts)).then_some(now)
+    if now != (row.status(), row.attempts) {
+        RedisView::Newer(now.0, now.1)
+    } else {
+        RedisView::Agrees
+    }
 }
 
 /// `GET /health`: the process answers, with the version it runs and the git
