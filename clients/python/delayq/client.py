@@ -1,10 +1,11 @@
 """The HTTP client: every route of delayq's API, over the standard library.
 
 Every request is bounded by its own timeout. With several base URLs, a
-node that does not answer, or answers 502, 504 or 503 ``node_stalled``,
-is skipped for the next one; other answers (a 400, a 404, a 409) are the
-cluster's word and are raised as :class:`ApiError`. A push is sent to a
-second node only when its bizKey makes it idempotent.
+node that answers 503 ``node_stalled`` (nothing applied) is skipped for
+the next one; one that does not answer, or answers 502 or 504, too, but
+for a push without a bizKey (it may have been applied: it is never sent
+twice). Other answers (a 400, a 404, a 409) are the cluster's word and are
+raised as :class:`ApiError`.
 """
 
 from __future__ import annotations
