@@ -89,6 +89,12 @@ impl JournalError {
     }
 }
 
+impl From<crate::ids::NoWorkerId> for JournalError {
+    fn from(e: crate::ids::NoWorkerId) -> Self {
+        JournalError::Unavailable(e.to_string())
+    }
+}
+
 /// What went wrong with Redis: a command or script failed, a record did
 /// not read, a scan was fenced off, or the actor in front of it was gone.
 #[derive(Debug, thiserror::Error)]

@@ -69,22 +69,22 @@
 //!   error policy and the API's error codes ([`error::ErrorCode`]);
 //!   [`metrics`]: what `GET /metrics` shows, counted along the way above.
 
+// The domain is its own crate (crates/delayq-domain), which names no HTTP,
+// Redis or SQL crate; its modules keep their paths here.
+pub use delayq_domain::{clock, ids, input, message, repeat, retry};
+
 pub mod actors;
 pub mod api;
-pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod faults;
 pub mod forward;
 pub mod horizon;
-pub mod ids;
-pub mod input;
 pub mod journal;
 #[cfg(test)]
 mod layers;
 pub mod limit;
-pub mod message;
 pub mod metrics;
 pub mod node;
 pub mod notify;
@@ -93,11 +93,9 @@ pub mod queue;
 pub mod reconcile;
 pub mod redact;
 pub mod redis;
-pub mod repeat;
 pub mod reshard;
 pub mod restore;
 pub mod retention;
-pub mod retry;
 pub mod stall;
 pub mod tls;
 

@@ -270,8 +270,9 @@ async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 type Query = web::Query<HashMap<String, String>>;
 
 fn parse_id(raw: &str) -> Result<MessageId, ApiError> {
-    raw.parse()
-        .map_err(|e: String| ApiError::invalid(ErrorCode::InvalidId, e))
+    raw.parse().map_err(|e: crate::ids::BadMessageId| {
+        ApiError::invalid(ErrorCode::InvalidId, e.to_string())
+    })
 }
 
 /// The ids of a batch request: a list of message ids (strings or numbers),

@@ -59,16 +59,19 @@ pub async fn topic_counts(state: &AppState) -> Result<(Counts, bool), ApiError> 
     for (topic, status, n) in rows {
         let c = counts.entry(topic).or_default();
         if let Some(s) = Status::from_code(status) {
-            *count_of(c, s) += n;
+            if let Some(count) = count_of(c, s) {
+                *count += n;
+            }
         }
     }
     *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), counts.clone(), cut));
     Ok((counts, cut))
 }
 
-/// A topic's count of messages in `status`.
-pub fn count_of(c: &mut TopicCounts, status: Status) -> &mut i64 {
-    match status {
+/// A topic's count of messages in `status` (none for `Unknown`, which
+/// the journal never holds).
+pub fn count_of(c: &mut TopicCounts, status: Status) -> Option<&mut i64> {
+    Some(match status {
         Status::WaitPut => &mut c.waiting,
         Status::Delaying => &mut c.delaying,
         Status::Ready => &mut c.ready,
@@ -76,7 +79,8 @@ pub fn count_of(c: &mut TopicCounts, status: Status) -> &mut i64 {
         Status::Dead => &mut c.dead,
         Status::Consumed => &mut c.consumed,
         Status::Deleted => &mut c.deleted,
-    }
+        Status::Unknown => return None,
+    })
 }
 
 /// The topics as `GET /topics` and the dashboard show them.

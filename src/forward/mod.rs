@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::message::{MessageId, MessageView};
+use crate::message::{MessageId, MessageView, Receipt};
 use crate::metrics::metrics;
 use crate::queue::consume::{self, AckJournal};
 use crate::queue::Queue;
@@ -54,6 +54,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// The receipt a view was handed out with, read back.
+fn receipt(v: &MessageView) -> Option<Receipt> {
+    v.receipt.as_deref().and_then(|r| r.parse().ok())
+}
+
 /// The wait before another try of a message without a retry policy:
 /// 1 s after the first failure, doubling up to this.
 const RETRY_MAX_MS: i64 = 5 * 60 * 1000;
@@ -366,14 +371,14 @@ async fn run(queue: Queue, rule: Rule, secret: Option<String>, mut stop: watch::
                 Ok(()) => acks.push(consume::Ack {
                     id,
                     occurrence: v.message.occurrence.map(|o| o.number),
-                    receipt: v.receipt,
+                    receipt: receipt(v),
                 }),
                 Err(e) => {
                     if matches!(e, ForwardError::Unreachable(_)) {
                         unreachable += 1;
                     }
                     tracing::warn!(topic, sink = kind, id = %id, attempts = v.attempts, error = %e, "forwarding failed; the message is tried again by its retry policy");
-                    nacks.push((id, retry_wait(v), v.receipt));
+                    nacks.push((id, retry_wait(v), receipt(v)));
                 }
             }
         }

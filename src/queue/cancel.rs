@@ -87,6 +87,8 @@ async fn cancel_absent(state: &Queue, id: MessageId) -> Result<Settled, QueueErr
             Status::Deleted => (CancelOutcome::Deleted, Journaled::Nothing),
             Status::Dead => (CancelOutcome::Dead, Journaled::Nothing),
             Status::Consuming => (CancelOutcome::InFlight, Journaled::Nothing),
+            // The journal stores none: its codes read as the seven above.
+            Status::Unknown => (CancelOutcome::NotFound, Journaled::Nothing),
             // Live, yet not in Redis: its push has not reached Redis yet
             // (or met an outage), or Redis lost it. Cancel again with a
             // tombstone, so neither that push nor a restore brings it back.

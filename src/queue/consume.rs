@@ -162,8 +162,8 @@ async fn skip_missed(state: &Queue, claimed: Vec<Claimed>) -> Result<Vec<Claimed
         let (Some(r), Some(occ)) = (c.message.repeat.as_ref(), c.message.occurrence) else {
             return false;
         };
-        r.misfire() == crate::repeat::Misfire::Skip
-            && r.next(occ.number, occ.due_time)
+        r.misfire_policy() == crate::repeat::Misfire::Skip
+            && crate::repeat::Series::next(r, occ.number, occ.due_time)
                 .is_some_and(|next| next <= c.at)
     };
     if !claimed.iter().any(missed) {
@@ -176,7 +176,7 @@ async fn skip_missed(state: &Queue, claimed: Vec<Claimed>) -> Result<Vec<Claimed
             (
                 c.message.id,
                 c.record.clone(),
-                c.message.next_occurrence(c.at),
+                crate::message::next_occurrence(&c.message, c.at),
             )
         })
         .collect();
@@ -249,7 +249,7 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
             message: c.message,
             status: Status::Consuming,
             attempts: c.attempts,
-            receipt: Some(receipt),
+            receipt: Some(receipt.to_string()),
         });
     }
     for (shard, at_ms) in deadlines {
@@ -505,7 +505,11 @@ async fn ack_rounds(
                         // was acked already, this one is someone else's.
                         (Some(said), Some(occ)) if said < occ.number => AckOutcome::Next(occ),
                         _ => {
-                            advancing.push((i, attempts, (id, record, msg.next_occurrence(now))));
+                            advancing.push((
+                                i,
+                                attempts,
+                                (id, record, crate::message::next_occurrence(&msg, now)),
+                            ));
                             continue;
                         }
                     }
@@ -587,7 +591,10 @@ async fn ack_rounds(
                             // the reconciler, which schedule it again from the
                             // journal: this occurrence comes back, as any delivery
                             // Redis lost does, and its ack then moves the series on.
-                            Status::Consuming if row.message().next_occurrence(now).is_some() => {
+                            Status::Consuming
+                                if crate::message::next_occurrence(&row.message(), now)
+                                    .is_some() =>
+                            {
                                 AckOutcome::NotInFlight(None)
                             }
                             // Handed out, and Redis no longer holds it: an earlier

@@ -66,7 +66,7 @@ pub fn encode(msg: &Message, attempts: i32) -> String {
         msg.ttl,
         attempts,
         score(msg.due_time, msg.priority) as i64,
-        RetryPolicy::header(msg.retry.as_ref(), msg.max_attempts),
+        crate::retry::header(msg.retry.as_ref(), msg.max_attempts),
         if msg.repeat.is_some() { ",r" } else { "" },
         msg.create_time - id_ms(msg.id),
         msg.delay,

@@ -46,5 +46,7 @@ pub fn place_status(place: &str) -> Status {
 }
 
 pub fn parse_id(v: &Value) -> Result<MessageId, RedisError> {
-    text(v)?.parse().map_err(RedisError::BadRecord)
+    text(v)?
+        .parse()
+        .map_err(|e: crate::ids::BadMessageId| RedisError::BadRecord(e.to_string()))
 }

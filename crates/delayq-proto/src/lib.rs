@@ -7,6 +7,10 @@
 //!   message in the answers to acks, nacks and cancels.
 //! - [`TopicList`], [`PauseState`]: `GET /topics` and the answers to
 //!   pausing and resuming a topic.
+//! - [`MessageId`], [`Status`], [`Message`] and [`MessageView`] (what a
+//!   consumer is handed and an inspection shows), with a message's
+//!   [`RetryPolicy`] and [`Repeat`] series.
+//! - [`ClockView`]: the cluster's clock as `GET /admin/cluster` shows it.
 //!
 //! This crate knows nothing of HTTP frameworks, Redis, databases or async
 //! runtimes: serde alone, and utoipa behind the `utoipa` feature for the
@@ -14,12 +18,19 @@
 //! a newer server sends reads as [`ErrorCode::Other`] or an `Unknown`
 //! outcome rather than failing.
 
+mod clock;
 mod error;
+mod message;
 mod outcome;
 #[cfg(feature = "utoipa")]
 mod schema;
 mod topic;
 
+pub use clock::{ClockView, MasterClock};
 pub use error::{ErrorBody, ErrorCode};
+pub use message::{
+    epoch_ms, millis, Backoff, BadMessageId, Message, MessageId, MessageView, Misfire, Occurrence,
+    Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
+};
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
 pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

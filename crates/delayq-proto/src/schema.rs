@@ -10,7 +10,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::outcome::{ACK_SENT, CANCEL_SENT, NACK_SENT};
-use crate::{AckOutcome, CancelOutcome, ErrorCode, NackOutcome};
+use crate::{AckOutcome, CancelOutcome, ErrorCode, MessageId, NackOutcome, Status, ID_PATTERN};
 
 /// A string schema of these names.
 fn names<'a>(names: impl IntoIterator<Item = &'a str>, description: Option<&str>) -> RefOr<Schema> {
@@ -70,3 +70,38 @@ impl ToSchema for CancelOutcome {
         Cow::Borrowed("CancelResult")
     }
 }
+
+impl PartialSchema for Status {
+    fn schema() -> RefOr<Schema> {
+        names(
+            Status::ALL.iter().map(|s| match s {
+                Status::WaitPut => "WaitPut",
+                Status::Delaying => "Delaying",
+                Status::Ready => "Ready",
+                Status::Consuming => "Consuming",
+                Status::Consumed => "Consumed",
+                Status::Deleted => "Deleted",
+                Status::Dead => "Dead",
+                Status::Unknown => "Unknown",
+            }),
+            Some("A message's place in its life, with the numeric code the journal stores."),
+        )
+    }
+}
+
+impl ToSchema for Status {}
+
+impl PartialSchema for MessageId {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(ID_PATTERN))
+            .description(Some(
+                "A message id: a 64-bit Snowflake as a decimal string (1 to 9223372036854775807)",
+            ))
+            .examples(["382745980652486656"])
+            .into()
+    }
+}
+
+impl ToSchema for MessageId {}

@@ -54,7 +54,7 @@ pub async fn page(
     // page opens on the first tab that holds messages.
     let (counts, _) = crate::api::topics::topic_counts(&state).await?;
     let mut c = counts.get(&topic).cloned().unwrap_or_default();
-    let mut count_of = |s: Status| *crate::api::topics::count_of(&mut c, s);
+    let mut count_of = |s: Status| crate::api::topics::count_of(&mut c, s).map_or(0, |n| *n);
     let (status, tab) = q
         .get("status")
         .and_then(|s| TABS.iter().find(|(_, name)| name == s))

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::error::ErrorCode;
+use delayq_proto::ErrorCode;
 
 /// Longest accepted delay: ten years, in milliseconds.
 pub const MAX_DELAY_MS: i64 = 10 * 365 * 24 * 3600 * 1000;

@@ -34,64 +34,20 @@ use std::str::FromStr;
 
 use chrono::TimeZone;
 use croner::parser::{CronParser, Seconds};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::ErrorCode;
 use crate::input::{whole_number, Invalid, MAX_DELAY_MS, MIN_TTL_MS};
+use delayq_proto::ErrorCode;
+pub use delayq_proto::{Misfire, Occurrence, Repeat};
 
 /// Shortest `every`.
 pub const MIN_EVERY_MS: i64 = MIN_TTL_MS;
 pub const MAX_TIMES: i64 = 1_000_000_000;
 pub const MAX_CRON_LEN: usize = 128;
 
-/// `repeat` on a push.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Repeat {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub every: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tz: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub times: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<i64>,
-    /// What missed occurrences come to (`one` when not given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub misfire: Option<Misfire>,
-}
-
 /// The fields of `repeat` a push takes (the OpenAPI document's
 /// `RepeatRequest` lists the same: a test in api::docs checks).
 pub const FIELDS: &[&str] = &["every", "cron", "tz", "times", "until", "misfire"];
-
-/// What a recurring message's missed occurrences come to (see the module
-/// doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Misfire {
-    /// One catch-up delivery, then the first time in the future.
-    #[default]
-    One,
-    /// Every missed occurrence, back to back.
-    All,
-    /// None: the first time in the future.
-    Skip,
-}
-
-/// Which occurrence of its series a recurring message is at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Occurrence {
-    /// 1 for the first.
-    pub number: i32,
-    /// When this occurrence is due by the series (a retry after a failed
-    /// delivery moves the message's `dueTime`, not this).
-    pub due_time: i64,
-}
 
 fn invalid(message: impl Into<String>) -> Invalid {
     Invalid {
@@ -147,72 +103,75 @@ fn zone(tz: Option<&str>) -> Result<chrono_tz::Tz, String> {
     }
 }
 
-impl Repeat {
-    /// The first cron time at or after `at` (ms), when the series is cron.
-    fn cron_after(&self, at: i64, inclusive: bool) -> Option<i64> {
-        let expr = self.cron.as_deref()?;
-        let cron = cron_parser().parse(expr).ok()?;
-        let tz = zone(self.tz.as_deref()).ok()?;
-        let start = tz.timestamp_millis_opt(at).single()?;
-        // Parsed per use (microseconds, once per occurrence): nothing is
-        // kept in memory per message.
-        let next = cron.find_next_occurrence(&start, inclusive).ok()?;
-        // Inclusive, croner matches the whole second (or minute) `at` falls
-        // in: a time up to a second before `at`, which is no time at or
-        // after it.
-        let next = if next.timestamp_millis() < at {
-            cron.find_next_occurrence(&start, false).ok()?
-        } else {
-            next
-        };
-        Some(next.timestamp_millis())
-    }
+/// The first cron time at or after `at` (ms), when the series is cron.
+fn cron_after(r: &Repeat, at: i64, inclusive: bool) -> Option<i64> {
+    let expr = r.cron.as_deref()?;
+    let cron = cron_parser().parse(expr).ok()?;
+    let tz = zone(r.tz.as_deref()).ok()?;
+    let start = tz.timestamp_millis_opt(at).single()?;
+    // Parsed per use (microseconds, once per occurrence): nothing is
+    // kept in memory per message.
+    let next = cron.find_next_occurrence(&start, inclusive).ok()?;
+    // Inclusive, croner matches the whole second (or minute) `at` falls
+    // in: a time up to a second before `at`, which is no time at or
+    // after it.
+    let next = if next.timestamp_millis() < at {
+        cron.find_next_occurrence(&start, false).ok()?
+    } else {
+        next
+    };
+    Some(next.timestamp_millis())
+}
 
+fn within(r: &Repeat, number: i64, t: i64) -> Option<i64> {
+    if r.times.is_some_and(|n| number > n) || r.until.is_some_and(|u| t > u) {
+        None
+    } else {
+        Some(t)
+    }
+}
+
+/// When a series' occurrences are due: the rules of [`Repeat`].
+pub trait Series {
     /// When the first occurrence is due, given the earliest time the push
     /// allows (`earliest`, ms); `None` when the series has none.
-    pub fn first(&self, earliest: i64) -> Option<i64> {
-        let t = match self.every {
-            Some(_) => earliest,
-            None => self.cron_after(earliest, true)?,
-        };
-        self.within(1, t)
-    }
-
+    fn first(&self, earliest: i64) -> Option<i64>;
     /// When occurrence `number + 1` is due, after occurrence `number` due at
     /// `at` (ms); `None` when the series ends with occurrence `number`.
-    pub fn next(&self, number: i32, at: i64) -> Option<i64> {
-        let t = match self.every {
-            Some(every) => at.checked_add(every)?,
-            None => self.cron_after(at, false)?,
-        };
-        self.within(number as i64 + 1, t)
-    }
-
-    pub fn misfire(&self) -> Misfire {
-        self.misfire.unwrap_or_default()
-    }
-
+    fn next(&self, number: i32, at: i64) -> Option<i64>;
     /// The first time of the schedule after both `at` (a time of the
     /// schedule) and `now` (ms), for occurrence `number + 1`: what a series
     /// that fell behind goes on with. `None` when the series ends first.
-    pub fn next_after(&self, number: i32, at: i64, now: i64) -> Option<i64> {
+    fn next_after(&self, number: i32, at: i64, now: i64) -> Option<i64>;
+}
+
+impl Series for Repeat {
+    fn first(&self, earliest: i64) -> Option<i64> {
+        let t = match self.every {
+            Some(_) => earliest,
+            None => cron_after(self, earliest, true)?,
+        };
+        within(self, 1, t)
+    }
+
+    fn next(&self, number: i32, at: i64) -> Option<i64> {
+        let t = match self.every {
+            Some(every) => at.checked_add(every)?,
+            None => cron_after(self, at, false)?,
+        };
+        within(self, number as i64 + 1, t)
+    }
+
+    fn next_after(&self, number: i32, at: i64, now: i64) -> Option<i64> {
         let t = match self.every {
             Some(every) if now >= at => {
                 let steps = (now - at) / every + 1;
                 at.checked_add(steps.checked_mul(every)?)?
             }
             Some(every) => at.checked_add(every)?,
-            None => self.cron_after(at.max(now), false)?,
+            None => cron_after(self, at.max(now), false)?,
         };
-        self.within(number as i64 + 1, t)
-    }
-
-    fn within(&self, number: i64, t: i64) -> Option<i64> {
-        if self.times.is_some_and(|n| number > n) || self.until.is_some_and(|u| t > u) {
-            None
-        } else {
-            Some(t)
-        }
+        within(self, number as i64 + 1, t)
     }
 }
 
@@ -353,12 +312,12 @@ mod tests {
         // Occurrence 3 was due at NOW; it is acked 5.5 s later.
         assert_eq!(r.next_after(3, NOW, NOW + 5_500), Some(NOW + 6_000));
         assert_eq!(r.next_after(3, NOW, NOW + 500), Some(NOW + 1_000));
-        assert_eq!(r.misfire(), Misfire::One);
+        assert_eq!(r.misfire_policy(), Misfire::One);
         let r = repeat(json!({"every": 1000, "until": NOW + 5_000, "misfire": "skip"}));
         assert_eq!(r.next_after(3, NOW, NOW + 5_500), None);
-        assert_eq!(r.misfire(), Misfire::Skip);
+        assert_eq!(r.misfire_policy(), Misfire::Skip);
         let c = repeat(json!({"cron": "0 * * * * *", "misfire": "all"}));
-        assert_eq!(c.misfire(), Misfire::All);
+        assert_eq!(c.misfire_policy(), Misfire::All);
         let at = ms(2027, 3, 1, 9, 5, 0, "UTC");
         assert_eq!(
             c.next_after(1, at, at + 150_000),

@@ -2,18 +2,16 @@
 //! deadline that passed): the message's retry policy and its attempt limit.
 //!
 //! The rule itself runs inside Redis (see `lua/retry.lua`), on the header of
-//! the message's record; [`RetryPolicy::delay_after`] is the same rule in
-//! Rust, for tests and documentation, and [`RetryPolicy::header`] is how a
+//! the message's record; [`delay_after`] is the same rule in
+//! Rust, for tests and documentation, and [`header`] is how a
 //! policy is written into that header.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::ErrorCode;
 use crate::input::{whole_number, Invalid};
+use delayq_proto::ErrorCode;
+pub use delayq_proto::{Backoff, RetryPolicy, DEFAULT_MAX_ATTEMPTS};
 
-/// Deliveries before a message is `Dead`, unless the push says otherwise.
-pub const DEFAULT_MAX_ATTEMPTS: i32 = 16;
 pub const MAX_MAX_ATTEMPTS: i32 = 1000;
 /// A `retry` without `delay` waits this long before the second delivery.
 pub const DEFAULT_RETRY_DELAY_MS: i64 = 1_000;
@@ -22,52 +20,31 @@ pub const DEFAULT_RETRY_MAX_MS: i64 = 3_600_000;
 /// The longest wait a policy (or a nack) may ask for: one day.
 pub const MAX_RETRY_MS: i64 = 24 * 3600 * 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Backoff {
-    /// The same wait after every failure.
-    Fixed,
-    /// `delay`, then twice that, four times..., up to `max`.
-    Exponential,
-}
-
-/// `retry` on a push: how long to wait before the next delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct RetryPolicy {
-    pub backoff: Backoff,
-    /// The wait (ms) after the first failed delivery.
-    pub delay: i64,
-    /// The longest wait (ms).
-    pub max: i64,
-}
-
-impl RetryPolicy {
-    /// The wait (ms) before delivery `attempts + 1`, after delivery
-    /// `attempts` (1 or more) failed. Without a policy: none, the message
-    /// is ready again at once.
-    pub fn delay_after(policy: Option<&RetryPolicy>, attempts: i32) -> i64 {
-        let Some(p) = policy else { return 0 };
-        match p.backoff {
-            Backoff::Fixed => p.delay.min(p.max),
-            Backoff::Exponential => {
-                let doublings = (attempts.max(1) - 1).min(40) as u32;
-                p.delay.saturating_mul(1i64 << doublings).min(p.max)
-            }
+/// The wait (ms) before delivery `attempts + 1`, after delivery
+/// `attempts` (1 or more) failed. Without a policy: none, the message
+/// is ready again at once.
+pub fn delay_after(policy: Option<&RetryPolicy>, attempts: i32) -> i64 {
+    let Some(p) = policy else { return 0 };
+    match p.backoff {
+        Backoff::Fixed => p.delay.min(p.max),
+        Backoff::Exponential => {
+            let doublings = (attempts.max(1) - 1).min(40) as u32;
+            p.delay.saturating_mul(1i64 << doublings).min(p.max)
         }
     }
+}
 
-    /// The policy as the record header carries it for the scripts:
-    /// `maxAttempts,kind,delay,max`, kind `n` (none), `f` or `e`.
-    pub fn header(policy: Option<&RetryPolicy>, max_attempts: i32) -> String {
-        match policy {
-            None => format!("{max_attempts},n,0,0"),
-            Some(p) => {
-                let kind = match p.backoff {
-                    Backoff::Fixed => 'f',
-                    Backoff::Exponential => 'e',
-                };
-                format!("{max_attempts},{kind},{},{}", p.delay, p.max)
-            }
+/// The policy as the record header carries it for the scripts:
+/// `maxAttempts,kind,delay,max`, kind `n` (none), `f` or `e`.
+pub fn header(policy: Option<&RetryPolicy>, max_attempts: i32) -> String {
+    match policy {
+        None => format!("{max_attempts},n,0,0"),
+        Some(p) => {
+            let kind = match p.backoff {
+                Backoff::Fixed => 'f',
+                Backoff::Exponential => 'e',
+            };
+            format!("{max_attempts},{kind},{},{}", p.delay, p.max)
         }
     }
 }
@@ -177,16 +154,14 @@ mod tests {
         let e = parse_policy(&json!({"delay": 100, "max": 1000}))
             .unwrap()
             .unwrap();
-        let waits: Vec<i64> = (1..=6)
-            .map(|a| RetryPolicy::delay_after(Some(&e), a))
-            .collect();
+        let waits: Vec<i64> = (1..=6).map(|a| delay_after(Some(&e), a)).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(RetryPolicy::delay_after(Some(&e), 1000), 1000);
+        assert_eq!(delay_after(Some(&e), 1000), 1000);
         let f = parse_policy(&json!({"backoff": "fixed", "delay": 250}))
             .unwrap()
             .unwrap();
-        assert_eq!(RetryPolicy::delay_after(Some(&f), 9), 250);
-        assert_eq!(RetryPolicy::delay_after(None, 3), 0);
+        assert_eq!(delay_after(Some(&f), 9), 250);
+        assert_eq!(delay_after(None, 3), 0);
     }
 
     #[test]
@@ -200,8 +175,8 @@ mod tests {
                 max: DEFAULT_RETRY_MAX_MS
             }
         );
-        assert_eq!(RetryPolicy::header(Some(&p), 3), "3,e,1000,3600000");
-        assert_eq!(RetryPolicy::header(None, 16), "16,n,0,0");
+        assert_eq!(header(Some(&p), 3), "3,e,1000,3600000");
+        assert_eq!(header(None, 16), "16,n,0,0");
         assert_eq!(parse_policy(&Value::Null).unwrap(), None);
         assert_eq!(parse_max_attempts(None).unwrap(), DEFAULT_MAX_ATTEMPTS);
     }

@@ -1,9 +1,7 @@
 //! The message: its fields, its status codes, its id, and the rules a
 //! producer's input must pass before anything is written.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The cluster's clock (Redis's, as this node estimates it), epoch ms: what
@@ -13,134 +11,36 @@ pub fn now_ms() -> i64 {
     crate::clock::now_ms()
 }
 
-/// A message's place in its life, with the numeric code the journal stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-pub enum Status {
-    WaitPut = 0,
-    Delaying = 1,
-    Ready = 2,
-    Consuming = 3,
-    Consumed = 4,
-    Deleted = 5,
-    Dead = 6,
-}
-
-impl Status {
-    pub fn code(self) -> i16 {
-        self as i16
-    }
-
-    pub fn from_code(code: i16) -> Option<Status> {
-        Some(match code {
-            0 => Status::WaitPut,
-            1 => Status::Delaying,
-            2 => Status::Ready,
-            3 => Status::Consuming,
-            4 => Status::Consumed,
-            5 => Status::Deleted,
-            6 => Status::Dead,
-            _ => return None,
-        })
-    }
-
-    /// Consumed, Deleted and Dead end a message's life: nothing moves it again
-    /// and restore leaves it out.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Consumed | Status::Deleted | Status::Dead)
-    }
-
-    /// Codes of the terminal statuses; everything below is live.
-    pub const FIRST_TERMINAL_CODE: i16 = 4;
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-pub use crate::error::ErrorCode;
 pub use crate::ids::{IdGenerator, MessageId, NoWorkerId, ID_PATTERN};
 use crate::input::invalid;
 pub use crate::input::{
     valid_topic, whole_number, Invalid, DEFAULT_TTL_MS, MAX_BIZ_KEY_LEN, MAX_DELAY_MS,
     MAX_TOPIC_LEN, MAX_TTL_MS, MIN_TTL_MS,
 };
-use crate::repeat::{parse_repeat, Occurrence, Repeat};
+use crate::repeat::{parse_repeat, Occurrence, Repeat, Series};
 use crate::retry::{parse_max_attempts, parse_policy, AfterFailure, RetryPolicy};
+pub use delayq_proto::{ErrorCode, Message, MessageView, Status};
 
-/// The message as producers and consumers see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Message {
-    pub id: MessageId,
-    pub topic: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub biz_key: Option<String>,
-    pub body: String,
-    #[schema(maximum = 255)]
-    pub priority: u8,
-    pub ttl: i64,
-    pub delay: i64,
-    pub create_time: i64,
-    /// When the message is due: as pushed, or, after a failed delivery
-    /// sent it back to `Delaying`, when it is delivered again.
-    pub due_time: i64,
-    /// Deliveries before it is `Dead`.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: i32,
-    /// The wait before a delivery after a failed one; none: ready at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetryPolicy>,
-    /// A recurring message's series (see [`crate::repeat`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat: Option<Repeat>,
-    /// The occurrence of its series a recurring message is at.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub occurrence: Option<Occurrence>,
-}
-
-impl Message {
-    /// A recurring message moved on to its next occurrence: what it
-    /// becomes when the current occurrence is acked at `now` (the cluster's
-    /// clock). The next one follows the schedule; when that is already due
-    /// the series fell behind, and unless its misfire policy is `all` it
-    /// goes on at its first time after `now`.
-    pub fn next_occurrence(&self, now: i64) -> Option<Message> {
-        let (repeat, occ) = (self.repeat.as_ref()?, self.occurrence?);
-        let due = match repeat.next(occ.number, occ.due_time)? {
-            due if due <= now && repeat.misfire() != crate::repeat::Misfire::All => {
-                repeat.next_after(occ.number, occ.due_time, now)?
-            }
-            due => due,
-        };
-        let mut next = self.clone();
-        next.due_time = due;
-        next.occurrence = Some(Occurrence {
-            number: occ.number + 1,
-            due_time: due,
-        });
-        Some(next)
-    }
-}
-
-fn default_max_attempts() -> i32 {
-    crate::retry::DEFAULT_MAX_ATTEMPTS
-}
-
-/// A message together with where it is in its life, as the API shows it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MessageView {
-    #[serde(flatten)]
-    pub message: Message,
-    pub status: Status,
-    pub attempts: i32,
-    /// On a hand-out: the receipt naming this delivery, to ack or nack it
-    /// with (a later delivery of the same message has another).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, example = "1-1795320984364")]
-    pub receipt: Option<Receipt>,
+/// A recurring message moved on to its next occurrence: what it becomes
+/// when the current occurrence is acked at `now` (the cluster's clock).
+/// The next one follows the schedule; when that is already due the series
+/// fell behind, and unless its misfire policy is `all` it goes on at its
+/// first time after `now`.
+pub fn next_occurrence(msg: &Message, now: i64) -> Option<Message> {
+    let (repeat, occ) = (msg.repeat.as_ref()?, msg.occurrence?);
+    let due = match repeat.next(occ.number, occ.due_time)? {
+        due if due <= now && repeat.misfire_policy() != crate::repeat::Misfire::All => {
+            repeat.next_after(occ.number, occ.due_time, now)?
+        }
+        due => due,
+    };
+    let mut next = msg.clone();
+    next.due_time = due;
+    next.occurrence = Some(Occurrence {
+        number: occ.number + 1,
+        due_time: due,
+    });
+    Some(next)
 }
 
 /// Names one delivery of a message: its attempt number and ack deadline

@@ -2,7 +2,7 @@
 //! bits of worker id, 12 bits of sequence.
 //!
 //! Two live processes must never share a worker id, so a worker id is a
-//! lease ([`crate::cluster::worker`]): taken from ZooKeeper by a cluster node,
+//! lease (the server's `cluster::worker`): taken from ZooKeeper by a cluster node,
 //! from Redis by a standalone node or a command-line tool. The generator
 //! hands out ids only while its lease is confirmed: each renewal extends a
 //! deadline on the monotonic clock, so a process that was paused past its
@@ -21,82 +21,12 @@
 //! cancels keep reaching the journal through a ZooKeeper outage of up to
 //! [`RESERVE_AHEAD_MS`], while pushes wait for a confirmed lease.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::local_ms as now_ms;
 
-/// A 64-bit Snowflake id: 41 bits of milliseconds since [`MessageId::EPOCH_MS`],
-/// 10 bits of worker id, 12 bits of sequence. Sent as a decimal string in JSON
-/// because JavaScript numbers cannot hold 64 bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MessageId(pub i64);
-
-impl MessageId {
-    /// 2024-01-01T00:00:00Z.
-    pub const EPOCH_MS: i64 = 1_704_067_200_000;
-
-    /// The lowest id minted at epoch millisecond `ms` (any worker): ids
-    /// below it were minted earlier.
-    pub fn first_at(ms: i64) -> MessageId {
-        MessageId((ms - Self::EPOCH_MS).max(0) << 22)
-    }
-}
-
-impl fmt::Display for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl FromStr for MessageId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.parse::<i64>() {
-            Ok(v) if v > 0 && !s.starts_with('+') => Ok(MessageId(v)),
-            _ => Err(format!(
-                "'{s}' is not a message id (a positive 64-bit decimal number)"
-            )),
-        }
-    }
-}
-
-impl Serialize for MessageId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-/// What a message id looks like in JSON and in a path: a positive 64-bit
-/// decimal number without sign or leading zeros.
-pub const ID_PATTERN: &str = "^[1-9][0-9]{0,18}$";
-
-impl utoipa::PartialSchema for MessageId {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(ID_PATTERN))
-            .description(Some(
-                "A message id: a 64-bit Snowflake as a decimal string (1 to 9223372036854775807)",
-            ))
-            .examples(["382745980652486656"])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for MessageId {}
-
-impl<'de> Deserialize<'de> for MessageId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+pub use delayq_proto::{BadMessageId, MessageId, ID_PATTERN};
 
 /// How far ahead of the clock a renewal reserves milliseconds.
 pub const RESERVE_AHEAD_MS: i64 = 10_000;
@@ -252,12 +182,6 @@ impl IdGenerator {
             return Err(NoWorkerId("the clock ran past the reserved milliseconds"));
         }
         Ok(MessageId((st.last << 22) | (worker << 12) | st.seq))
-    }
-}
-
-impl From<NoWorkerId> for crate::error::JournalError {
-    fn from(e: NoWorkerId) -> Self {
-        crate::error::JournalError::Unavailable(e.to_string())
     }
 }
 
