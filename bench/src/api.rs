@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 /// One delivery as an ack names it (the message's id and receipt).
 use delayq_client::Delivery as Handout;
-use delayq_client::{Client, Message, MessageId, NewMessage};
+use delayq_client::{Client, MessageId, MessageView, NewMessage};
 
 use crate::time::now_ms;
 
@@ -86,7 +86,7 @@ impl Api {
 
     /// One long poll (`GET /get/{topic}`); returns the receive time (epoch ms, taken when
     /// the answer was read) and the messages.
-    pub async fn poll(&self, topic: &str, consumer: usize) -> Result<(f64, Vec<Message>)> {
+    pub async fn poll(&self, topic: &str, consumer: usize) -> Result<(f64, Vec<MessageView>)> {
         let (received_ms, messages, _) = self.ack_and_poll(topic, consumer, &[]).await?;
         Ok((received_ms, messages))
     }
@@ -98,7 +98,7 @@ impl Api {
         topic: &str,
         consumer: usize,
         ack: &[Handout],
-    ) -> Result<(f64, Vec<Message>, u64)> {
+    ) -> Result<(f64, Vec<MessageView>, u64)> {
         let polled = self
             .consumer(consumer)
             .poll(topic, ack, POLL_COUNT, Duration::from_secs(LONG_POLL_SECS))
@@ -116,10 +116,10 @@ impl Api {
     }
 
     /// `POST /ack/{id}` with the delivery's receipt.
-    pub async fn ack(&self, message: &Message, consumer: usize) -> Result<()> {
+    pub async fn ack(&self, message: &MessageView, consumer: usize) -> Result<()> {
         Ok(self
             .consumer(consumer)
-            .ack_delivery(&message.delivery())
+            .ack_delivery(&delayq_client::Delivery::from(message))
             .await?)
     }
 

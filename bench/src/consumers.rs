@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// One delivery as an ack names it (the message's id and receipt).
 use delayq_client::Delivery as Handout;
-use delayq_client::{Message, MessageId};
+use delayq_client::{MessageId, MessageView};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
@@ -57,7 +57,7 @@ impl ConsumerState {
         }
     }
 
-    fn record(&self, received_ms: f64, messages: &[Message]) {
+    fn record(&self, received_ms: f64, messages: &[MessageView]) {
         let mut received = self.received();
         for message in messages {
             match received.first.entry(message.id) {
@@ -225,7 +225,7 @@ async fn consume_batches(state: Arc<ConsumerState>, consumer: usize) {
             Ok((received_ms, messages, refused)) => {
                 state.record(received_ms, &messages);
                 state.count_ack_errors(refused);
-                to_ack = messages.iter().map(Message::delivery).collect();
+                to_ack = messages.iter().map(delayq_client::Delivery::from).collect();
             }
             Err(err) => {
                 if state.poll_errors.fetch_add(1, Ordering::Relaxed) < 5 {

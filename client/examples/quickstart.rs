@@ -1,4 +1,4 @@
-use delayq_client::{Client, Consumer, Message, NewMessage, Outcome};
+use delayq_client::{Client, Consumer, MessageView, NewMessage, Outcome};
 use std::time::Duration;
 
 #[tokio::main]
@@ -6,7 +6,7 @@ async fn main() -> Result<(), delayq_client::Error> {
     let client = Client::new("http://127.0.0.1:7070")?;
     let sms = NewMessage::new("sms", r#"{"order":42}"#).delay(Duration::from_secs(2));
     println!("pushed {}", client.push(&sms).await?.id);
-    let handler = |msg: Message| async move {
+    let handler = |msg: MessageView| async move {
         println!("{}: {}", msg.id, msg.body);
         Outcome::Ack
     };

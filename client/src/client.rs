@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
-use crate::message::{millis, Delivery, Message, MessageId, NewMessage, Status};
+use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::{
     AckResult, AckResults, Cancelled, Ids, MessagePage, NackResult, NackResults, OneCancel, Polled,
     PrefixCancelled, Pushed, Rescheduled,
@@ -303,7 +303,11 @@ impl Client {
 
     /// `GET /messages?topic=&bizKey=`: the live message of `topic`
     /// holding `biz_key` (compared exactly), if any.
-    pub async fn find_biz_key(&self, topic: &str, biz_key: &str) -> Result<Option<Message>, Error> {
+    pub async fn find_biz_key(
+        &self,
+        topic: &str,
+        biz_key: &str,
+    ) -> Result<Option<MessageView>, Error> {
         let page = self.search(topic, &Search::BizKey(biz_key), None).await?;
         Ok(page.messages.into_iter().next())
     }

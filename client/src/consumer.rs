@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::client::{Client, MAX_ACK_IDS, MAX_POLL_COUNT, MAX_POLL_TIMEOUT};
 use crate::error::Error;
-use crate::message::{millis, Delivery, Message};
+use crate::message::{millis, Delivery, MessageView};
 use crate::reply::{AckOutcome, AckResult, NackOutcome, NackResult, Polled};
 
 /// What a handler says about its message.
@@ -196,7 +196,7 @@ impl Consumer {
     /// their acks and nacks were sent.
     pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<ConsumerStats, Error>
     where
-        H: Fn(Message) -> F + Send + Sync + 'static,
+        H: Fn(MessageView) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
         S: Future,
     {
@@ -486,7 +486,7 @@ impl Run {
         polled: Result<Polled, Error>,
         handler: &Arc<H>,
     ) where
-        H: Fn(Message) -> F + Send + Sync + 'static,
+        H: Fn(MessageView) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
     {
         match polled {
@@ -497,7 +497,7 @@ impl Run {
                     self.stats.received += 1;
                     // Acked or nacked with its receipt: a handler that
                     // outlived the ttl cannot settle the next delivery.
-                    let delivery = msg.delivery();
+                    let delivery = Delivery::from(&msg);
                     let handler = Arc::clone(handler);
                     let task = self.handlers.spawn(async move { handler(msg).await });
                     self.in_hand.insert(task.id(), delivery);

@@ -19,8 +19,8 @@
 //!   [`Client::find_biz_key`] and [`Client::search`];
 //!   [`Client::reschedule_ids`] and [`Client::reschedule_biz_key`].
 //! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
-//!   delivery time, priority, ttl, attempts, bizKey, [`Retry`], [`Repeat`]),
-//!   [`Message`] (what is delivered), [`MessageId`], [`Status`].
+//!   delivery time, priority, ttl, attempts, bizKey, [`RetryPolicy`], [`Repeat`]),
+//!   [`MessageView`] (what is delivered), [`MessageId`], [`Status`].
 //! - [`consumer`]: [`Consumer`], the poll / handle / ack loop, its
 //!   backoff (exponential, jittered) and shutdown; a handler answers an
 //!   [`Outcome`].
@@ -48,7 +48,8 @@ pub use consumer::{Consumer, ConsumerStats, Outcome};
 pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
 pub use message::{
-    Backoff, Delivery, Message, MessageId, NewMessage, Occurrence, Repeat, Retry, Status,
+    Backoff, Delivery, Message, MessageId, MessageView, Misfire, NewMessage, Occurrence, Repeat,
+    RetryPolicy, Status,
 };
 pub use reply::{
     AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, MessagePage, NackOutcome,

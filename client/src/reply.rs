@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::message::{Message, MessageId, Occurrence, Status};
+use crate::message::{MessageId, MessageView, Occurrence, Status};
 
 /// Each message's outcome in these answers, as the server defines it
 /// (`delayq-proto`); one a newer server sends reads as `Unknown`.
@@ -27,7 +27,7 @@ pub struct Pushed {
 /// now `Consuming`), and a result per ack it carried.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Polled {
-    pub messages: Vec<Message>,
+    pub messages: Vec<MessageView>,
     #[serde(default, rename = "results")]
     pub acks: Vec<AckResult>,
 }
@@ -133,7 +133,7 @@ mod tests {
 /// the id to continue after (`None` on the last page).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct MessagePage {
-    pub messages: Vec<Message>,
+    pub messages: Vec<MessageView>,
     #[serde(default)]
     pub next: Option<MessageId>,
 }

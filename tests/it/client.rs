@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
-    CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, Message, MessageId,
-    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, Retry, Search,
+    CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, MessageId, MessageView,
+    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, RetryPolicy, Search,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -31,7 +31,7 @@ fn client(env: &Env) -> Client {
 }
 
 /// Every delivery a handler saw, by message id, in order.
-type Seen = Arc<Mutex<HashMap<MessageId, Vec<Message>>>>;
+type Seen = Arc<Mutex<HashMap<MessageId, Vec<MessageView>>>>;
 
 /// A consumer running in its own task until [`Running::stop`].
 struct Running {
@@ -42,7 +42,7 @@ struct Running {
 impl Running {
     fn start<H, F>(consumer: Consumer, handler: H) -> Running
     where
-        H: Fn(Message) -> F + Send + Sync + 'static,
+        H: Fn(MessageView) -> F + Send + Sync + 'static,
         F: std::future::Future<Output = Outcome> + Send + 'static,
     {
         let (stop, stopped) = oneshot::channel::<()>();
@@ -66,7 +66,7 @@ impl Running {
 async fn wait_seen(
     seen: &Seen,
     what: &str,
-    done: impl Fn(&HashMap<MessageId, Vec<Message>>) -> bool,
+    done: impl Fn(&HashMap<MessageId, Vec<MessageView>>) -> bool,
 ) {
     let every = Duration::from_millis(20);
     wait_every(what, Duration::from_secs(30), every, || async {
@@ -99,7 +99,7 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         .ttl(Duration::from_secs(5))
         .max_attempts(3)
         .biz_key("order-42")
-        .retry(Retry::exponential(
+        .retry(RetryPolicy::exponential(
             Duration::from_secs(1),
             Duration::from_secs(10),
         ));
@@ -319,7 +319,7 @@ async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {
         .poll_timeout(Duration::from_secs(1));
     let handler = {
         let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
-        move |msg: Message| {
+        move |msg: MessageView| {
             let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
             async move {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -369,7 +369,7 @@ async fn retry_later_brings_the_message_back_not_before_its_delay(b: Backend) {
     let seen: Seen = Arc::default();
     let handler = {
         let (asked, seen) = (asked.clone(), seen.clone());
-        move |msg: Message| {
+        move |msg: MessageView| {
             let (asked, seen) = (asked.clone(), seen.clone());
             async move {
                 let id = msg.id;
@@ -387,7 +387,7 @@ async fn retry_later_brings_the_message_back_not_before_its_delay(b: Backend) {
     let received_at: Arc<Mutex<HashMap<MessageId, i64>>> = Arc::default();
     let handler = {
         let received_at = received_at.clone();
-        move |msg: Message| {
+        move |msg: MessageView| {
             if msg.attempts > 1 {
                 received_at.lock().unwrap().insert(msg.id, now_ms());
             }
@@ -436,7 +436,7 @@ async fn a_consumer_rides_out_a_server_restart(b: Backend) {
     let seen: Seen = Arc::default();
     let handler = {
         let seen = seen.clone();
-        move |msg: Message| {
+        move |msg: MessageView| {
             let seen = seen.clone();
             async move {
                 seen.lock().unwrap().entry(msg.id).or_default().push(msg);
@@ -491,7 +491,7 @@ async fn shutdown_lets_running_handlers_finish_and_acks_them(b: Backend) {
     let finished: Arc<Mutex<HashSet<MessageId>>> = Arc::default();
     let handler = {
         let (started, finished) = (started.clone(), finished.clone());
-        move |msg: Message| {
+        move |msg: MessageView| {
             let (started, finished) = (started.clone(), finished.clone());
             async move {
                 started.lock().unwrap().insert(msg.id);
@@ -585,7 +585,7 @@ async fn a_client_moves_on_from_an_address_that_does_not_answer() {
     let seen: Seen = Arc::default();
     let handler = {
         let seen = seen.clone();
-        move |msg: Message| {
+        move |msg: MessageView| {
             let seen = seen.clone();
             async move {
                 seen.lock().unwrap().entry(msg.id).or_default().push(msg);

@@ -146,7 +146,7 @@ async fn round_trip(client: &Client, topic: &str) {
     assert_eq!(polled.messages[0].id, pushed.id);
     assert_eq!(polled.messages[0].body, "over TLS");
     client
-        .ack_delivery(&polled.messages[0].delivery())
+        .ack_delivery(&delayq_client::Delivery::from(&polled.messages[0]))
         .await
         .unwrap();
 }
