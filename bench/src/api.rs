@@ -103,7 +103,7 @@ impl Api {
             .consumer(consumer)
             .poll(topic, ack, POLL_COUNT, Duration::from_secs(LONG_POLL_SECS))
             .await?;
-        Ok((now_ms(), polled.messages, refused(&polled.acks)))
+        Ok((now_ms(), polled.messages, refused(&polled.results)))
     }
 
     /// `POST /ack` with many ids; returns how many were refused.

@@ -29,7 +29,7 @@ pub fn epoch(epoch_ms: i64) -> std::time::SystemTime {
     std::time::UNIX_EPOCH + Duration::from_millis(epoch_ms.max(0) as u64)
 }
 
-pub struct Pushed {
+pub struct PushReply {
     /// Server ids, in push order.
     pub ids: Vec<MessageId>,
     pub elapsed: Duration,
@@ -37,7 +37,7 @@ pub struct Pushed {
     pub ended_ms: f64,
 }
 
-impl Pushed {
+impl PushReply {
     pub fn rate(&self) -> f64 {
         rate(self.ids.len(), self.elapsed.as_secs_f64())
     }
@@ -49,7 +49,7 @@ pub async fn push_all(
     messages: Vec<NewMessage>,
     batch: usize,
     pushers: usize,
-) -> Result<Pushed> {
+) -> Result<PushReply> {
     eprintln!(
         "pushing {} messages ({batch} per batch, {pushers} in flight)",
         messages.len()
@@ -60,7 +60,7 @@ pub async fn push_all(
         .buffered(pushers)
         .try_collect()
         .await?;
-    let pushed = Pushed {
+    let pushed = PushReply {
         ids: batches.concat(),
         elapsed: started.elapsed(),
         ended_ms: now_ms(),

@@ -26,8 +26,8 @@ use serde_json::json;
 use crate::error::{Error, ErrorCode};
 use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::{
-    AckResult, AckResults, Cancelled, Ids, MessagePage, NackResult, NackResults, OneCancel, Polled,
-    PrefixCancelled, Pushed, Rescheduled,
+    AckAndPollReply, AckResult, AckResults, CancelEach, Ids, MessagePage, NackResult, NackResults,
+    OneCancel, PrefixCancelled, PushReply, RescheduleEach,
 };
 use crate::CancelOutcome;
 
@@ -223,7 +223,7 @@ impl Client {
     }
 
     /// `POST /push`: answered once the message is durable in the journal.
-    pub async fn push(&self, message: &NewMessage) -> Result<Pushed, Error> {
+    pub async fn push(&self, message: &NewMessage) -> Result<PushReply, Error> {
         self.call(Method::POST, "/push".into(), Some(message), Wait::Quick)
             .await
     }
@@ -277,7 +277,7 @@ impl Client {
         &self,
         ids: &[MessageId],
         to: &Reschedule,
-    ) -> Result<Rescheduled, Error> {
+    ) -> Result<RescheduleEach, Error> {
         let mut body = to.body();
         body["ids"] = json!(ids);
         self.call(Method::POST, "/reschedule".into(), Some(&body), Wait::Bulk)
@@ -293,7 +293,7 @@ impl Client {
         topic: &str,
         biz_key: &str,
         to: &Reschedule,
-    ) -> Result<Rescheduled, Error> {
+    ) -> Result<RescheduleEach, Error> {
         let mut body = to.body();
         body["topic"] = json!(topic);
         body["bizKey"] = json!(biz_key);
@@ -380,7 +380,7 @@ impl Client {
     }
 
     /// `POST /cancel` with ids (1 to 1000): a result per id.
-    pub async fn cancel_ids(&self, ids: &[MessageId]) -> Result<Cancelled, Error> {
+    pub async fn cancel_ids(&self, ids: &[MessageId]) -> Result<CancelEach, Error> {
         self.call(
             Method::POST,
             "/cancel".into(),
@@ -393,7 +393,7 @@ impl Client {
     /// `POST /cancel` with a topic and `bizKey`: the live message holding
     /// the key. When no live message holds it the server answers 404:
     /// [`Error::Api`] with code [`ErrorCode::NotFound`](crate::ErrorCode::NotFound).
-    pub async fn cancel_biz_key(&self, topic: &str, biz_key: &str) -> Result<Cancelled, Error> {
+    pub async fn cancel_biz_key(&self, topic: &str, biz_key: &str) -> Result<CancelEach, Error> {
         self.call(
             Method::POST,
             "/cancel".into(),
@@ -434,7 +434,7 @@ impl Client {
         ack: &[Delivery],
         count: usize,
         timeout: Duration,
-    ) -> Result<Polled, Error> {
+    ) -> Result<AckAndPollReply, Error> {
         let seconds = timeout.min(MAX_POLL_TIMEOUT).as_secs();
         let wait = Wait::Poll(Duration::from_secs(seconds));
         if ack.is_empty() {

@@ -44,7 +44,7 @@ use crate::backoff::Backoff;
 use crate::client::{Client, MAX_ACK_IDS, MAX_POLL_COUNT, MAX_POLL_TIMEOUT};
 use crate::error::Error;
 use crate::message::{millis, Delivery, MessageView};
-use crate::reply::{AckOutcome, AckResult, NackOutcome, NackResult, Polled};
+use crate::reply::{AckAndPollReply, AckOutcome, AckResult, NackOutcome, NackResult};
 
 /// What a handler says about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +261,7 @@ impl Consumer {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A poll in flight and the acks it carries.
-type PollInFlight = (Vec<Delivery>, BoxFuture<Result<Polled, Error>>);
+type PollInFlight = (Vec<Delivery>, BoxFuture<Result<AckAndPollReply, Error>>);
 
 /// A finished `POST /ack` or `POST /nack`, with what it carried.
 enum Flushed {
@@ -483,7 +483,7 @@ impl Run {
         &mut self,
         c: &Consumer,
         carried: Vec<Delivery>,
-        polled: Result<Polled, Error>,
+        polled: Result<AckAndPollReply, Error>,
         handler: &Arc<H>,
     ) where
         H: Fn(MessageView) -> F + Send + Sync + 'static,
@@ -492,7 +492,7 @@ impl Run {
         match polled {
             Ok(polled) => {
                 self.backoff.reset();
-                self.count_acks(&polled.acks);
+                self.count_acks(&polled.results);
                 for msg in polled.messages {
                     self.stats.received += 1;
                     // Acked or nacked with its receipt: a handler that

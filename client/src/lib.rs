@@ -52,6 +52,7 @@ pub use message::{
     RetryPolicy, Status,
 };
 pub use reply::{
-    AckOutcome, AckResult, CancelOutcome, CancelResult, Cancelled, MessagePage, NackOutcome,
-    NackResult, Polled, PrefixCancelled, Pushed, RescheduleOutcome, RescheduleResult, Rescheduled,
+    AckAndPollReply, AckOutcome, AckResult, CancelEach, CancelOne, CancelOutcome, MessagePage,
+    NackOutcome, NackResult, PrefixCancelled, PushReply, RescheduleEach, RescheduleOne,
+    RescheduleOutcome,
 };

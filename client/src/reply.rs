@@ -7,73 +7,17 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::message::{MessageId, MessageView, Occurrence, Status};
+use crate::message::MessageId;
 
 /// Each message's outcome in these answers, as the server defines it
 /// (`delayq-proto`); one a newer server sends reads as `Unknown`.
-pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome};
+pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, RescheduleOutcome};
 
-/// The answer to a push.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct Pushed {
-    pub id: MessageId,
-    /// A live message of the topic already held the `bizKey`: `id` is that
-    /// message's, and nothing new was accepted.
-    #[serde(default)]
-    pub duplicate: bool,
-}
-
-/// What one long poll brought: the messages handed to this consumer (each
-/// now `Consuming`), and a result per ack it carried.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Polled {
-    pub messages: Vec<MessageView>,
-    #[serde(default, rename = "results")]
-    pub acks: Vec<AckResult>,
-}
-
-/// What an ack did to one message.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AckResult {
-    pub id: MessageId,
-    pub result: AckOutcome,
-    /// With `not_in_flight`: the message's status, when known.
-    #[serde(default)]
-    pub status: Option<Status>,
-    /// A recurring message: the occurrence it waits for now.
-    #[serde(default)]
-    pub next_occurrence: Option<Occurrence>,
-}
-
-/// What a nack did to one message.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NackResult {
-    pub id: MessageId,
-    pub result: NackOutcome,
-    #[serde(default)]
-    pub status: Option<Status>,
-    #[serde(default)]
-    pub attempts: Option<u32>,
-    /// With `delaying`: when it is delivered again (epoch ms).
-    #[serde(default)]
-    pub due_time: Option<i64>,
-}
-
-/// The answer to a cancel by ids or by `bizKey`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Cancelled {
-    /// How many results are `deleted`.
-    pub deleted: usize,
-    pub results: Vec<CancelResult>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct CancelResult {
-    pub id: MessageId,
-    pub result: CancelOutcome,
-}
+/// The answers themselves are the server's own types too.
+pub use delayq_proto::{
+    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PushReply,
+    RescheduleEach, RescheduleOne,
+};
 
 /// The answer to a cancel by `bizKey` prefix: counts, not ids.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -122,55 +66,10 @@ mod tests {
                 .unwrap();
         assert_eq!(
             (r.result, r.status),
-            (AckOutcome::NotInFlight, Some(Status::Dead))
+            (
+                AckOutcome::NotInFlight,
+                Some(Some(delayq_proto::Status::Dead))
+            )
         );
-        let polled: Polled = serde_json::from_value(json!({"messages": []})).unwrap();
-        assert!(polled.acks.is_empty());
     }
-}
-
-/// A page of a search (`GET /messages?topic=…`): messages in id order, and
-/// the id to continue after (`None` on the last page).
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct MessagePage {
-    pub messages: Vec<MessageView>,
-    #[serde(default)]
-    pub next: Option<MessageId>,
-}
-
-/// What rescheduling one message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RescheduleOutcome {
-    Rescheduled,
-    /// Handed to a consumer: left alone.
-    InFlight,
-    AlreadyConsumed,
-    Deleted,
-    Dead,
-    NotFound,
-    /// An outcome a newer server sends.
-    #[serde(other)]
-    Unknown,
-}
-
-/// One message's reschedule.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RescheduleResult {
-    pub id: MessageId,
-    pub result: RescheduleOutcome,
-    /// Rescheduled: when it is due now (epoch ms).
-    #[serde(default)]
-    pub due_time: Option<i64>,
-    /// Rescheduled: its priority now.
-    #[serde(default)]
-    pub priority: Option<u8>,
-}
-
-/// The answer to a reschedule by ids or bizKey.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Rescheduled {
-    pub rescheduled: usize,
-    pub results: Vec<RescheduleResult>,
 }

@@ -48,9 +48,7 @@ pub async fn get(
     let timeout = int_param(&q, "timeout", 30, 0..=MAX_TIMEOUT_S)?;
     let count = int_param(&q, "count", 1, 1..=MAX_COUNT)? as usize;
     let messages = consume::poll(&state.queue, &topic, count, timeout).await?;
-    Ok(HttpResponse::Ok().json(PollReply {
-        messages: &messages,
-    }))
+    Ok(HttpResponse::Ok().json(PollReply { messages }))
 }
 
 /// `POST /ack/{id}[?receipt=R][&occurrence=N]`: the message is consumed, or,
@@ -299,7 +297,7 @@ pub async fn ack_and_get(
     Ok(HttpResponse::Ok().json(AckAndPollReply {
         acked: report.acked,
         results: report.results,
-        messages: &messages,
+        messages,
     }))
 }
 

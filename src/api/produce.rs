@@ -33,7 +33,7 @@ pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResp
     let accepted = state.queue.push(vec![draft]).await?;
     Ok(HttpResponse::Ok().json(PushReply {
         id: accepted[0].id,
-        duplicate: (!accepted[0].fresh).then_some(true),
+        duplicate: !accepted[0].fresh,
     }))
 }
 

@@ -41,7 +41,7 @@ fn report(ids: &[MessageId], outcomes: &[MoveOutcome]) -> RescheduleReply {
             };
             RescheduleOne {
                 id: *id,
-                result: o.as_str(),
+                result: o.outcome(),
                 due_time,
                 priority,
             }

@@ -14,6 +14,10 @@
 use std::collections::BTreeMap;
 
 use delayq_proto as proto;
+pub use delayq_proto::{
+    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
+    PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
 use utoipa::openapi::{RefOr, Schema};
@@ -267,40 +271,6 @@ pub struct CancelPrefix {
 // Responses
 // ---------------------------------------------------------------------------
 
-/// A message is accepted and durable.
-#[derive(Serialize, ToSchema)]
-pub struct PushReply {
-    pub id: MessageId,
-    /// A live message of the topic holds the bizKey: its id is answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub duplicate: Option<bool>,
-}
-
-/// The batch is accepted and durable: the ids in the order pushed.
-#[derive(Serialize, ToSchema)]
-pub struct PushBatchReply {
-    pub ids: Vec<MessageId>,
-    /// The positions (from 0) of the messages that were not pushed because
-    /// a live message of their topic held their bizKey (one already there,
-    /// or an earlier one of the batch): their `ids` entry is that message's
-    /// id, as a single push answers with `"duplicate": true`.
-    pub duplicates: Vec<usize>,
-}
-
-/// Messages handed out, each now `Consuming`; empty when the timeout passed.
-#[derive(Serialize, ToSchema)]
-pub struct PollReply<'a> {
-    pub messages: &'a [MessageView],
-}
-
-/// `POST /get/{topic}`: the acks' results, then the messages handed out.
-#[derive(Serialize, ToSchema)]
-pub struct AckAndPollReply<'a> {
-    pub acked: usize,
-    pub results: Vec<AckResult>,
-    pub messages: &'a [MessageView],
-}
-
 /// `POST /ack/{id}`: consumed, or (a recurring message) waiting for its
 /// next occurrence.
 #[derive(Serialize, ToSchema)]
@@ -312,23 +282,6 @@ pub struct AckReply {
     pub next_occurrence: Option<Occurrence>,
 }
 
-/// One id's ack.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AckResult {
-    pub id: MessageId,
-    pub result: proto::AckOutcome,
-    /// Not in flight: the message's status (Delaying or Ready while it
-    /// waits for a delivery; null when Redis could not say); a stale
-    /// delivery: where the message is now; consumed, the last delivery of
-    /// a cancelled series: Deleted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Status>)]
-    pub status: Option<Option<Status>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_occurrence: Option<Occurrence>,
-}
-
 /// `POST /ack`: one journal commit for all.
 #[derive(Serialize, ToSchema)]
 pub struct AckBatchReply {
@@ -336,37 +289,11 @@ pub struct AckBatchReply {
     pub results: Vec<AckResult>,
 }
 
-/// One id's nack.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct NackResult {
-    pub id: MessageId,
-    pub result: proto::NackOutcome,
-    /// The status it is in now; not in flight: null when it was never
-    /// delivered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Status>)]
-    pub status: Option<Option<Status>>,
-    /// Deliveries so far.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempts: Option<i32>,
-    /// `delaying`: when it is delivered again (epoch ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub due_time: Option<i64>,
-}
-
 /// `POST /nack`: one journal commit for all.
 #[derive(Serialize, ToSchema)]
 pub struct NackBatchReply {
     pub nacked: usize,
     pub results: Vec<NackResult>,
-}
-
-/// One message's cancel.
-#[derive(Serialize, ToSchema)]
-pub struct CancelOne {
-    pub id: MessageId,
-    pub result: proto::CancelOutcome,
 }
 
 /// `GET /delete?id=` of an unknown id: an error with a definite result.
@@ -385,12 +312,6 @@ pub struct DeleteNotFound {
 pub enum CancelReply {
     Each(CancelEach),
     Counts(CancelCounts),
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct CancelEach {
-    pub deleted: usize,
-    pub results: Vec<CancelOne>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -433,28 +354,6 @@ pub struct RescheduleRequest {
     /// its first time after it). Needs `delay` or `deliverAt`; a message
     /// that is not recurring moves as without it.
     series: Option<bool>,
-}
-
-/// One message's reschedule.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RescheduleOne {
-    pub id: MessageId,
-    /// `rescheduled`, `in_flight` (handed to a consumer: left alone),
-    /// `already_consumed`, `deleted`, `dead` or `not_found`.
-    pub result: &'static str,
-    /// Rescheduled: when it is due now (epoch ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub due_time: Option<i64>,
-    /// Rescheduled: its priority now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<i32>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct RescheduleEach {
-    pub rescheduled: usize,
-    pub results: Vec<RescheduleOne>,
 }
 
 /// By ids or bizKey: a result per message; by prefix: how many matched and
@@ -529,14 +428,6 @@ pub struct RestoreOneReply {
     pub report: RestoreReport,
     pub id: MessageId,
     pub status: Status,
-}
-
-/// `GET /messages?topic=…`: a page of a topic's messages in id order.
-#[derive(Serialize, ToSchema)]
-pub struct MessagePage {
-    pub messages: Vec<MessageView>,
-    /// The `after` of the next page; null on the last.
-    pub next: Option<MessageId>,
 }
 
 /// `GET /messages/{id}`: the message and its history from the flow table.

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 
+use delayq_proto::RescheduleOutcome;
+
 use super::{Queue, QueueError};
 use crate::error::RedisError;
 use crate::journal::store::JournalMove;
@@ -44,16 +46,21 @@ pub enum MoveOutcome {
 }
 
 impl MoveOutcome {
+    /// What the API answers for it.
+    pub fn outcome(self) -> RescheduleOutcome {
+        match self {
+            MoveOutcome::Rescheduled { .. } => RescheduleOutcome::Rescheduled,
+            MoveOutcome::InFlight => RescheduleOutcome::InFlight,
+            MoveOutcome::AlreadyConsumed => RescheduleOutcome::AlreadyConsumed,
+            MoveOutcome::Deleted => RescheduleOutcome::Deleted,
+            MoveOutcome::Dead => RescheduleOutcome::Dead,
+            MoveOutcome::NotFound => RescheduleOutcome::NotFound,
+        }
+    }
+
     /// The name on the wire.
     pub fn as_str(self) -> &'static str {
-        match self {
-            MoveOutcome::Rescheduled { .. } => "rescheduled",
-            MoveOutcome::InFlight => "in_flight",
-            MoveOutcome::AlreadyConsumed => "already_consumed",
-            MoveOutcome::Deleted => "deleted",
-            MoveOutcome::Dead => "dead",
-            MoveOutcome::NotFound => "not_found",
-        }
+        self.outcome().as_str()
     }
 
     fn ended(status: Status) -> MoveOutcome {

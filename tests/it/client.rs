@@ -271,7 +271,7 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     );
     assert!(page.next.is_none());
 
-    // Rescheduled: by id to a new time, by bizKey to a new priority.
+    // RescheduleEach: by id to a new time, by bizKey to a new priority.
     let moved = client
         .reschedule_ids(&[odd.id], &Reschedule::delay(Duration::from_secs(100)))
         .await

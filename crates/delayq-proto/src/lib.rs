@@ -10,6 +10,8 @@
 //! - [`MessageId`], [`Status`], [`Message`] and [`MessageView`] (what a
 //!   consumer is handed and an inspection shows), with a message's
 //!   [`RetryPolicy`] and [`Repeat`] series.
+//! - The answers to pushes, polls, acks, nacks, cancels, reschedules and
+//!   searches ([`PushReply`], [`AckAndPollReply`], [`AckResult`], …).
 //! - [`ClockView`]: the cluster's clock as `GET /admin/cluster` shows it.
 //!
 //! This crate knows nothing of HTTP frameworks, Redis, databases or async
@@ -22,6 +24,7 @@ mod clock;
 mod error;
 mod message;
 mod outcome;
+mod reply;
 #[cfg(feature = "utoipa")]
 mod schema;
 mod topic;
@@ -33,4 +36,8 @@ pub use message::{
     Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
 };
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
+pub use reply::{
+    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
+    PushBatchReply, PushReply, RescheduleEach, RescheduleOne, RescheduleOutcome,
+};
 pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

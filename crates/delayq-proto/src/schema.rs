@@ -10,7 +10,10 @@ use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::outcome::{ACK_SENT, CANCEL_SENT, NACK_SENT};
-use crate::{AckOutcome, CancelOutcome, ErrorCode, MessageId, NackOutcome, Status, ID_PATTERN};
+use crate::{
+    AckOutcome, CancelOutcome, ErrorCode, MessageId, NackOutcome, RescheduleOutcome, Status,
+    ID_PATTERN,
+};
 
 /// A string schema of these names.
 fn names<'a>(names: impl IntoIterator<Item = &'a str>, description: Option<&str>) -> RefOr<Schema> {
@@ -105,3 +108,14 @@ impl PartialSchema for MessageId {
 }
 
 impl ToSchema for MessageId {}
+
+impl PartialSchema for RescheduleOutcome {
+    fn schema() -> RefOr<Schema> {
+        names(
+            RescheduleOutcome::SENT.iter().map(|o| o.as_str()),
+            Some("What rescheduling one message did: `in_flight` is a message handed to a consumer, left alone."),
+        )
+    }
+}
+
+impl ToSchema for RescheduleOutcome {}
