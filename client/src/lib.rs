@@ -24,7 +24,7 @@
 //! - [`consumer`]: [`Consumer`], the poll / handle / ack loop, its
 //!   backoff (exponential, jittered) and shutdown; a handler answers an
 //!   [`Outcome`].
-//! - [`reply`]: the server's answers: [`Pushed`], [`Polled`], a result per
+//! - [`reply`]: the server's answers: [`PushReply`], [`AckAndPollReply`], a result per
 //!   id for acks, nacks and cancels.
 //! - [`error`]: [`Error`], carrying the server's [`ErrorCode`] and message;
 //!   [`Error::is_retryable`] tells an outage from a refusal.

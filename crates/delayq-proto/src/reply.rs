@@ -25,6 +25,7 @@ pub struct PushBatchReply {
     /// or an earlier one of the batch): their `ids` entry is that message's
     /// id, as a single push answers with `"duplicate": true`.
     #[serde(default)]
+    #[cfg_attr(feature = "utoipa", schema(required = true))]
     pub duplicates: Vec<usize>,
 }
 
@@ -41,8 +42,10 @@ pub struct PollReply {
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct AckAndPollReply {
     #[serde(default)]
+    #[cfg_attr(feature = "utoipa", schema(required = true))]
     pub acked: usize,
     #[serde(default)]
+    #[cfg_attr(feature = "utoipa", schema(required = true))]
     pub results: Vec<AckResult>,
     pub messages: Vec<MessageView>,
 }
