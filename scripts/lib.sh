@@ -67,6 +67,16 @@ ensure_rust_tools() {
     fi
 }
 
+# ensure_mdbook: mdBook, which builds the book in docs/ (scripts/test checks
+# it builds). Without its default features (`serve`, `watch`, the search
+# index): the book builds the same, and the install compiles less.
+ensure_mdbook() {
+    if ! mdbook --version >/dev/null 2>&1; then
+        log "cargo install --locked mdbook --no-default-features"
+        cargo install --locked mdbook --no-default-features
+    fi
+}
+
 # ---------------------------------------------------------------- MariaDB ----
 
 _mariadb_ping() { mariadb-admin ping >/dev/null 2>&1; }

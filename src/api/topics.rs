@@ -14,9 +14,13 @@ use crate::api::error::{ApiError, ErrorBody};
 use crate::message::{now_ms, Status};
 
 /// `GET /topics`: every topic with messages in the journal, live or
-/// finished within retention (counts by status, a few seconds old at
-/// most), paused or rate-limited, in name order, with its pause, its limit
-/// and the oldest message waiting ready.
+/// finished within retention (a topic whose messages were all consumed is
+/// listed until `--retain-finished` removes them), and every paused or
+/// rate-limited topic, in name order, with its counts by status (a few
+/// seconds old at most), its pause, its limit and the oldest message
+/// waiting ready. The counts read at most [`MAX_ROWS`] (topic, status)
+/// rows in name order: past them (`cut`) the later topics are left out,
+/// but for paused or limited ones, listed with zero counts.
 #[utoipa::path(
     get,
     path = "/topics",

@@ -12,6 +12,7 @@ mod common;
 mod ack;
 mod admin;
 mod bizkey;
+mod book;
 mod cancel;
 mod checker;
 mod client;
