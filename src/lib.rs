@@ -71,27 +71,24 @@
 
 // The domain is its own crate (crates/delayq-domain), which names no HTTP,
 // Redis or SQL crate; its modules keep their paths here.
-pub use delayq_domain::{clock, ids, input, message, repeat, retry};
+pub use delayq_domain::{clock, faults, ids, input, limit, message, redact, repeat, retry};
+pub use delayq_metrics as metrics;
 
 pub mod actors;
 pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod error;
-pub mod faults;
 pub mod forward;
 pub mod horizon;
 pub mod journal;
 #[cfg(test)]
 mod layers;
-pub mod limit;
-pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod progress;
 pub mod queue;
 pub mod reconcile;
-pub mod redact;
 pub mod redis;
 pub mod reshard;
 pub mod restore;

@@ -75,7 +75,7 @@ pub async fn list(
         .into_iter()
         .map(|(row, history)| DeadMessage {
             message: row.view(),
-            history,
+            history: history.iter().map(|f| f.entry()).collect(),
         })
         .collect();
     Ok(HttpResponse::Ok().json(DeadPage { messages, next }))

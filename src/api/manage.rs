@@ -132,7 +132,7 @@ pub async fn message(
                     RedisView::Newer(..) => "redis",
                     _ => "journal",
                 },
-                history,
+                history: history.iter().map(|f| f.entry()).collect(),
             }))
         }
     }

@@ -25,7 +25,6 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::cluster::{Member, Session};
 use crate::error::ErrorCode;
-use crate::journal::models::FlowRow;
 use crate::message::{MessageId, MessageView, Status};
 use crate::redis::inspect::RestoreCursor;
 use crate::repeat::Occurrence;
@@ -370,7 +369,7 @@ pub enum RescheduleReply {
 pub struct DeadMessage {
     #[serde(flatten)]
     pub message: MessageView,
-    pub history: Vec<FlowRow>,
+    pub history: Vec<proto::HistoryEntry>,
 }
 
 /// `GET /dead/{topic}`: a page of dead letters in id order.
@@ -444,7 +443,7 @@ pub struct MessageReply {
     /// `journal`. The history is the journal's.
     pub status_from: &'static str,
     /// Oldest first.
-    pub history: Vec<FlowRow>,
+    pub history: Vec<proto::HistoryEntry>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -124,7 +124,7 @@ impl<'a> NewMessage<'a> {
     }
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize)]
 #[diesel(table_name = message_flow)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowRow {
@@ -133,7 +133,6 @@ pub struct FlowRow {
     #[serde(skip)]
     pub message_id: i64,
     #[serde(serialize_with = "status_name")]
-    #[schema(value_type = Status)]
     pub status: i16,
     pub attempts: i32,
     #[serde(rename = "time")]
@@ -145,6 +144,21 @@ pub struct FlowRow {
     /// occurrence); absent for other changes.
     #[serde(rename = "dueTime", skip_serializing_if = "Option::is_none")]
     pub due_time: Option<i64>,
+}
+
+impl FlowRow {
+    /// The change as a message's history shows it.
+    pub fn entry(&self) -> delayq_proto::HistoryEntry {
+        delayq_proto::HistoryEntry {
+            status: Status::from_code(self.status).unwrap_or(Status::Unknown),
+            attempts: self.attempts,
+            time: self.flow_time,
+            shard: self.shard.clone(),
+            node_id: self.node_id.clone(),
+            host: self.host.clone(),
+            due_time: self.due_time,
+        }
+    }
 }
 
 /// A flow row to insert; borrows its strings from the change and the node.

@@ -71,18 +71,7 @@ impl Header {
     }
 }
 
-/// A restore's place in the journal, kept in Redis while it runs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreCursor {
-    /// Every live message with an id up to this one was restored.
-    pub after: i64,
-    pub expire: bool,
-    /// When the restore that wrote it started (ms).
-    pub started_at: i64,
-    /// When it wrote it (ms).
-    pub updated_at: i64,
-}
+pub use delayq_proto::RestoreCursor;
 
 /// How long a restore cursor outlives its last page: a restore run again
 /// within this time resumes, a later one starts from the first row (the

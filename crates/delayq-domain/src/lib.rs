@@ -10,6 +10,12 @@
 //!   lease;
 //! - [`retry`]: what a failed delivery leads to; [`repeat`]: when a
 //!   recurring message's occurrences are due;
+//! - [`limit`]: a topic's rate limit and concurrency cap, and how a cap is
+//!   shared among shards;
+//! - [`redact`]: the secrets of URLs hidden before they reach a log, an
+//!   error or a page;
+//! - [`faults`]: named fault points a test turns on to plant a bug or a
+//!   delay (off unless `DELAYQ_FAULTS` names them);
 //! - [`clock`]: the one clock every due time and deadline is measured on
 //!   (Redis's, as this process estimates it from the readings the storage
 //!   layer hands it).
@@ -19,8 +25,11 @@
 //! crate's, re-exported where the rules use them.
 
 pub mod clock;
+pub mod faults;
 pub mod ids;
 pub mod input;
+pub mod limit;
 pub mod message;
+pub mod redact;
 pub mod repeat;
 pub mod retry;

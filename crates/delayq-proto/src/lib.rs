@@ -22,6 +22,7 @@
 
 mod clock;
 mod error;
+mod journal;
 mod message;
 mod outcome;
 mod reply;
@@ -31,6 +32,7 @@ mod topic;
 
 pub use clock::{ClockView, MasterClock};
 pub use error::{ErrorBody, ErrorCode};
+pub use journal::{HistoryEntry, RestoreCursor};
 pub use message::{
     epoch_ms, millis, Backoff, BadMessageId, Message, MessageId, MessageView, Misfire, Occurrence,
     Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,

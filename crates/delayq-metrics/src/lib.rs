@@ -23,7 +23,7 @@
 //! | `delayq_beyond_horizon_total` | counter | | messages pushed due beyond `--redis-horizon`: kept in the journal alone |
 //! | `delayq_horizon_loaded_total` | counter | | messages this node scheduled from the journal as they came within the horizon |
 //! | `delayq_reconcile_repaired_total` | counter | kind | differences the reconciler repaired |
-//! | `delayq_forwarded_total` | counter | topic, sink | messages a broker or webhook confirmed (see [`crate::forward`]) |
+//! | `delayq_forwarded_total` | counter | topic, sink | messages a broker or webhook confirmed (see the server's `forward`) |
 //! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
 //! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
 //! | `delayq_journal_batch_size` | histogram | kind (`insert`, `flow`) | rows per group commit |
@@ -42,7 +42,7 @@
 //! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis each second; the same on every node) |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
-//! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`crate::clock`]), the largest in size over the masters |
+//! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`delayq_domain::clock`]), the largest in size over the masters |
 //! | `delayq_shards_fenced` | gauge | | shards that hand nothing out until the journal's ends are re-applied (Redis may have lost writes; see `reconcile::fence`) |
 //! | `delayq_ends_reapplied_total` | counter | | messages removed from Redis because the journal had ended them, after Redis may have lost writes |
 //! | `delayq_shard_scan_refused_total` | counter | shard, reason (`stale_epoch`, `error`) | scans of an owned shard that Redis refused or that failed |
@@ -610,7 +610,7 @@ impl Metrics {
     pub fn encode(&self) -> String {
         // Read from the clock's estimate when shown: the clock (the
         // domain crate) knows nothing of metrics.
-        let offset_ms = crate::clock::offset_ms().unwrap_or(0);
+        let offset_ms = delayq_domain::clock::offset_ms().unwrap_or(0);
         self.clock_offset.set(offset_ms as f64 / 1000.0);
         let mut text = String::with_capacity(16 * 1024);
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -684,6 +684,6 @@ mod tests {
         assert_eq!(t.label("c"), OTHER_TOPIC);
         assert_eq!(t.label("a"), "a");
         assert_eq!(t.label("d"), OTHER_TOPIC);
-        assert!(!crate::message::valid_topic(OTHER_TOPIC));
+        assert!(!delayq_domain::input::valid_topic(OTHER_TOPIC));
     }
 }

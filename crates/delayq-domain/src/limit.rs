@@ -84,7 +84,7 @@ impl FromStr for TopicLimit {
         let (topic, rest) = s
             .split_once('=')
             .ok_or_else(|| format!("'{s}' is not a topic limit: {FORMS}"))?;
-        if !crate::message::valid_topic(topic) {
+        if !crate::input::valid_topic(topic) {
             return Err(format!(
                 "'{topic}' is not a topic: 1 to 128 characters of A-Z a-z 0-9 . _ : -"
             ));
