@@ -63,7 +63,7 @@ pub struct Cli {
     #[arg(long, env = "DELAYQ_CONFIG", global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
-    pub tls: crate::tls::TlsArgs,
+    pub tls: TlsArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -559,5 +559,46 @@ mod tests {
         assert_eq!(parse_interval("0d"), Ok(Duration::ZERO));
         assert!(parse_interval("0w").is_err());
         assert!(parse_interval("x").is_err());
+    }
+}
+
+/// The TLS flags of every command (global, so `delayq restore` reaches a
+/// `rediss://` Redis as `delayq serve` does).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// PEM file of CA certificates to trust besides the platform's, on
+    /// every TLS link delayq opens (Redis, RabbitMQ, NATS, webhooks; MySQL
+    /// when its URL names no ssl_ca).
+    #[arg(long, env = "DELAYQ_TLS_CA_FILE", global = true, value_name = "PATH")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) delayq presents to servers that ask for one
+    /// (mutual TLS with Redis, RabbitMQ, NATS, webhooks).
+    #[arg(
+        long,
+        env = "DELAYQ_TLS_CLIENT_CERT",
+        global = true,
+        value_name = "PATH",
+        requires = "tls_client_key"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+    /// PEM private key of --tls-client-cert.
+    #[arg(
+        long,
+        env = "DELAYQ_TLS_CLIENT_KEY",
+        global = true,
+        value_name = "PATH",
+        requires = "tls_client_cert"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The settings the links are made with.
+    pub fn settings(&self) -> crate::tls::TlsSettings {
+        crate::tls::TlsSettings {
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_client_cert: self.tls_client_cert.clone(),
+            tls_client_key: self.tls_client_key.clone(),
+        }
     }
 }

@@ -21,7 +21,7 @@ fn main() -> anyhow::Result<()> {
     }
     // Before anything connects: a CA or key file that cannot be read stops
     // the command here.
-    if let Err(e) = delayq::tls::init(&cli.tls) {
+    if let Err(e) = delayq::tls::init(&cli.tls.settings()) {
         eprintln!("error: {e:#}");
         std::process::exit(2);
     }

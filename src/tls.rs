@@ -3,7 +3,7 @@
 //! (`tls://`), webhooks (`https://`) and on its own listener
 //! (`--tls-cert`/`--tls-key`). The one exception is MySQL/MariaDB, whose
 //! TLS is the client library's (libmariadb with OpenSSL), set in the URL
-//! (see [`mysql_url`]). ZooKeeper is spoken in plain text.
+//! (see the journal's `tls` module). ZooKeeper is spoken in plain text.
 //!
 //! | link | turned on by | trusts | client certificate |
 //! |---|---|---|---|
@@ -21,41 +21,18 @@
 //! with the system's, not with a rebuild of delayq.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
 
-/// The TLS flags of every command (global, so `delayq restore` reaches a
-/// `rediss://` Redis as `delayq serve` does).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TlsArgs {
-    /// PEM file of CA certificates to trust besides the platform's, on
-    /// every TLS link delayq opens (Redis, RabbitMQ, NATS, webhooks; MySQL
-    /// when its URL names no ssl_ca).
-    #[arg(long, env = "DELAYQ_TLS_CA_FILE", global = true, value_name = "PATH")]
+/// The TLS settings of every link (the `--tls-ca-file`,
+/// `--tls-client-cert` and `--tls-client-key` flags).
+#[derive(Debug, Clone, Default)]
+pub struct TlsSettings {
     pub tls_ca_file: Option<PathBuf>,
-    /// PEM certificate (chain) delayq presents to servers that ask for one
-    /// (mutual TLS with Redis, RabbitMQ, NATS, webhooks).
-    #[arg(
-        long,
-        env = "DELAYQ_TLS_CLIENT_CERT",
-        global = true,
-        value_name = "PATH",
-        requires = "tls_client_key"
-    )]
     pub tls_client_cert: Option<PathBuf>,
-    /// PEM private key of --tls-client-cert.
-    #[arg(
-        long,
-        env = "DELAYQ_TLS_CLIENT_KEY",
-        global = true,
-        value_name = "PATH",
-        requires = "tls_client_cert"
-    )]
     pub tls_client_key: Option<PathBuf>,
 }
 
@@ -63,13 +40,13 @@ pub struct TlsArgs {
 pub struct Trust {
     config: Arc<rustls::ClientConfig>,
     /// Every trusted root, PEM (for Redis, which takes its roots so).
-    roots_pem: Vec<u8>,
+    pub roots_pem: Vec<u8>,
     /// The certificates of `--tls-ca-file`, PEM (RabbitMQ's connector adds
     /// them to the platform's roots it loads itself).
-    ca_pem: Option<String>,
-    ca_file: Option<PathBuf>,
+    pub ca_pem: Option<String>,
+    pub ca_file: Option<PathBuf>,
     /// `--tls-client-cert` and `--tls-client-key`, PEM.
-    identity: Option<(Vec<u8>, Vec<u8>)>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 static TRUST: OnceLock<Trust> = OnceLock::new();
@@ -78,7 +55,7 @@ static TRUST: OnceLock<Trust> = OnceLock::new();
 /// read is an error at start, not at the first connection. Called once,
 /// before anything connects; without it the platform's roots alone are
 /// trusted.
-pub fn init(args: &TlsArgs) -> anyhow::Result<()> {
+pub fn init(args: &TlsSettings) -> anyhow::Result<()> {
     let trust = Trust::load(args)?;
     if TRUST.set(trust).is_err() {
         bail!("TLS settings were read twice");
@@ -86,18 +63,18 @@ pub fn init(args: &TlsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn trust() -> &'static Trust {
-    TRUST.get_or_init(|| Trust::load(&TlsArgs::default()).expect("the platform's roots alone"))
+pub fn trust() -> &'static Trust {
+    TRUST.get_or_init(|| Trust::load(&TlsSettings::default()).expect("the platform's roots alone"))
 }
 
 /// Installs ring as the process's TLS provider (the one rustls and every
 /// library on it use); harmless when done before.
-fn provider() {
+pub fn provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl Trust {
-    fn load(args: &TlsArgs) -> anyhow::Result<Trust> {
+    fn load(args: &TlsSettings) -> anyhow::Result<Trust> {
         provider();
         let mut roots = rustls::RootCertStore::empty();
         let mut roots_pem = Vec::new();
@@ -158,122 +135,6 @@ pub fn client_config() -> Arc<rustls::ClientConfig> {
     trust().config.clone()
 }
 
-/// Redis's TLS settings: every trusted root and the client certificate.
-pub fn redis_certificates() -> redis::TlsCertificates {
-    let t = trust();
-    redis::TlsCertificates {
-        client_tls: t
-            .identity
-            .as_ref()
-            .map(|(cert, key)| redis::ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-        root_cert: Some(t.roots_pem.clone()),
-    }
-}
-
-/// RabbitMQ's TLS settings: `--tls-ca-file` on top of the platform's
-/// roots, and the client certificate.
-pub fn amqp_config() -> lapin::tcp::OwnedTLSConfig {
-    let t = trust();
-    lapin::tcp::OwnedTLSConfig {
-        identity: t
-            .identity
-            .as_ref()
-            .map(|(pem, key)| lapin::tcp::OwnedIdentity::PKCS8 {
-                pem: pem.clone(),
-                key: key.clone(),
-            }),
-        cert_chain: t.ca_pem.clone(),
-    }
-}
-
-/// A MySQL/MariaDB URL as the client library takes it. delayq is built
-/// with MariaDB's client library (libmariadb), which has no `ssl_mode`
-/// option of its own: TLS is on when a CA is named, and the server's
-/// certificate chain is then checked against it. So `ssl_mode` is read
-/// here:
-///
-/// - `disabled`: plain text (any `ssl_*` parameter is dropped);
-/// - `required`, `verify_ca`: TLS, the chain checked against `ssl_ca`, or
-///   `--tls-ca-file`, or the platform's bundle; a server without TLS is
-///   refused;
-/// - `preferred` or none: TLS when an `ssl_ca` is given, plain otherwise
-///   (the library's own behaviour);
-/// - `verify_identity`: refused with an explanation, since the library
-///   checks the chain but not the host name.
-pub fn mysql_url(url: &str) -> anyhow::Result<String> {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, q),
-        None => return Ok(url.to_string()),
-    };
-    let mut params: Vec<(String, String)> = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (p.to_string(), String::new()),
-        })
-        .collect();
-    let mode = params
-        .iter()
-        .position(|(k, _)| k == "ssl_mode")
-        .map(|i| params.remove(i).1.to_ascii_lowercase());
-    match mode.as_deref() {
-        None | Some("preferred") => {}
-        Some("disabled") => params.retain(|(k, _)| !k.starts_with("ssl_")),
-        Some("required" | "verify_ca") => {
-            if !params.iter().any(|(k, _)| k == "ssl_ca") {
-                let ca = match &trust().ca_file {
-                    Some(f) => f.clone(),
-                    None => platform_bundle().context(
-                        "ssl_mode needs a CA to check the server against: give ssl_ca=PATH in the URL or --tls-ca-file",
-                    )?,
-                };
-                params.push(("ssl_ca".into(), ca.display().to_string()));
-            }
-        }
-        Some("verify_identity") => bail!(
-            "ssl_mode=verify_identity: the MySQL client library delayq is built with (libmariadb) checks the server's certificate chain but not its host name; use ssl_mode=verify_ca with ssl_ca=PATH (a CA that signs only your database servers)"
-        ),
-        Some(other) => bail!(
-            "unknown ssl_mode '{other}' in the journal URL: disabled, preferred, required or verify_ca"
-        ),
-    }
-    if params.is_empty() {
-        return Ok(base.to_string());
-    }
-    let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    Ok(format!("{base}?{}", query.join("&")))
-}
-
-/// Whether a journal URL asks for TLS, so that a connection without it is
-/// refused (see [`mysql_url`]).
-pub fn mysql_requires_tls(url: &str) -> bool {
-    url.split_once('?').is_some_and(|(_, q)| {
-        q.split('&').any(|p| {
-            p.eq_ignore_ascii_case("ssl_mode=required")
-                || p.eq_ignore_ascii_case("ssl_mode=verify_ca")
-        })
-    })
-}
-
-/// The platform's CA bundle file, for the MySQL client library.
-fn platform_bundle() -> Option<PathBuf> {
-    let env = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
-    env.into_iter()
-        .chain(
-            [
-                "/etc/ssl/certs/ca-certificates.crt",
-                "/etc/pki/tls/certs/ca-bundle.crt",
-                "/etc/ssl/cert.pem",
-            ]
-            .map(PathBuf::from),
-        )
-        .find(|p| p.is_file())
-}
-
 /// An error of a TLS link, with what to do about an untrusted certificate.
 pub fn explain(error: &str) -> String {
     certificate_problem(error).unwrap_or_else(|| error.to_string())
@@ -325,7 +186,7 @@ pub fn settled_refusal(error: &str) -> bool {
         || error.contains("SSL connection is required")
 }
 
-fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_file_iter(path)
         .with_context(|| format!("cannot read {}", path.display()))?
         .collect::<Result<Vec<_>, _>>()
@@ -339,7 +200,7 @@ fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+pub fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
     // The error never quotes the file: it is a secret.
     PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
         rustls::pki_types::pem::Error::Io(e) => {
@@ -373,102 +234,6 @@ fn pem_encode(out: &mut Vec<u8>, cert: &CertificateDer<'_>) {
     out.extend_from_slice(b"-----END CERTIFICATE-----\n");
 }
 
-/// delayq's own HTTPS listener: the certificate and key files, read again
-/// on SIGHUP (a renewed certificate is served to new connections without a
-/// restart; one that cannot be read leaves the old one in place).
-pub struct Listener {
-    cert: PathBuf,
-    key: PathBuf,
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl std::fmt::Debug for Listener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Listener")
-            .field("cert", &self.cert)
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Listener {
-    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Arc<Listener>> {
-        provider();
-        let current = RwLock::new(Arc::new(certified_key(cert, key)?));
-        Ok(Arc::new(Listener {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            current,
-        }))
-    }
-
-    /// The server configuration actix-web listens with.
-    pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
-        let mut config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        config
-    }
-
-    /// Reads the files again.
-    pub fn reload(&self) -> anyhow::Result<()> {
-        let fresh = certified_key(&self.cert, &self.key)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-        Ok(())
-    }
-
-    /// Reloads on every SIGHUP, for the life of the process.
-    pub fn reload_on_hangup(self: Arc<Self>) -> anyhow::Result<()> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangups = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
-        actix::spawn(async move {
-            while hangups.recv().await.is_some() {
-                match self.reload() {
-                    Ok(()) => {
-                        tracing::info!(cert = %self.cert.display(), "SIGHUP: TLS certificate read again")
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: TLS certificate not read; serving the one before")
-                    }
-                }
-            }
-        });
-        Ok(())
-    }
-}
-
-impl ResolvesServerCert for Listener {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        )
-    }
-}
-
-fn certified_key(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
-    let chain = read_certs(cert).context("--tls-cert")?;
-    let secret = read_key(key).context("--tls-key")?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&secret).map_err(|_| {
-        anyhow::anyhow!(
-            "--tls-key {}: a key type rustls cannot sign with",
-            key.display()
-        )
-    })?;
-    let certified = CertifiedKey::new(chain, signer);
-    certified.keys_match().map_err(|_| {
-        anyhow::anyhow!(
-            "--tls-key {} is not the key of --tls-cert {}",
-            key.display(),
-            cert.display()
-        )
-    })?;
-    Ok(certified)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,28 +250,6 @@ mod tests {
             assert_eq!(back.len(), 1, "{len}");
             assert_eq!(back[0].as_ref(), der.as_slice(), "{len}");
         }
-    }
-
-    #[test]
-    fn mysql_ssl_modes() {
-        let u = "mysql://u:p@h:3306/d";
-        assert_eq!(mysql_url(u).unwrap(), u);
-        assert_eq!(
-            mysql_url(&format!("{u}?ssl_mode=disabled&ssl_ca=/c")).unwrap(),
-            u
-        );
-        assert_eq!(
-            mysql_url(&format!("{u}?ssl_mode=VERIFY_CA&ssl_ca=/c")).unwrap(),
-            format!("{u}?ssl_ca=/c")
-        );
-        assert_eq!(
-            mysql_url(&format!("{u}?ssl_ca=/c&ssl_mode=preferred")).unwrap(),
-            format!("{u}?ssl_ca=/c")
-        );
-        assert!(mysql_url(&format!("{u}?ssl_mode=verify_identity")).is_err());
-        assert!(mysql_url(&format!("{u}?ssl_mode=sometimes")).is_err());
-        assert!(mysql_requires_tls(&format!("{u}?ssl_mode=REQUIRED")));
-        assert!(!mysql_requires_tls(&format!("{u}?ssl_mode=preferred")));
     }
 
     #[test]

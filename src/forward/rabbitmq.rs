@@ -28,7 +28,7 @@ impl Sink {
             Connection::connect_with_config(
                 uri,
                 ConnectionProperties::default(),
-                crate::tls::amqp_config(),
+                amqp_config(),
                 lapin::runtime::default_runtime()?,
             )
             .await
@@ -102,5 +102,21 @@ impl Sink {
             });
         }
         outcomes
+    }
+}
+
+/// RabbitMQ's TLS settings: `--tls-ca-file` on top of the platform's
+/// roots, and the client certificate.
+fn amqp_config() -> lapin::tcp::OwnedTLSConfig {
+    let t = crate::tls::trust();
+    lapin::tcp::OwnedTLSConfig {
+        identity: t
+            .identity
+            .as_ref()
+            .map(|(pem, key)| lapin::tcp::OwnedIdentity::PKCS8 {
+                pem: pem.clone(),
+                key: key.clone(),
+            }),
+        cert_chain: t.ca_pem.clone(),
     }
 }

@@ -54,7 +54,7 @@ impl JournalUrl {
         } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
             // An ssl_mode the client library cannot honour is refused here,
             // at start.
-            crate::tls::mysql_url(url)
+            super::tls::mysql_url(url)
                 .map_err(|e| JournalError::Config(format!("{}: {e:#}", crate::redact::url(url))))?;
             Ok(JournalUrl::Mysql(url.replacen("mariadb://", "mysql://", 1)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -101,7 +101,7 @@ impl JournalConn {
     pub fn establish(url: &JournalUrl) -> Result<Self, ConnectionError> {
         match url {
             JournalUrl::Mysql(u) => {
-                let library_url = crate::tls::mysql_url(u)
+                let library_url = super::tls::mysql_url(u)
                     .map_err(|e| ConnectionError::BadConnection(format!("{e:#}")))?;
                 let mut c = MysqlConnection::establish(&library_url).map_err(|e| match e {
                     ConnectionError::BadConnection(m) => {
@@ -109,7 +109,7 @@ impl JournalConn {
                     }
                     other => other,
                 })?;
-                if crate::tls::mysql_requires_tls(u) {
+                if super::tls::mysql_requires_tls(u) {
                     require_tls(&mut c)?;
                 }
                 Ok(JournalConn::Mysql(c))

@@ -9,6 +9,7 @@ pub mod connection;
 pub mod models;
 pub mod schema;
 pub mod store;
+pub mod tls;
 
 use std::time::Duration;
 

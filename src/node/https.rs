@@ -10,6 +10,8 @@
 //! rustls as it came.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use actix_http::HttpService;
@@ -19,6 +21,9 @@ use actix_service::{fn_service, map_config, ServiceFactoryExt as _};
 use actix_web::body::MessageBody;
 use actix_web::dev::{AppConfig, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::App;
+use anyhow::Context;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio::io::AsyncWriteExt as _;
 
 /// How long a connection may take to send its first byte.
@@ -119,6 +124,102 @@ where
             .and_then(http)
         })
         .map(|b| b.run())
+}
+
+/// delayq's own HTTPS listener: the certificate and key files, read again
+/// on SIGHUP (a renewed certificate is served to new connections without a
+/// restart; one that cannot be read leaves the old one in place).
+pub struct Listener {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Arc<Listener>> {
+        crate::tls::provider();
+        let current = RwLock::new(Arc::new(certified_key(cert, key)?));
+        Ok(Arc::new(Listener {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            current,
+        }))
+    }
+
+    /// The server configuration actix-web listens with.
+    pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_cert_resolver(self.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config
+    }
+
+    /// Reads the files again.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let fresh = certified_key(&self.cert, &self.key)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+        Ok(())
+    }
+
+    /// Reloads on every SIGHUP, for the life of the process.
+    pub fn reload_on_hangup(self: Arc<Self>) -> anyhow::Result<()> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangups = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+        actix::spawn(async move {
+            while hangups.recv().await.is_some() {
+                match self.reload() {
+                    Ok(()) => {
+                        tracing::info!(cert = %self.cert.display(), "SIGHUP: TLS certificate read again")
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: TLS certificate not read; serving the one before")
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for Listener {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+}
+
+fn certified_key(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
+    let chain = crate::tls::read_certs(cert).context("--tls-cert")?;
+    let secret = crate::tls::read_key(key).context("--tls-key")?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&secret).map_err(|_| {
+        anyhow::anyhow!(
+            "--tls-key {}: a key type rustls cannot sign with",
+            key.display()
+        )
+    })?;
+    let certified = CertifiedKey::new(chain, signer);
+    certified.keys_match().map_err(|_| {
+        anyhow::anyhow!(
+            "--tls-key {} is not the key of --tls-cert {}",
+            key.display(),
+            cert.display()
+        )
+    })?;
+    Ok(certified)
 }
 
 #[cfg(test)]

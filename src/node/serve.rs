@@ -400,7 +400,7 @@ fn listen(
     };
     let server = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
-            let listener = crate::tls::Listener::load(cert, key)?;
+            let listener = super::https::Listener::load(cert, key)?;
             listener.clone().reload_on_hangup()?;
             super::https::serve(args.bind, args.workers, listener.server_config(), app)
         }

@@ -121,7 +121,7 @@ pub fn cluster_client(
     if tls {
         builder = builder
             .tls(redis::TlsMode::Secure)
-            .certs(crate::tls::redis_certificates());
+            .certs(redis_certificates());
     }
     if let Some(push) = push {
         builder = builder
@@ -560,6 +560,21 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
         b"TIME" | b"PING" | b"CONFIG" | b"INFO" | b"SCRIPT" | b"DBSIZE" | b"PUBLISH"
         | b"SPUBLISH" => None,
         _ => args.next(),
+    }
+}
+
+/// Redis's TLS settings: every trusted root and the client certificate.
+pub fn redis_certificates() -> redis::TlsCertificates {
+    let t = crate::tls::trust();
+    redis::TlsCertificates {
+        client_tls: t
+            .identity
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: Some(t.roots_pem.clone()),
     }
 }
 

@@ -18,7 +18,7 @@ pub use conn::{connect, Conn};
 /// and client certificate of [`crate::tls`].
 pub fn client(url: &str) -> redis::RedisResult<redis::Client> {
     if url.starts_with("rediss://") {
-        redis::Client::build_with_tls(url, crate::tls::redis_certificates())
+        redis::Client::build_with_tls(url, conn::redis_certificates())
     } else {
         redis::Client::open(url)
     }
