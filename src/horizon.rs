@@ -210,7 +210,7 @@ impl Loader {
                         .router
                         .send(load(batch))
                         .await
-                        .map_err(RedisError::from)
+                        .map_err(crate::error::router_unreachable)
                         .and_then(|r| r);
                     match outcome {
                         Ok(o) => {

@@ -2,20 +2,30 @@
 //!
 //! # Layout
 //!
-//! Four floors, each importing only from itself and the floors below
-//! (checked by a unit test in `layers.rs`, with no import circle either):
+//! The floors, bottom first, each importing only from itself and the
+//! floors below. The lower ones are crates of their own, so Cargo refuses
+//! an import that runs up; within this crate a unit test in `layers.rs`
+//! checks the floors, and no crate in the repository has an import circle:
 //!
+//! - `delayq-proto` (`crates/delayq-proto`): the wire, every shape that
+//!   crosses HTTP (the message, its id and status, the answers, the error
+//!   codes), shared with the Rust client and the OpenAPI document;
+//! - `delayq-domain`: the message's rules, which know nothing of HTTP,
+//!   Redis or SQL: [`message`], [`input`], [`ids`], [`retry`], [`repeat`],
+//!   [`clock`], [`limit`], [`redact`], [`faults`];
+//! - `delayq-metrics`: [`metrics`], what `GET /metrics` shows;
+//! - `delayq-storage`: [`redis`], [`journal`] and [`tls`], the links to
+//!   them, with their own errors;
+//! - in this crate, the shards' engine: [`actors`] (the router, the shard
+//!   actors, the journal actor, the scan permit and health), [`notify`];
+//! - the engine: [`queue`], [`cluster`], [`restore`], [`reconcile`],
+//!   [`reshard`], [`retention`], [`horizon`];
 //! - the edges: [`api`], [`forward`], [`config`], [`node`];
-//! - the engine: [`queue`], [`actors`], [`cluster`], [`restore`],
-//!   [`reconcile`], [`reshard`], [`retention`], [`horizon`];
-//! - storage: [`redis`], [`journal`], [`notify`];
-//! - the domain, which knows nothing of HTTP, Redis or SQL: [`message`],
-//!   [`input`], [`ids`], [`retry`], [`repeat`], [`clock`], [`error`],
-//!   [`metrics`], [`tls`], [`redact`], [`stall`], [`progress`], [`faults`],
-//!   [`limit`].
+//! - beside them all: [`error`] (the API's error codes), [`stall`],
+//!   [`progress`].
 //!
-//! The JSON shapes the server and the Rust client share (error codes, the
-//! outcomes of acks, nacks and cancels) are the `delayq-proto` crate.
+//! The modules of the lower crates keep their paths here
+//! (`delayq::message`, `delayq::redis`, ...).
 //!
 //! A message's path, module by module:
 //!
@@ -28,8 +38,8 @@
 //!   from the handlers and [`api::schema`]) and Swagger UI at `/docs`.
 //!   The dashboard at `/ui` ([`api::ui`]) shows the same state as pages
 //!   and acts through the same queue rules.
-//! - [`journal`]: the message is group-committed to the journal (MySQL/MariaDB
-//!   or SQLite) as WaitPut by the [`actors::journal::JournalActor`]; only
+//! - [`journal`]: the message is group-committed to the journal (SQLite,
+//!   MySQL/MariaDB or PostgreSQL) as WaitPut by the [`actors::journal::JournalActor`]; only
 //!   then is the push answered.
 //! - [`actors::router`]: the RouterActor hashes the id to a shard and writes it
 //!   into that shard's delay zset ([`redis::keys`], [`redis::scripts`]),
@@ -69,10 +79,10 @@
 //!   error policy and the API's error codes ([`error::ErrorCode`]);
 //!   [`metrics`]: what `GET /metrics` shows, counted along the way above.
 
-// The domain is its own crate (crates/delayq-domain), which names no HTTP,
-// Redis or SQL crate; its modules keep their paths here.
+// The floors below this crate, by the paths its modules name them with.
 pub use delayq_domain::{clock, faults, ids, input, limit, message, redact, repeat, retry};
 pub use delayq_metrics as metrics;
+pub use delayq_storage::{journal, redis, tls, with_conn};
 
 pub mod actors;
 pub mod api;
@@ -81,7 +91,6 @@ pub mod config;
 pub mod error;
 pub mod forward;
 pub mod horizon;
-pub mod journal;
 #[cfg(test)]
 mod layers;
 pub mod node;
@@ -89,12 +98,10 @@ pub mod notify;
 pub mod progress;
 pub mod queue;
 pub mod reconcile;
-pub mod redis;
 pub mod reshard;
 pub mod restore;
 pub mod retention;
 pub mod stall;
-pub mod tls;
 
 /// The git revision this binary was built from (12 hex digits, or
 /// `unknown` when built outside a git checkout; see `build.rs`).

@@ -372,7 +372,7 @@ impl Restorer {
                 read_at,
             })
             .await
-            .map_err(crate::error::RedisError::from)??;
+            .map_err(crate::error::router_unreachable)??;
         // The router records the restored messages Delaying.
         for (id, outcome) in ids.iter().zip(added) {
             tracing::debug!(id = %id, ?outcome, "restored from the journal");

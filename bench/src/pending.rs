@@ -9,35 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use futures::{stream, StreamExt, TryStreamExt};
-use serde::Serialize;
 
 use crate::api::Api;
 use crate::cli::Cli;
 use crate::consumers::Consumers;
 use crate::push::{bench_message, push_all};
-use crate::report::{rate, round, Analysis, Percentiles};
+use crate::report::{rate, round, Analysis, PendingReport, Percentiles, Probe};
 use crate::time::instant_at;
-
-#[derive(Serialize)]
-pub struct PendingReport {
-    pub pending: usize,
-    pub push_s: f64,
-    pub push_rate: f64,
-    pub used_memory_before: u64,
-    pub used_memory_after: u64,
-    /// Redis bytes per pending message: (after - before) / pending.
-    pub bytes_per_pending: f64,
-    pub probe_empty: Probe,
-    pub probe_with_pending: Probe,
-}
-
-#[derive(Serialize)]
-pub struct Probe {
-    pub pushed: usize,
-    pub delivered: usize,
-    pub early: usize,
-    pub lateness_ms: Option<Percentiles>,
-}
 
 pub async fn pending(cli: &Cli, api: &Api, topic: &str) -> Result<PendingReport> {
     let probe_topic = format!("{topic}-probe");

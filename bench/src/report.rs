@@ -24,7 +24,7 @@ pub enum Outcome {
     Burst(BurstReport),
     Cancel(CancelReport),
     Restore(RestoreReport),
-    Pending(crate::pending::PendingReport),
+    Pending(PendingReport),
     Failed { error: String },
 }
 
@@ -179,4 +179,26 @@ pub fn rate(count: usize, secs: f64) -> f64 {
 pub fn round(value: f64, decimals: i32) -> f64 {
     let scale = 10_f64.powi(decimals);
     (value * scale).round() / scale
+}
+
+/// What `--pending` measured (see `pending.rs`).
+#[derive(Serialize)]
+pub struct PendingReport {
+    pub pending: usize,
+    pub push_s: f64,
+    pub push_rate: f64,
+    pub used_memory_before: u64,
+    pub used_memory_after: u64,
+    /// Redis bytes per pending message: (after - before) / pending.
+    pub bytes_per_pending: f64,
+    pub probe_empty: Probe,
+    pub probe_with_pending: Probe,
+}
+
+#[derive(Serialize)]
+pub struct Probe {
+    pub pushed: usize,
+    pub delivered: usize,
+    pub early: usize,
+    pub lateness_ms: Option<Percentiles>,
 }

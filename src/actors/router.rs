@@ -13,8 +13,8 @@ use actix::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::actors::journal::Journal;
+use crate::actors::permit::Permit;
 use crate::actors::shard::{Release, Stale, Wake, ZsetShardActor};
-use crate::cluster::Permit;
 use crate::error::RedisError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Message};

@@ -17,7 +17,7 @@ use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::actors::journal::Journal;
-use crate::cluster::Permit;
+use crate::actors::permit::Permit;
 use crate::error::RedisError;
 use crate::journal::StatusChange;
 use crate::message::now_ms;
@@ -187,13 +187,13 @@ impl ZsetShardActor {
             match res {
                 Ok(t) => {
                     act.backoff = Duration::from_millis(50);
-                    crate::cluster::health::scan_ok(act.shard);
+                    crate::actors::health::scan_ok(act.shard);
                     act.after_scan(t, ctx);
                 }
                 Err(RedisError::StaleEpoch { stored, .. }) => {
                     metrics().scan_refused(act.shard, "stale_epoch");
-                    crate::cluster::health::scan_failed(act.shard, "stale epoch");
-                    if let Some(suppressed) = crate::cluster::health::may_log(act.shard, "stale") {
+                    crate::actors::health::scan_failed(act.shard, "stale epoch");
+                    if let Some(suppressed) = crate::actors::health::may_log(act.shard, "stale") {
                         tracing::error!(
                             shard = act.shard,
                             epoch = act.epoch,
@@ -211,8 +211,8 @@ impl ZsetShardActor {
                 }
                 Err(e) => {
                     metrics().scan_refused(act.shard, "error");
-                    crate::cluster::health::scan_failed(act.shard, "scan failing");
-                    if let Some(suppressed) = crate::cluster::health::may_log(act.shard, "error") {
+                    crate::actors::health::scan_failed(act.shard, "scan failing");
+                    if let Some(suppressed) = crate::actors::health::may_log(act.shard, "error") {
                         tracing::warn!(shard = act.shard, error = %e, suppressed, "shard scan failed; retrying");
                     }
                     let retry = now_ms() + act.backoff.as_millis() as i64;
@@ -314,7 +314,7 @@ impl Actor for ZsetShardActor {
         if !self.releasing.is_empty() {
             // Let go of: whether it could be scanned is no longer this
             // node's concern.
-            crate::cluster::health::forget(self.shard);
+            crate::actors::health::forget(self.shard);
         }
         for done in self.releasing.drain(..) {
             let _ = done.send(());

@@ -248,7 +248,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // A member whose worker-id lease lapsed (not confirmed in time) takes
     // no pushes until it is confirmed again.
     let member = view.in_good_standing() && state.queue.ids.worker().is_some();
-    let unscannable = crate::cluster::health::unscannable();
+    let unscannable = crate::actors::health::unscannable();
     let stalled = crate::stall::stalled();
     let ok =
         redis.is_ok() && journal.is_ok() && member && unscannable.is_empty() && stalled.is_none();

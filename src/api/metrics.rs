@@ -18,7 +18,7 @@ use crate::metrics::{metrics, RequestLabels, RouteLabels, CONTENT_TYPE};
     tag = "health",
     responses((
         status = 200,
-        description = "Every metric of this node, in the OpenMetrics text format (see the README's Metrics section)",
+        description = "Every metric of this node, in the OpenMetrics text format (see the book's operating chapter, Metrics: docs/src/operating.md)",
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8",
         body = String,
     )),

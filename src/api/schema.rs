@@ -474,8 +474,8 @@ pub struct ReadyReply {
     /// theirs is delivered.
     pub shards: String,
     /// `ok`, or how long this process did not run when it has just resumed
-    /// from a stall (it refuses requests meanwhile; see the README's
-    /// "A frozen node").
+    /// from a stall (it refuses requests meanwhile; see the book's
+    /// operating chapter, "A frozen node").
     pub process: String,
     /// Redis's `maxmemory-policy`; null when its CONFIG command is disabled.
     pub redis_maxmemory_policy: Option<String>,

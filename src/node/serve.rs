@@ -354,7 +354,7 @@ fn spawn_duties(
     ));
     actix::spawn(api::ui::history::run());
     actix::spawn(api::ui::auth::sync_revoked(redis.clone()));
-    actix::spawn(crate::cluster::health::sample_shards(
+    actix::spawn(crate::cluster::sizes::sample_shards(
         redis.clone(),
         cluster.clone(),
     ));

@@ -4,7 +4,6 @@ use std::collections::HashSet;
 
 use super::{Queue, QueueError};
 use crate::actors::router::Schedule;
-use crate::error::RedisError;
 use crate::journal::InsertOutcome;
 use crate::message::{Draft, Message, MessageId, Status};
 
@@ -147,7 +146,7 @@ impl Queue {
                 read_at: now,
             })
             .await
-            .map_err(RedisError::from);
+            .map_err(crate::error::router_unreachable);
         // The router records the scheduled messages Delaying.
         match scheduled.and_then(|r| r) {
             Ok(_) => Ok(accepted),

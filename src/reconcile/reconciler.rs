@@ -9,7 +9,7 @@ use actix::Addr;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
-use crate::error::{JournalError, RedisError};
+use crate::error::JournalError;
 use crate::journal::store::RowState;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
@@ -335,7 +335,7 @@ impl Reconciler {
                     .router
                     .send(Schedule { batch, read_at })
                     .await
-                    .map_err(RedisError::from)??;
+                    .map_err(crate::error::router_unreachable)??;
                 report.missing.repaired += outcomes
                     .iter()
                     .filter(|o| matches!(o, Scheduled::Added { .. }))

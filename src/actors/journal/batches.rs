@@ -81,7 +81,7 @@ pub(super) async fn run_inserts(
             let (rows, began) = (messages.len(), std::time::Instant::now());
             let result = match actor.send(InsertMessages(messages, waiting)).await {
                 Ok(r) => r,
-                Err(e) => Err(e.into()),
+                Err(e) => Err(crate::error::journal_unreachable(e)),
             };
             if result.is_ok() {
                 metrics().journal_committed("insert", rows, began);
@@ -110,7 +110,7 @@ pub(super) async fn run_inserts(
                                     Err(JournalError::Refused(e.to_string()))
                                 }
                                 Ok(r) => r,
-                                Err(e) => Err(e.into()),
+                                Err(e) => Err(crate::error::journal_unreachable(e)),
                             };
                         let _ = req.reply.send(alone.map_err(|e| match e {
                             JournalError::Refused(m) => JournalError::Refused(m),

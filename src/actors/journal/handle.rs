@@ -300,7 +300,10 @@ impl Journal {
         &self,
         id: MessageId,
     ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
-        self.actor.send(FindMessage(id)).await?
+        self.actor
+            .send(FindMessage(id))
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// [`Journal::find`] for a caller that is waiting for its answer (an
@@ -332,11 +335,15 @@ impl Journal {
                 limit,
                 far_from,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn count_waiting_beyond(&self, far_from: i64) -> Result<u64, JournalError> {
-        self.actor.send(CountWaitingBeyond { far_from }).await?
+        self.actor
+            .send(CountWaitingBeyond { far_from })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn waiting_page(
@@ -351,18 +358,25 @@ impl Journal {
                 due_until,
                 limit,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {
         if entries.is_empty() {
             return Ok(());
         }
-        self.actor.send(UnlistWaiting(entries)).await?
+        self.actor
+            .send(UnlistWaiting(entries))
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {
-        self.actor.send(CountLive { after }).await?
+        self.actor
+            .send(CountLive { after })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn live_states(
@@ -377,15 +391,22 @@ impl Journal {
                 limit,
                 far_from,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn states_of(&self, ids: Vec<i64>) -> Result<Vec<RowState>, JournalError> {
-        self.actor.send(StatesOf(ids)).await?
+        self.actor
+            .send(StatesOf(ids))
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn rows_of(&self, ids: Vec<i64>) -> Result<Vec<MessageRow>, JournalError> {
-        self.actor.send(RowsOf(ids)).await?
+        self.actor
+            .send(RowsOf(ids))
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Messages one of `statuses` ended, per the flow rows with ids in
@@ -404,7 +425,8 @@ impl Journal {
                 statuses,
                 limit,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Deletes those of `ids` still in one of `statuses` and unchanged
@@ -421,11 +443,15 @@ impl Journal {
                 statuses,
                 before,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn ping(&self) -> Result<(), JournalError> {
-        self.actor.send(Ping).await?
+        self.actor
+            .send(Ping)
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn dead_page(
@@ -440,7 +466,8 @@ impl Journal {
                 after,
                 limit,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn requeue_dead(
@@ -448,7 +475,10 @@ impl Journal {
         id: MessageId,
         now: i64,
     ) -> Result<RequeueOutcome, JournalError> {
-        self.actor.send(RequeueDead { id, now }).await?
+        self.actor
+            .send(RequeueDead { id, now })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Moves live messages to a new due time and/or priority, durably.
@@ -458,7 +488,10 @@ impl Journal {
         due: Option<i64>,
         priority: Option<i32>,
     ) -> Result<Vec<crate::journal::store::JournalMove>, JournalError> {
-        self.actor.send(MoveMessages { ids, due, priority }).await?
+        self.actor
+            .send(MoveMessages { ids, due, priority })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn delete_dead(
@@ -466,7 +499,10 @@ impl Journal {
         id: MessageId,
         now: i64,
     ) -> Result<DeleteDeadOutcome, JournalError> {
-        self.actor.send(DeleteDead { id, now }).await?
+        self.actor
+            .send(DeleteDead { id, now })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn topic_page(
@@ -483,11 +519,15 @@ impl Journal {
                 after,
                 limit,
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn topic_counts(&self, limit: i64) -> Result<Vec<(String, i16, i64)>, JournalError> {
-        self.actor.send(TopicCounts { limit }).await?
+        self.actor
+            .send(TopicCounts { limit })
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Whether the journal holds any message of `topic`.
@@ -496,14 +536,18 @@ impl Journal {
             .send(TopicKnown {
                 topic: topic.to_string(),
             })
-            .await?
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn live_by_biz_key(
         &self,
         query: LiveByBizKey,
     ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
-        self.actor.send(query).await?
+        self.actor
+            .send(query)
+            .await
+            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Taken before an operation changes Redis, dropped once its status

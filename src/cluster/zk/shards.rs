@@ -165,7 +165,7 @@ impl Node {
             }
         };
         if !ours {
-            if crate::cluster::health::may_log(s.shard, "let-go").is_some() {
+            if crate::actors::health::may_log(s.shard, "let-go").is_some() {
                 tracing::error!(
                     shard = s.shard,
                     epoch = s.epoch,
@@ -200,7 +200,7 @@ impl Node {
                 });
             }
             Ok(false) => {
-                if crate::cluster::health::may_log(s.shard, "takeover").is_some() {
+                if crate::actors::health::may_log(s.shard, "takeover").is_some() {
                     tracing::warn!(
                         shard = s.shard,
                         stored = s.stored,
@@ -209,7 +209,7 @@ impl Node {
                 }
             }
             Err(e) => {
-                if crate::cluster::health::may_log(s.shard, "takeover").is_some() {
+                if crate::actors::health::may_log(s.shard, "takeover").is_some() {
                     tracing::warn!(shard = s.shard, error = %e, "cannot take the shard past the stored epoch; trying again");
                 }
             }

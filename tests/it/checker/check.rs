@@ -11,7 +11,7 @@ use super::workload::{CAP, LIMITED, PAUSED};
 /// How long before Redis lost its writes an ack answered 200 may still
 /// come back when a node stopped around then: an end Redis applied and
 /// the node had queued for the journal when it was killed (or frozen past
-/// the fence's wait), with Redis's copy lost (README, "When Redis loses
+/// the fence's wait), with Redis's copy lost (docs/src/concepts.md, "When Redis loses
 /// its last writes": "What can still come back"). A running node writes
 /// its queued ends before a fenced shard hands anything out again. The
 /// journal's flow batches lag by a few milliseconds on an idle machine;
@@ -95,7 +95,7 @@ fn stale_write(op: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> bool 
 }
 
 /// Why a delivery after an ack answered consumed is inside the documented
-/// window (README, "When Redis loses its last writes": "What can still
+/// window (docs/src/concepts.md, "When Redis loses its last writes": "What can still
 /// come back"): Redis lost its writes between the two, and the ack's end
 /// may not have reached the journal by then. None: a violation.
 fn unjournaled(ack: &Op, poll: &Op, losses: &[&Fault], faults: &[Fault]) -> Option<&'static str> {
@@ -385,7 +385,7 @@ pub fn check(
         let mut bound = pushed;
         // What the bound would be had no reschedule Redis lost been
         // lost: such a reschedule runs at the former time until the
-        // reconciler or a restore reads the journal's (README, "What can
+        // reconciler or a restore reads the journal's (docs/src/concepts.md, "What can
         // still come back"), the documented window.
         let mut unlost = pushed;
         // Due by a reschedule answered `rescheduled` before the poll.

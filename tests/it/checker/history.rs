@@ -211,7 +211,7 @@ impl Fault {
     /// When what Redis lost may still be served: a Redis Cluster master
     /// failed over while it hung serves its old data for a while after it
     /// resumes, until it learns of the failover
-    /// ([`STALE_MASTER_MS`]; README, "When Redis loses its last writes").
+    /// ([`STALE_MASTER_MS`]; docs/src/concepts.md, "When Redis loses its last writes").
     pub fn stale_until(&self) -> i64 {
         if self.master_hung() {
             self.to + STALE_MASTER_MS * 1000

@@ -6,7 +6,7 @@
 //! - `series_early`: occurrence n arrives no earlier, by the test host's
 //!   clock, than the push's invocation + its delay + (n - 1) × every;
 //! - `series_revived`: no hand-out of an occurrence at or before one whose
-//!   ack was answered ok, unless Redis lost its writes between (README:
+//!   ack was answered ok, unless Redis lost its writes between (docs/src/concepts.md:
 //!   "an ack of one occurrence of a recurring series ... is delivered
 //!   again");
 //! - `series_doubled`: no hand-out while another delivery's receipt is live;

@@ -1,5 +1,5 @@
 //! The journal's storage: every accepted message and every status change, in
-//! MySQL/MariaDB or SQLite, so Redis can be rebuilt from it.
+//! SQLite, MySQL/MariaDB or PostgreSQL, so Redis can be rebuilt from it.
 //!
 //! This module is the storage layer only (connections, schema, queries,
 //! migrations). The handle the rest of delayq writes through, with its group
@@ -58,7 +58,7 @@ pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> 
             // Nor is a wrong password or a database that does not exist.
             Err(e) if refused_login(&e.to_string()) => {
                 return Err(JournalError::Connection(diesel::ConnectionError::BadConnection(format!(
-                    "{e} (the database refused the URL's user, password or database name; waiting does not mend that: check the URL, or create the database and user as the README's journal section shows)"
+                    "{e} (the database refused the URL's user, password or database name; waiting does not mend that: check the URL, or create the database and user as the book's operating chapter shows (docs/src/operating.md, The journal's databases))"
                 ))))
             }
             Err(e) if std::time::Instant::now() < deadline => {

@@ -153,7 +153,7 @@ pub fn certificate_problem(error: &str) -> Option<String> {
     if untrusted.iter().any(|s| error.contains(s)) {
         Some(format!("{error} (the server's certificate is not signed by a CA delayq trusts: add the CA to the platform's store or pass --tls-ca-file)"))
     } else if error.contains("CaUsedAsEndEntity") {
-        Some(format!("{error} (the server presents a CA certificate, basicConstraints CA:TRUE, as its own, as `openssl req -x509` makes by default: give the server a certificate signed by a CA, with CA:FALSE and a subjectAltName naming its host, and pass that CA with --tls-ca-file; the README's TLS section shows the openssl commands)"))
+        Some(format!("{error} (the server presents a CA certificate, basicConstraints CA:TRUE, as its own, as `openssl req -x509` makes by default: give the server a certificate signed by a CA, with CA:FALSE and a subjectAltName naming its host, and pass that CA with --tls-ca-file; the book's operating chapter, TLS (docs/src/operating.md), shows the openssl commands)"))
     } else if error.contains("CertificateRequired") || error.contains("certificate required") {
         Some(format!("{error} (the server wants a client certificate: pass --tls-client-cert and --tls-client-key)"))
     } else if [

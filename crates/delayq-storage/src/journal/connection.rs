@@ -14,7 +14,7 @@ use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 use crate::error::JournalError;
 
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
 /// A journal URL, checked: `sqlite://PATH`, `mysql://USER:PASS@HOST:PORT/DB`
 /// or `postgres://USER:PASS@HOST:PORT/DB`.
