@@ -419,6 +419,72 @@ fn no_arrow_runs_up_a_floor() {
     );
 }
 
+/// The crates a lower floor's `Cargo.toml` must not name: the floors'
+/// promises said in dependencies (the domain knows no HTTP, Redis or SQL;
+/// storage no actors, HTTP or ZooKeeper; the wire nothing but serde and
+/// utoipa).
+#[test]
+fn the_lower_floors_name_no_crate_of_a_floor_above() {
+    let http = [
+        "actix",
+        "actix-web",
+        "actix-http",
+        "actix-server",
+        "hyper",
+        "reqwest",
+        "axum",
+    ];
+    let redis_sql = [
+        "redis",
+        "diesel",
+        "diesel_migrations",
+        "r2d2",
+        "libsqlite3-sys",
+        "mysqlclient-sys",
+        "pq-sys",
+    ];
+    let cluster = ["zookeeper-client", "lapin", "async-nats"];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let rules: [(&str, Vec<&str>); 4] = [
+        (
+            "delayq-proto",
+            [&http[..], &redis_sql, &cluster, &["tokio", "delayq-domain"]].concat(),
+        ),
+        (
+            "delayq-domain",
+            [&http[..], &redis_sql, &cluster, &["utoipa"]].concat(),
+        ),
+        ("delayq-metrics", [&http[..], &redis_sql, &cluster].concat()),
+        (
+            "delayq-storage",
+            [&http[..], &cluster, &["utoipa"]].concat(),
+        ),
+    ];
+    let mut found = Vec::new();
+    for (krate, banned) in rules {
+        let manifest = std::fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+        let deps: Vec<&str> = manifest
+            .lines()
+            .skip_while(|l| l.trim() != "[dependencies]")
+            .skip(1)
+            .take_while(|l| !l.starts_with('['))
+            .filter_map(|l| l.split('=').next())
+            .map(str::trim)
+            .filter(|d| !d.is_empty() && !d.starts_with('#'))
+            .collect();
+        assert!(
+            !deps.is_empty() || krate == "delayq-proto",
+            "{krate}: no dependencies read"
+        );
+        for d in deps {
+            if banned.contains(&d) {
+                found.push(format!("{krate} depends on {d}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 #[test]
 fn reads_use_trees_and_paths_in_place() {
     let mut out = Vec::new();
