@@ -101,6 +101,9 @@ const FLUSH_PATIENCE: Duration = Duration::from_secs(300);
 /// How often a restore logs its progress.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
+/// Restores Redis from the journal: the stores it reads and writes, and
+/// where it reports its progress.
+#[derive(Clone)]
 pub struct Restorer {
     pub journal: Journal,
     pub router: Addr<RouterActor>,

@@ -5,7 +5,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
-use super::schema::{AssignmentReply, ClusterReply, RestoreState, ShardView};
+use super::schema::{AssignmentReply, ClusterReply, RestoreState};
 use super::{bool_param, AppState, Query};
 use crate::actors::journal::BacklogView;
 use crate::api::error::ApiError;
@@ -30,7 +30,7 @@ pub async fn journal(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    Ok(HttpResponse::Ok().json(state.queue.journal.backlog()))
+    Ok(HttpResponse::Ok().json(state.queue.journal_backlog()))
 }
 use crate::reconcile::Repair;
 
@@ -52,46 +52,7 @@ pub async fn cluster(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    Ok(HttpResponse::Ok().json(cluster_view(&state).await?))
-}
-
-/// The cluster as this node sees it, with each shard's counts from Redis
-/// (`GET /admin/cluster`, and the dashboard's cluster page).
-pub(super) async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiError> {
-    let view = state.cluster.view();
-    let keys = state.queue.redis.keys();
-    let counts =
-        futures::future::join_all((0..keys.shards()).map(|s| state.queue.redis.shard_counts(s)))
-            .await;
-    let mut shards = Vec::with_capacity(counts.len());
-    for (shard, c) in counts.into_iter().enumerate() {
-        let c = c?;
-        let scanning_here = view.owned.iter().find(|(s, _)| *s as usize == shard);
-        shards.push(ShardView {
-            shard,
-            owner: view.assignment.get(shard).cloned().flatten(),
-            scanning_here: scanning_here.is_some(),
-            owner_epoch: scanning_here.map(|(_, e)| *e),
-            epoch: c.epoch,
-            delaying: c.delaying,
-            ready: c.ready,
-            in_flight: c.in_flight,
-            oldest_overdue: c.oldest_overdue,
-        });
-    }
-    Ok(ClusterReply {
-        in_good_standing: view.in_good_standing(),
-        mode: view.mode,
-        node: view.node_id,
-        session: view.session,
-        leader: view.leader,
-        worker_id: view.worker_id,
-        session_timeout_ms: view.session_timeout_ms,
-        permit_ms: view.permit_ms,
-        nodes: view.nodes,
-        shards,
-        clock: crate::clock::view(),
-    })
+    Ok(HttpResponse::Ok().json(super::views::cluster_view(&state).await?))
 }
 
 /// `POST /admin/rebalance`: spread the shards evenly over the live nodes.
@@ -151,7 +112,7 @@ pub async fn move_shard(
             format!("'{shard}' is not a shard number"),
         )
     })?;
-    if shard >= state.queue.redis.keys().shards() {
+    if shard >= state.queue.shards() {
         return Err(crate::cluster::ClusterError::NoSuchShard(shard).into());
     }
     let to = q.get("to").filter(|t| !t.is_empty()).ok_or_else(|| {
@@ -231,6 +192,6 @@ pub async fn restore(
             "finishedAt": null,
         }),
     };
-    body["resumable"] = json!(state.queue.redis.restore_cursor().await?);
+    body["resumable"] = json!(state.queue.restore_cursor().await?);
     Ok(HttpResponse::Ok().json(body))
 }

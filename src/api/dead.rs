@@ -60,11 +60,7 @@ pub async fn list(
     let limit = int_param(&q, "limit", 100, 1..=MAX_LIST)? as i64;
     let after = after_param(&q)?;
     // One more than a page tells whether there is another.
-    let mut page = state
-        .queue
-        .journal
-        .dead_page(&topic, after, limit + 1)
-        .await?;
+    let mut page = state.queue.dead_page(&topic, after, limit + 1).await?;
     let next = (page.len() as i64 > limit)
         .then(|| {
             page.truncate(limit as usize);

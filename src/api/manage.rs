@@ -1,6 +1,5 @@
 //! Restore, inspection and health.
 
-use crate::message::Status;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -102,98 +101,17 @@ pub async fn message(
 ) -> Result<HttpResponse, ApiError> {
     state.require_reader(&req)?;
     let id = parse_id(&id)?;
-    match state.queue.journal.find(id).await? {
+    match state.queue.inspect(id).await? {
         None => Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
         }),
-        Some((mut row, mut history)) => {
-            let mut ahead = redis_ahead(&state, id, &row).await;
-            if ahead == RedisView::Gone {
-                // Redis holds no record of a message the row read before it
-                // calls live: the journal may have written what Redis
-                // applied (and Redis then dropped the end it kept) between
-                // the two reads. The row read again is the newer word.
-                if let Some((again, again_history)) = state.queue.journal.find(id).await? {
-                    row = again;
-                    history = again_history;
-                }
-                ahead = RedisView::Agrees;
-            }
-            let mut message = row.view();
-            if let RedisView::Newer(status, attempts) = ahead {
-                message.status = status;
-                message.attempts = attempts;
-            }
-            Ok(HttpResponse::Ok().json(MessageReply {
-                message,
-                updated_time: row.updated_time,
-                status_from: match ahead {
-                    RedisView::Newer(..) => "redis",
-                    _ => "journal",
-                },
-                history: history.iter().map(|f| f.entry()).collect(),
-            }))
-        }
-    }
-}
-
-/// What Redis says of a message beside the journal's row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RedisView {
-    /// What the journal does not say yet: the end an ack or cancel applied
-    /// (kept for the journal until it has it), or, for a message the
-    /// journal holds live, where it is now and its attempts.
-    Newer(Status, i32),
-    /// Nothing newer (or Redis cannot be asked: the journal's word is then
-    /// all there is).
-    Agrees,
-    /// No record of a message the row calls live: finished, or gone.
-    Gone,
-}
-
-/// What Redis says of message `id` beside its journal row `row`.
-async fn redis_ahead(
-    state: &AppState,
-    id: MessageId,
-    row: &crate::journal::models::MessageRow,
-) -> RedisView {
-    use crate::redis::inspect::{Held, Place};
-    let live = !row.status().is_terminal();
-    let Some(held) = state
-        .queue
-        .redis
-        .locate(&[(id, row.topic.as_str())])
-        .await
-        .ok()
-        .and_then(|mut h| h.pop())
-    else {
-        return RedisView::Agrees;
-    };
-    let now = match held {
-        Held::Unjournaled(end) => (end.status, end.attempts),
-        Held::Record(place) if live => {
-            let status = match place {
-                Place::Delay { .. } => Status::Delaying,
-                Place::Ready => Status::Ready,
-                Place::InFlight { .. } => Status::Consuming,
-                Place::Nowhere => return RedisView::Gone,
-            };
-            match state.queue.redis.headers(&[id]).await {
-                Ok(mut h) => match h.pop().flatten() {
-                    Some(header) => (status, header.attempts),
-                    None => return RedisView::Gone,
-                },
-                Err(_) => return RedisView::Agrees,
-            }
-        }
-        Held::Finished | Held::Absent if live => return RedisView::Gone,
-        _ => return RedisView::Agrees,
-    };
-    if now != (row.status(), row.attempts) {
-        RedisView::Newer(now.0, now.1)
-    } else {
-        RedisView::Agrees
+        Some(m) => Ok(HttpResponse::Ok().json(MessageReply {
+            message: m.message,
+            updated_time: m.row.updated_time,
+            status_from: m.status_from,
+            history: m.history.iter().map(|f| f.entry()).collect(),
+        })),
     }
 }
 
@@ -232,11 +150,11 @@ pub async fn health() -> HttpResponse {
     ),
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    let (redis, journal, policy) = futures::join!(
-        state.queue.redis.ping(),
-        state.queue.journal.ping(),
-        state.queue.redis.maxmemory_policy()
-    );
+    let crate::queue::read::Probe {
+        redis,
+        journal,
+        maxmemory_policy: policy,
+    } = state.queue.probe().await;
     let mut warnings = Vec::new();
     if let Some(p) = policy.as_deref().filter(|p| evicts(p)) {
         warnings.push(format!(
@@ -247,14 +165,14 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let view = state.cluster.view();
     // A member whose worker-id lease lapsed (not confirmed in time) takes
     // no pushes until it is confirmed again.
-    let member = view.in_good_standing() && state.queue.ids.worker().is_some();
+    let member = view.in_good_standing() && state.queue.worker().is_some();
     let unscannable = crate::actors::health::unscannable();
     let stalled = crate::stall::stalled();
     let ok =
         redis.is_ok() && journal.is_ok() && member && unscannable.is_empty() && stalled.is_none();
     let body = ReadyReply {
-        redis: show(redis.map_err(|e| e.to_string())),
-        journal: show(journal.map_err(|e| e.to_string())),
+        redis: show(redis),
+        journal: show(journal),
         cluster: if member {
             "ok".to_string()
         } else {
@@ -262,7 +180,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
                 "not a member in good standing (session {:?}, worker id {:?}, lease confirmed: {})",
                 view.session,
                 view.worker_id,
-                state.queue.ids.worker().is_some()
+                state.queue.worker().is_some()
             )
         },
         mode: view.mode,

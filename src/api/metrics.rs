@@ -27,7 +27,7 @@ pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
     let view = state.cluster.view();
     let m = metrics();
     m.node_state(
-        state.queue.journal.backlog_pending(),
+        state.queue.journal_pending(),
         view.session.name(),
         view.is_leader(),
         view.nodes.len(),

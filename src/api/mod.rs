@@ -30,6 +30,7 @@ mod search;
 mod select;
 mod topics;
 pub mod ui;
+mod views;
 
 use std::collections::HashMap;
 
@@ -57,17 +58,14 @@ pub struct AppState {
     pub ui_read_only: bool,
     /// This node's current or last restore.
     pub restore_status: RestoreStatus,
+    /// Restores Redis from the journal (`GET /reStore`, the dashboard).
+    pub restorer: Restorer,
     pub reconciler: Reconciler,
 }
 
 impl AppState {
-    pub fn restorer(&self) -> Restorer {
-        Restorer {
-            journal: self.queue.journal.clone(),
-            router: self.queue.router.clone(),
-            redis: self.queue.redis.clone(),
-            status: self.restore_status.clone(),
-        }
+    pub fn restorer(&self) -> &Restorer {
+        &self.restorer
     }
 
     /// With an admin token configured, the caller must present it.

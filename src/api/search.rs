@@ -6,10 +6,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::schema::MessagePage;
 use super::{check_topic, int_param, AppState, Query};
-use crate::actors::journal::LiveByBizKey;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
 use crate::message::{MessageId, Status, MAX_BIZ_KEY_LEN};
+use crate::queue::read::Search;
 
 /// Most messages a page holds.
 const MAX_PAGE: u64 = 1_000;
@@ -83,8 +83,7 @@ pub async fn find(
         }
     }
     let status = q.get("status").map(|s| status_param(s)).transpose()?;
-    let journal = &state.queue.journal;
-    let (rows, next) = match (q.get("bizKey"), q.get("bizKeyPrefix")) {
+    let search = match (q.get("bizKey"), q.get("bizKeyPrefix")) {
         (Some(_), Some(_)) => return Err(invalid("give bizKey or bizKeyPrefix, not both".into())),
         (key, prefix) if key.or(prefix).is_some() => {
             if let Some(s) = status.filter(|s| s.is_terminal()) {
@@ -92,34 +91,23 @@ pub async fn find(
                     "a bizKey is held by live messages only: status {s} finds none (search {s} messages by status alone)"
                 )));
             }
-            let query = match (key, prefix) {
-                (Some(key), _) => LiveByBizKey::Exact {
-                    topic: topic.clone(),
+            match (key, prefix) {
+                (Some(key), _) => Search::BizKey {
                     key: key.clone(),
+                    status,
                 },
-                (_, Some(prefix)) => LiveByBizKey::Prefix {
-                    topic: topic.clone(),
+                (_, Some(prefix)) => Search::Prefix {
                     prefix: prefix.clone(),
                     status,
-                    after,
-                    limit,
                 },
                 _ => unreachable!("one of them is given"),
-            };
-            let (mut rows, next) = journal.live_by_biz_key(query).await?;
-            if key.is_some() {
-                rows.retain(|r| r.id > after && status.is_none_or(|s| r.status() == s));
             }
-            (rows, next)
         }
-        _ => {
-            let status =
-                status.ok_or_else(|| invalid("give bizKey, bizKeyPrefix or status".into()))?;
-            // One more than a page tells whether there is another.
-            let rows = journal.topic_page(topic, status, after, limit + 1).await?;
-            crate::journal::store::full_pages(rows, limit)
-        }
+        _ => Search::Status(
+            status.ok_or_else(|| invalid("give bizKey, bizKeyPrefix or status".into()))?,
+        ),
     };
+    let (rows, next) = state.queue.search(topic, search, after, limit).await?;
     Ok(HttpResponse::Ok().json(MessagePage {
         messages: rows.iter().map(|r| r.view()).collect(),
         next: next.map(MessageId),

@@ -164,7 +164,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         &redis,
         &journal,
         &node_id,
-        restorer,
+        restorer.clone(),
         &cluster,
         &reconciler,
     );
@@ -183,6 +183,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         read_token: args.read_token.clone(),
         ui_read_only: args.ui_read_only,
         restore_status,
+        restorer: restorer.clone(),
         reconciler,
     });
     let (stop_forwarding, forwarding_stopped) = tokio::sync::watch::channel(false);

@@ -13,6 +13,7 @@ pub mod coalesce;
 pub mod consume;
 pub mod dead;
 pub mod produce;
+pub mod read;
 pub mod reschedule;
 
 use std::sync::Arc;
@@ -30,11 +31,13 @@ use crate::redis::schedule::{End, RedisSchedule};
 /// The handles the rules work with; cheap to clone.
 #[derive(Clone)]
 pub struct Queue {
-    pub journal: Journal,
-    pub router: Addr<RouterActor>,
-    pub redis: RedisSchedule,
+    // The stores are the queue's own: handlers read through its methods
+    // (`read.rs`) as they act through its rules.
+    journal: Journal,
+    router: Addr<RouterActor>,
+    redis: RedisSchedule,
     pub waiters: Topics,
-    pub ids: Arc<IdGenerator>,
+    ids: Arc<IdGenerator>,
     /// Single acks (`POST /ack/{id}`), applied together with their
     /// neighbours.
     acks: Option<coalesce::Coalesce<consume::Ack, consume::AckOutcome>>,

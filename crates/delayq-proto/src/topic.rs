@@ -15,12 +15,34 @@ pub struct TopicCounts {
     pub ready: i64,
     pub in_flight: i64,
     pub dead: i64,
-    /// Finished and kept until `--retention` removes them.
+    /// Finished and kept until `--retain-finished` removes them.
     #[serde(default)]
     pub consumed: i64,
-    /// Cancelled and kept until `--retention` removes them.
+    /// Cancelled and kept until `--retain-finished` removes them.
     #[serde(default)]
     pub deleted: i64,
+}
+
+impl TopicCounts {
+    /// The count of messages in `status` (none for `Unknown`).
+    pub fn of_mut(&mut self, status: crate::Status) -> Option<&mut i64> {
+        use crate::Status;
+        Some(match status {
+            Status::WaitPut => &mut self.waiting,
+            Status::Delaying => &mut self.delaying,
+            Status::Ready => &mut self.ready,
+            Status::Consuming => &mut self.in_flight,
+            Status::Dead => &mut self.dead,
+            Status::Consumed => &mut self.consumed,
+            Status::Deleted => &mut self.deleted,
+            Status::Unknown => return None,
+        })
+    }
+
+    /// The count of messages in `status` (0 for `Unknown`).
+    pub fn of(&self, status: crate::Status) -> i64 {
+        self.clone().of_mut(status).map_or(0, |n| *n)
+    }
 }
 
 /// One topic.

@@ -531,7 +531,6 @@ pub async fn logout(
             .insert(body.clone());
         let saved = state
             .queue
-            .redis
             .revoke_ui_session(&body, issued + SESSION_MS)
             .await;
         if let Err(e) = saved {

@@ -8,8 +8,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::check_action;
 use super::{back_with, esc, time, UiError};
-use crate::api::admin::cluster_view;
 use crate::api::error::ApiError;
+use crate::api::views::cluster_view;
 use crate::api::AppState;
 
 type Form = web::Form<HashMap<String, String>>;
@@ -144,7 +144,7 @@ pub async fn move_shard(
             "Choose the node to move the shard to.",
         ));
     };
-    if shard >= state.queue.redis.keys().shards() {
+    if shard >= state.queue.shards() {
         return Ok(back_with(
             "/ui/cluster",
             "error",

@@ -23,7 +23,7 @@ type Form = web::Form<HashMap<String, String>>;
 /// `GET /ui/dead`: topics with dead messages.
 pub async fn index(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let (counts, _) = crate::api::topics::topic_counts(&state).await?;
+    let (counts, _) = state.queue.topic_counts().await?;
     let mut rows = String::new();
     for (topic, c) in counts.iter().filter(|(_, c)| c.dead > 0) {
         let _ = write!(
@@ -59,7 +59,7 @@ pub async fn page(
         .get("after")
         .and_then(|a| a.parse::<MessageId>().ok())
         .map_or(0, |id| id.0);
-    let page = state.queue.journal.dead_page(&topic, after, PAGE).await?;
+    let page = state.queue.dead_page(&topic, after, PAGE).await?;
     let base = format!("/ui/dead/{}", url_encode(&topic));
     let mut rows = String::new();
     for (r, history) in &page {

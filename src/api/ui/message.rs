@@ -20,7 +20,8 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
     let id = parse_id(&id)?;
-    let Some((row, history)) = state.queue.journal.find(id).await? else {
+    let Some(crate::queue::read::Inspected { row, history, .. }) = state.queue.inspect(id).await?
+    else {
         return Err(UiError(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),

@@ -2,7 +2,7 @@
 //! the node at a glance, and the lateness and rate charts.
 //!
 //! Counts come from the journal, as `GET /topics` reads them
-//! ([`crate::api::topics::topic_counts`]); the journal follows Redis
+//! ([`crate::queue::Queue::topic_counts`]); the journal follows Redis
 //! within milliseconds (`GET /admin/journal`).
 
 use std::fmt::Write;
@@ -12,7 +12,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use super::{esc, history, url_encode, UiError, Viewer};
 use crate::api::AppState;
 
-use crate::api::topics::MAX_ROWS;
+use crate::queue::read::MAX_ROWS;
 pub use delayq_proto::TopicCounts;
 
 fn rate(r: f64) -> String {
@@ -103,7 +103,7 @@ fn topics_table(list: &delayq_proto::TopicList) -> String {
 /// `GET /ui`.
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let list = crate::api::topics::topic_list(&state).await?;
+    let list = state.queue.topic_list().await?;
     let view = state.cluster.view();
     let samples = history::samples();
     let last = samples.last();
@@ -140,7 +140,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         rate(last.map_or(0.0, |s| s.pushed_per_s)),
         rate(last.map_or(0.0, |s| s.delivered_per_s)),
         view.owned.len(),
-        state.queue.redis.keys().shards(),
+        state.queue.shards(),
     );
     let body = format!(
         r#"<h1>Overview</h1>
@@ -153,7 +153,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <div class="charts"><div id="chart-lateness" class="chart" data-src="/ui/chart.json" data-kind="lateness"></div><div id="chart-rates" class="chart" data-src="/ui/chart.json" data-kind="rates"></div></div>"#,
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
-        backlog = state.queue.journal.backlog_pending(),
+        backlog = state.queue.journal_pending(),
         table = topics_table(&list),
         every = history::EVERY.as_secs(),
     );

@@ -22,7 +22,7 @@ static LAST: LazyLock<Mutex<Option<ReconcileReport>>> = LazyLock::new(Default::d
 /// `GET /ui/restore`.
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
-    let cursor = state.queue.redis.restore_cursor().await?;
+    let cursor = state.queue.restore_cursor().await?;
     let progress = match state.restore_status.get() {
         None => {
             r#"<p class="empty">This node has run no restore since it started.</p>"#.to_string()
@@ -81,7 +81,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             r#"<p class="empty">No reconciliation run from this dashboard yet. The leader also runs one every <code>--reconcile-interval</code>.</p>"#.to_string(),
             report_table,
         );
-    let periodic = match state.queue.redis.reconciled().await? {
+    let periodic = match state.queue.reconciled().await? {
         Some(json) => periodic_html(&json),
         None => r#"<p class="empty">None kept: the leader reconciles every <code>--reconcile-interval</code> (0: never) once the node has run that long.</p>"#.to_string(),
     };

@@ -10,6 +10,7 @@ use super::auth::check_action;
 use super::{back_with, badge, esc, preview, see_other, time, url_encode, UiError};
 use crate::api::{check_topic, AppState};
 use crate::message::{MessageId, Status};
+use crate::queue::read::Search;
 
 /// Messages per page.
 pub const PAGE: i64 = 50;
@@ -52,9 +53,9 @@ pub async fn page(
     }
     // Each tab's count (the overview's, a few seconds old at most); the
     // page opens on the first tab that holds messages.
-    let (counts, _) = crate::api::topics::topic_counts(&state).await?;
-    let mut c = counts.get(&topic).cloned().unwrap_or_default();
-    let mut count_of = |s: Status| crate::api::topics::count_of(&mut c, s).map_or(0, |n| *n);
+    let (counts, _) = state.queue.topic_counts().await?;
+    let c = counts.get(&topic).cloned().unwrap_or_default();
+    let count_of = |s: Status| c.of(s);
     let (status, tab) = q
         .get("status")
         .and_then(|s| TABS.iter().find(|(_, name)| name == s))
@@ -65,14 +66,10 @@ pub async fn page(
         .get("after")
         .and_then(|a| a.parse::<MessageId>().ok())
         .map_or(0, |id| id.0);
-    let (rows, next) = crate::journal::store::full_pages(
-        state
-            .queue
-            .journal
-            .topic_page(&topic, status, after, PAGE + 1)
-            .await?,
-        PAGE,
-    );
+    let (rows, next) = state
+        .queue
+        .search(&topic, Search::Status(status), after, PAGE)
+        .await?;
 
     let mut tabs = String::new();
     for (s, name) in TABS {
@@ -115,13 +112,7 @@ pub async fn page(
             r#"<a href="{base}?status={tab}&amp;after={last}">Next »</a>"#
         );
     }
-    let paused_at = state
-        .queue
-        .redis
-        .paused_topics()
-        .await?
-        .get(&topic)
-        .copied();
+    let paused_at = state.queue.paused_topics().await?.get(&topic).copied();
     let action = format!(
         "{base}/{}",
         if paused_at.is_some() {
@@ -149,7 +140,7 @@ pub async fn page(
             )
         ),
     };
-    let limit = match state.queue.redis.limits().get(&topic) {
+    let limit = match state.queue.limits().get(&topic) {
         Some(l) => {
             let mut caps = Vec::new();
             if l.per_second > 0 {
@@ -196,17 +187,21 @@ async fn search_one(
     search: &str,
 ) -> Result<Option<MessageId>, UiError> {
     if let Ok(id) = search.parse::<MessageId>() {
-        if state.queue.journal.find(id).await?.is_some() {
+        if state.queue.exists(id).await? {
             return Ok(Some(id));
         }
     }
     let (rows, _) = state
         .queue
-        .journal
-        .live_by_biz_key(crate::actors::journal::LiveByBizKey::Exact {
-            topic: topic.to_string(),
-            key: search.to_string(),
-        })
+        .search(
+            topic,
+            Search::BizKey {
+                key: search.to_string(),
+                status: None,
+            },
+            0,
+            1,
+        )
         .await?;
     Ok(rows.first().map(|r| MessageId(r.id)))
 }
