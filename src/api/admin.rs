@@ -5,8 +5,9 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
+use super::parse::{bool_param, Query};
 use super::schema::{AssignmentReply, ClusterReply, RestoreState};
-use super::{bool_param, AppState, Query};
+use super::state::AppState;
 use crate::actors::journal::BacklogView;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
@@ -150,7 +151,7 @@ pub async fn reconcile(
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
     let repair = if bool_param(&q, "repair", false)? {
-        super::refuse_cross_site(&req)?;
+        super::state::refuse_cross_site(&req)?;
         Repair::All
     } else {
         Repair::None

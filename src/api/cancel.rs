@@ -6,11 +6,12 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use delayq_proto as proto;
 
 use super::body::JsonBody;
+use super::parse::{parse_id, Query};
 use super::schema::{
     CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, DeleteNotFound,
 };
 use super::select::{self, Selector};
-use super::{parse_id, AppState, Query};
+use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;
@@ -42,7 +43,7 @@ pub async fn delete(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    super::refuse_cross_site(&req)?;
+    super::state::refuse_cross_site(&req)?;
     let raw = q.get("id").ok_or_else(|| {
         ApiError::invalid(ErrorCode::MissingId, "give the message id: /delete?id=ID")
     })?;

@@ -5,11 +5,12 @@ use actix_web::{web, HttpResponse};
 use delayq_proto as proto;
 
 use super::body::JsonBody;
+use super::parse::{batch_deliveries, check_topic, int_param, parse_id, parse_receipt, Query};
 use super::schema::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
     NackBatchReply, NackRequest, NackResult, PollReply,
 };
-use super::{batch_deliveries, check_topic, int_param, parse_id, parse_receipt, AppState, Query};
+use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;

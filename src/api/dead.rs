@@ -3,8 +3,9 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
+use super::parse::{check_topic, int_param, Query};
 use super::schema::{DeadMessage, DeadPage, RequeueOne, RequeueReply, RequeueResult, RequeueTopic};
-use super::{check_topic, int_param, AppState, Query};
+use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;

@@ -5,8 +5,9 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
+use super::parse::{bool_param, parse_id, Query};
 use super::schema::{HealthReply, MessageReply, ReadyReply, RestoreOneReply};
-use super::{bool_param, parse_id, AppState, Query};
+use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;
@@ -38,7 +39,7 @@ pub async fn restore_all(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    super::refuse_cross_site(&req)?;
+    super::state::refuse_cross_site(&req)?;
     let expire = bool_param(&q, "expire", false)?;
     let dry_run = bool_param(&q, "dryRun", false)?;
     let report = state.restorer().all(expire, dry_run, |_| {}).await?;
@@ -72,7 +73,7 @@ pub async fn restore_one(
     q: Query,
 ) -> Result<HttpResponse, ApiError> {
     state.require_admin(&req)?;
-    super::refuse_cross_site(&req)?;
+    super::state::refuse_cross_site(&req)?;
     let id = parse_id(&id)?;
     let expire = bool_param(&q, "expire", true)?;
     let (report, status) = state.restorer().one(id, expire).await?;

@@ -8,7 +8,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpResponse};
 
-use super::AppState;
+use super::state::AppState;
 use crate::metrics::{metrics, RequestLabels, RouteLabels, CONTENT_TYPE};
 
 /// `GET /metrics`: every metric in the OpenMetrics text format.

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::body::JsonBody;
 use super::schema::{PushBatchReply, PushBatchRequest, PushReply, PushRequest};
-use super::AppState;
+use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::error::ErrorCode;

@@ -9,7 +9,7 @@ use super::schema::{
     CancelCounts, RescheduleEach, RescheduleOne, RescheduleReply, RescheduleRequest,
 };
 use super::select::{self, Selector};
-use super::AppState;
+use super::state::AppState;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
 use crate::message::{now_ms, parse_new_schedule, MessageId};

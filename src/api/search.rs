@@ -4,8 +4,9 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
+use super::parse::{check_topic, int_param, Query};
 use super::schema::MessagePage;
-use super::{check_topic, int_param, AppState, Query};
+use super::state::AppState;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::error::ErrorCode;
 use crate::message::{MessageId, Status, MAX_BIZ_KEY_LEN};

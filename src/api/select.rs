@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{batch_ids, check_topic};
+use super::parse::{batch_ids, check_topic};
 use crate::api::error::ApiError;
 use crate::error::ErrorCode;
 use crate::message::{MessageId, MAX_BIZ_KEY_LEN};

@@ -5,7 +5,8 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use delayq_proto::{PauseState, TopicList};
 
-use super::{check_topic, AppState};
+use super::parse::check_topic;
+use super::state::AppState;
 use crate::api::error::{ApiError, ErrorBody};
 
 /// `GET /topics`: every topic with messages in the journal, live or

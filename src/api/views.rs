@@ -3,7 +3,7 @@
 //! here once, and the handlers of both render it.
 
 use super::schema::{ClusterReply, ShardView};
-use super::AppState;
+use super::state::AppState;
 use crate::api::error::ApiError;
 
 /// The cluster as this node sees it, with each shard's counts from Redis

@@ -34,7 +34,7 @@ use sha2::Sha256;
 
 use super::{esc, layout, page, see_other, UiError};
 use crate::api::error::ApiError;
-use crate::api::{constant_time_eq, AppState};
+use crate::api::state::{constant_time_eq, AppState};
 use crate::error::ErrorCode;
 use crate::message::now_ms;
 

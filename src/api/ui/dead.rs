@@ -8,7 +8,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::{back, check_action};
 use super::{back_with, esc, preview, time, url_encode, UiError};
-use crate::api::{check_topic, parse_id, AppState};
+use crate::api::parse::{check_topic, parse_id};
+use crate::api::state::AppState;
 use crate::journal::{DeleteDeadOutcome, RequeueOutcome};
 use crate::message::MessageId;
 use crate::queue::dead;

@@ -8,7 +8,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{badge, duration, esc, time, url_encode, UiError};
 use crate::api::error::ApiError;
-use crate::api::{parse_id, AppState};
+use crate::api::parse::parse_id;
+use crate::api::state::AppState;
 use crate::error::ErrorCode;
 use crate::message::Status;
 

@@ -8,7 +8,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::check_action;
 use super::{back_with, badge, esc, preview, see_other, time, url_encode, UiError};
-use crate::api::{check_topic, AppState};
+use crate::api::parse::check_topic;
+use crate::api::state::AppState;
 use crate::message::{MessageId, Status};
 use crate::queue::read::Search;
 
