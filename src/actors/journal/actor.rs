@@ -7,17 +7,13 @@ use actix::prelude::*;
 
 use crate::error::JournalError;
 use crate::journal::connection::Pool;
-use crate::journal::models::{FlowRow, MessageRow};
-use crate::journal::store::{
-    self, DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, RowState,
-};
+use crate::journal::store::{self, DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome};
 use crate::message::{IdGenerator, MessageId};
 use crate::redis::keys::Keys;
 
 use super::messages::{
-    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, InsertMessages,
-    LiveByBizKey, LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, Purge, RecordFlow,
-    RequeueDead, RowsOf, StatesOf, TopicCounts, TopicKnown, TopicPage, UnlistWaiting, WaitingPage,
+    DeleteDead, InsertMessages, MoveMessages, ProbeWrite, Purge, Read, RecordFlow, RequeueDead,
+    UnlistWaiting,
 };
 use super::write_lock::WriteLock;
 
@@ -45,6 +41,15 @@ impl JournalActor {
 
 impl Actor for JournalActor {
     type Context = SyncContext<Self>;
+}
+
+impl<R: Send + 'static> Handler<Read<R>> for JournalActor {
+    type Result = Result<R, JournalError>;
+
+    fn handle(&mut self, msg: Read<R>, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        (msg.0)(&mut conn)
+    }
 }
 
 impl Handler<InsertMessages> for JournalActor {
@@ -91,42 +96,6 @@ impl Handler<RecordFlow> for JournalActor {
     }
 }
 
-impl Handler<FindMessage> for JournalActor {
-    type Result = Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError>;
-
-    fn handle(&mut self, msg: FindMessage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::find_with_history(&mut conn, msg.0)
-    }
-}
-
-impl Handler<LivePage> for JournalActor {
-    type Result = Result<Vec<MessageRow>, JournalError>;
-
-    fn handle(&mut self, msg: LivePage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::live_page(&mut conn, msg.after, msg.limit, msg.far_from)
-    }
-}
-
-impl Handler<CountWaitingBeyond> for JournalActor {
-    type Result = Result<u64, JournalError>;
-
-    fn handle(&mut self, msg: CountWaitingBeyond, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::count_waiting_beyond(&mut conn, msg.far_from)
-    }
-}
-
-impl Handler<WaitingPage> for JournalActor {
-    type Result = Result<Vec<(i64, i64)>, JournalError>;
-
-    fn handle(&mut self, msg: WaitingPage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::waiting_page(&mut conn, msg.after, msg.due_until, msg.limit)
-    }
-}
-
 impl Handler<UnlistWaiting> for JournalActor {
     type Result = Result<(), JournalError>;
 
@@ -134,51 +103,6 @@ impl Handler<UnlistWaiting> for JournalActor {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
         store::unlist_waiting(&mut conn, &msg.0)
-    }
-}
-
-impl Handler<CountLive> for JournalActor {
-    type Result = Result<u64, JournalError>;
-
-    fn handle(&mut self, msg: CountLive, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::count_live(&mut conn, msg.after)
-    }
-}
-
-impl Handler<LiveStates> for JournalActor {
-    type Result = Result<(Vec<RowState>, Option<i64>), JournalError>;
-
-    fn handle(&mut self, msg: LiveStates, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::live_states(&mut conn, msg.after, msg.limit, msg.far_from)
-    }
-}
-
-impl Handler<StatesOf> for JournalActor {
-    type Result = Result<Vec<RowState>, JournalError>;
-
-    fn handle(&mut self, msg: StatesOf, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::states_of(&mut conn, &msg.0)
-    }
-}
-
-impl Handler<RowsOf> for JournalActor {
-    type Result = Result<Vec<MessageRow>, JournalError>;
-
-    fn handle(&mut self, msg: RowsOf, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::rows_of(&mut conn, &msg.0)
-    }
-}
-
-impl Handler<DeadPage> for JournalActor {
-    type Result = Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError>;
-
-    fn handle(&mut self, msg: DeadPage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::dead_page(&mut conn, &msg.topic, msg.after, msg.limit)
     }
 }
 
@@ -214,56 +138,6 @@ impl Handler<DeleteDead> for JournalActor {
     }
 }
 
-impl Handler<TopicPage> for JournalActor {
-    type Result = Result<Vec<MessageRow>, JournalError>;
-
-    fn handle(&mut self, msg: TopicPage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::topic_page(&mut conn, &msg.topic, msg.status, msg.after, msg.limit)
-    }
-}
-
-impl Handler<TopicCounts> for JournalActor {
-    type Result = Result<Vec<(String, i16, i64)>, JournalError>;
-
-    fn handle(&mut self, msg: TopicCounts, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::topic_counts(&mut conn, msg.limit)
-    }
-}
-
-impl Handler<TopicKnown> for JournalActor {
-    type Result = Result<bool, JournalError>;
-
-    fn handle(&mut self, msg: TopicKnown, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::topic_known(&mut conn, &msg.topic)
-    }
-}
-
-impl Handler<LiveByBizKey> for JournalActor {
-    type Result = Result<(Vec<MessageRow>, Option<i64>), JournalError>;
-
-    fn handle(&mut self, msg: LiveByBizKey, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        match msg {
-            LiveByBizKey::Exact { topic, key } => Ok((
-                store::live_by_biz_key(&mut conn, &topic, &key)?
-                    .into_iter()
-                    .collect(),
-                None,
-            )),
-            LiveByBizKey::Prefix {
-                topic,
-                prefix,
-                status,
-                after,
-                limit,
-            } => store::live_by_biz_key_prefix(&mut conn, &topic, &prefix, status, after, limit),
-        }
-    }
-}
-
 impl Handler<ProbeWrite> for JournalActor {
     type Result = Result<(), JournalError>;
 
@@ -271,15 +145,6 @@ impl Handler<ProbeWrite> for JournalActor {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
         store::probe_write(&mut conn)
-    }
-}
-
-impl Handler<EndedPage> for JournalActor {
-    type Result = Result<(Vec<i64>, Option<i64>), JournalError>;
-
-    fn handle(&mut self, msg: EndedPage, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::retention::ended_page(&mut conn, msg.after, msg.below, &msg.statuses, msg.limit)
     }
 }
 
@@ -291,15 +156,6 @@ impl Handler<Purge> for JournalActor {
         // Bulk work: pushes take SQLite's write lock first.
         let _writing = self.write_lock.as_ref().map(|l| l.after_pushes());
         store::retention::purge(&mut conn, &msg.ids, &msg.statuses, msg.before)
-    }
-}
-
-impl Handler<Ping> for JournalActor {
-    type Result = Result<(), JournalError>;
-
-    fn handle(&mut self, _: Ping, _: &mut Self::Context) -> Self::Result {
-        let mut conn = self.pool.get()?;
-        store::ping(&mut conn)
     }
 }
 

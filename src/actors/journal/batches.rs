@@ -17,7 +17,7 @@ use crate::redis::schedule::RedisSchedule;
 
 use super::actor::JournalActor;
 use super::backlog::{Backlog, Refused, POISON_KEPT};
-use super::messages::{InsertMessages, Ping, ProbeWrite, RecordFlow};
+use super::messages::{InsertMessages, ProbeWrite, Read, RecordFlow};
 
 /// Most messages in one group commit.
 const MAX_INSERT_BATCH: usize = 2_000;
@@ -135,7 +135,12 @@ pub(super) async fn run_inserts(
 
 /// Does the database answer a trivial query?
 async fn database_answers(actor: &Addr<JournalActor>) -> bool {
-    matches!(actor.send(Ping).await, Ok(Ok(())))
+    matches!(
+        actor
+            .send(Read(Box::new(crate::journal::store::ping)))
+            .await,
+        Ok(Ok(()))
+    )
 }
 
 /// Flow rows: gathered for a few ms, written in order, retried until written

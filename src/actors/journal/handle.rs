@@ -10,10 +10,10 @@ use actix::prelude::*;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::JournalError;
-use crate::journal::connection::{self, JournalUrl};
+use crate::journal::connection::{self, JournalConn, JournalUrl};
 use crate::journal::models::{FlowRow, MessageRow};
 use crate::journal::store::{
-    DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
+    self, DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, RowState, StatusChange,
 };
 use crate::message::{now_ms, IdGenerator, Message, MessageId, Status};
 use crate::redis::schedule::RedisSchedule;
@@ -23,9 +23,7 @@ use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::holds::{Hold, Holds};
 use super::messages::{
-    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, EndedPage, FindMessage, LiveByBizKey,
-    LivePage, LiveStates, MoveMessages, Ping, Purge, RequeueDead, RowsOf, StatesOf, TopicCounts,
-    TopicKnown, TopicPage, UnlistWaiting, WaitingPage,
+    DeleteDead, LiveByBizKey, MoveMessages, Purge, Read, RequeueDead, UnlistWaiting,
 };
 use super::write_lock::WriteLock;
 
@@ -296,14 +294,23 @@ impl Journal {
         }
     }
 
+    /// Runs `read` (a store function) on a pooled connection on the
+    /// journal's threads.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut JournalConn) -> Result<R, JournalError> + Send + 'static,
+    ) -> Result<R, JournalError> {
+        self.actor
+            .send(Read(Box::new(read)))
+            .await
+            .map_err(crate::error::journal_unreachable)?
+    }
+
     pub async fn find(
         &self,
         id: MessageId,
     ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, JournalError> {
-        self.actor
-            .send(FindMessage(id))
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| store::find_with_history(c, id)).await
     }
 
     /// [`Journal::find`] for a caller that is waiting for its answer (an
@@ -329,21 +336,13 @@ impl Journal {
         limit: i64,
         far_from: Option<i64>,
     ) -> Result<Vec<MessageRow>, JournalError> {
-        self.actor
-            .send(LivePage {
-                after,
-                limit,
-                far_from,
-            })
+        self.read(move |c| store::live_page(c, after, limit, far_from))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn count_waiting_beyond(&self, far_from: i64) -> Result<u64, JournalError> {
-        self.actor
-            .send(CountWaitingBeyond { far_from })
+        self.read(move |c| store::count_waiting_beyond(c, far_from))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn waiting_page(
@@ -352,14 +351,8 @@ impl Journal {
         due_until: i64,
         limit: i64,
     ) -> Result<Vec<(i64, i64)>, JournalError> {
-        self.actor
-            .send(WaitingPage {
-                after,
-                due_until,
-                limit,
-            })
+        self.read(move |c| store::waiting_page(c, after, due_until, limit))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {
@@ -373,10 +366,7 @@ impl Journal {
     }
 
     pub async fn count_live(&self, after: i64) -> Result<u64, JournalError> {
-        self.actor
-            .send(CountLive { after })
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| store::count_live(c, after)).await
     }
 
     pub async fn live_states(
@@ -385,28 +375,16 @@ impl Journal {
         limit: i64,
         far_from: Option<i64>,
     ) -> Result<(Vec<RowState>, Option<i64>), JournalError> {
-        self.actor
-            .send(LiveStates {
-                after,
-                limit,
-                far_from,
-            })
+        self.read(move |c| store::live_states(c, after, limit, far_from))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn states_of(&self, ids: Vec<i64>) -> Result<Vec<RowState>, JournalError> {
-        self.actor
-            .send(StatesOf(ids))
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| store::states_of(c, &ids)).await
     }
 
     pub async fn rows_of(&self, ids: Vec<i64>) -> Result<Vec<MessageRow>, JournalError> {
-        self.actor
-            .send(RowsOf(ids))
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| store::rows_of(c, &ids)).await
     }
 
     /// Messages one of `statuses` ended, per the flow rows with ids in
@@ -418,15 +396,8 @@ impl Journal {
         statuses: Vec<i16>,
         limit: i64,
     ) -> Result<(Vec<i64>, Option<i64>), JournalError> {
-        self.actor
-            .send(EndedPage {
-                after,
-                below,
-                statuses,
-                limit,
-            })
+        self.read(move |c| store::retention::ended_page(c, after, below, &statuses, limit))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     /// Deletes those of `ids` still in one of `statuses` and unchanged
@@ -448,10 +419,7 @@ impl Journal {
     }
 
     pub async fn ping(&self) -> Result<(), JournalError> {
-        self.actor
-            .send(Ping)
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(store::ping).await
     }
 
     pub async fn dead_page(
@@ -460,14 +428,9 @@ impl Journal {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(MessageRow, Vec<FlowRow>)>, JournalError> {
-        self.actor
-            .send(DeadPage {
-                topic: topic.to_string(),
-                after,
-                limit,
-            })
+        let topic = topic.to_string();
+        self.read(move |c| store::dead_page(c, &topic, after, limit))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn requeue_dead(
@@ -512,42 +475,41 @@ impl Journal {
         after: i64,
         limit: i64,
     ) -> Result<Vec<MessageRow>, JournalError> {
-        self.actor
-            .send(TopicPage {
-                topic: topic.to_string(),
-                status,
-                after,
-                limit,
-            })
+        let topic = topic.to_string();
+        self.read(move |c| store::topic_page(c, &topic, status, after, limit))
             .await
-            .map_err(crate::error::journal_unreachable)?
     }
 
     pub async fn topic_counts(&self, limit: i64) -> Result<Vec<(String, i16, i64)>, JournalError> {
-        self.actor
-            .send(TopicCounts { limit })
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| store::topic_counts(c, limit)).await
     }
 
     /// Whether the journal holds any message of `topic`.
     pub async fn topic_known(&self, topic: &str) -> Result<bool, JournalError> {
-        self.actor
-            .send(TopicKnown {
-                topic: topic.to_string(),
-            })
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        let topic = topic.to_string();
+        self.read(move |c| store::topic_known(c, &topic)).await
     }
 
     pub async fn live_by_biz_key(
         &self,
         query: LiveByBizKey,
     ) -> Result<(Vec<MessageRow>, Option<i64>), JournalError> {
-        self.actor
-            .send(query)
-            .await
-            .map_err(crate::error::journal_unreachable)?
+        self.read(move |c| match query {
+            LiveByBizKey::Exact { topic, key } => Ok((
+                store::live_by_biz_key(c, &topic, &key)?
+                    .into_iter()
+                    .collect(),
+                None,
+            )),
+            LiveByBizKey::Prefix {
+                topic,
+                prefix,
+                status,
+                after,
+                limit,
+            } => store::live_by_biz_key_prefix(c, &topic, &prefix, status, after, limit),
+        })
+        .await
     }
 
     /// Taken before an operation changes Redis, dropped once its status

@@ -44,8 +44,7 @@ pub use backlog::{BacklogView, Refused, DEFAULT_BACKLOG};
 pub use handle::{Journal, JournalOptions, DEFAULT_NICE};
 pub use holds::Hold;
 pub use messages::{
-    CountLive, CountWaitingBeyond, DeadPage, DeleteDead, FindMessage, InsertMessages, LiveByBizKey,
-    LivePage, LiveStates, MoveMessages, Ping, ProbeWrite, RecordFlow, RequeueDead, RowsOf,
-    StatesOf, TopicCounts, TopicKnown, TopicPage, WaitingPage,
+    DeleteDead, InsertMessages, LiveByBizKey, MoveMessages, ProbeWrite, Read, RecordFlow,
+    RequeueDead,
 };
 pub use write_lock::WriteLock;
