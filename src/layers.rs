@@ -225,6 +225,16 @@ fn target(path: &str, module: &[String], modules: &BTreeSet<Vec<String>>) -> Opt
         "crate" => Vec::new(),
         "self" => module.to_vec(),
         "super" => module[..module.len().saturating_sub(1)].to_vec(),
+        // The crate root's re-exports (`pub use client::Client;`): the
+        // same as `self::client::...`. (A `mod.rs` re-exporting its
+        // children while they import the items it defines is not read
+        // this way yet: the schedule's and the journal store's handles
+        // are split across such files.)
+        child if module.is_empty() && modules.contains(&vec![child.to_string()]) => {
+            let mut at = module.to_vec();
+            at.push(child.to_string());
+            at
+        }
         _ => return None,
     };
     let mut named = at.clone();
@@ -284,9 +294,10 @@ fn graph(src: &Path) -> (Graph, BTreeMap<Vec<String>, PathBuf>) {
         let arrows = graph.entry(f.module.clone()).or_default();
         for p in paths(&code(&text)) {
             if let Some(to) = target(&p, &f.module, &modules) {
-                // A module's own file, and the crate root's plain list of
-                // modules, are no arrows.
-                if to != f.module && !to.is_empty() {
+                // A module's own file is no arrow. A path through the
+                // crate root (`crate::Name`, a name the root re-exports)
+                // is an arrow to the root, which names every module.
+                if to != f.module {
                     arrows.insert(to);
                 }
             }

@@ -25,11 +25,11 @@ use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
 use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
+use crate::reply::CancelOutcome;
 use crate::reply::{
     AckAndPollReply, AckResult, AckResults, CancelEach, Ids, MessagePage, NackResult, NackResults,
     OneCancel, PrefixCancelled, PushReply, RescheduleEach,
 };
-use crate::CancelOutcome;
 
 /// Most ids the server takes in one `POST /ack`, `POST /nack` or poll.
 pub const MAX_ACK_IDS: usize = 100;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Status;
+use crate::message::Status;
 
 /// One status change of a message, as its history shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

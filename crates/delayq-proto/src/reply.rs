@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::{AckOutcome, CancelOutcome, MessageId, MessageView, NackOutcome, Occurrence, Status};
+use crate::message::{MessageId, MessageView, Occurrence, Status};
+use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome};
 
 /// A message is accepted and durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,10 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::outcome::{ACK_SENT, CANCEL_SENT, NACK_SENT};
-use crate::{
-    AckOutcome, CancelOutcome, ErrorCode, MessageId, NackOutcome, RescheduleOutcome, Status,
-    ID_PATTERN,
-};
+use crate::error::ErrorCode;
+use crate::message::{MessageId, Status, ID_PATTERN};
+use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome, ACK_SENT, CANCEL_SENT, NACK_SENT};
+use crate::reply::RescheduleOutcome;
 
 /// A string schema of these names.
 fn names<'a>(names: impl IntoIterator<Item = &'a str>, description: Option<&str>) -> RefOr<Schema> {

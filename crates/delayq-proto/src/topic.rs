@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::message::Status;
+
 /// A topic's messages by status (from the journal, a few seconds old at
 /// most).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,8 +27,7 @@ pub struct TopicCounts {
 
 impl TopicCounts {
     /// The count of messages in `status` (none for `Unknown`).
-    pub fn of_mut(&mut self, status: crate::Status) -> Option<&mut i64> {
-        use crate::Status;
+    pub fn of_mut(&mut self, status: Status) -> Option<&mut i64> {
         Some(match status {
             Status::WaitPut => &mut self.waiting,
             Status::Delaying => &mut self.delaying,
@@ -40,7 +41,7 @@ impl TopicCounts {
     }
 
     /// The count of messages in `status` (0 for `Unknown`).
-    pub fn of(&self, status: crate::Status) -> i64 {
+    pub fn of(&self, status: Status) -> i64 {
         self.clone().of_mut(status).map_or(0, |n| *n)
     }
 }
