@@ -164,6 +164,10 @@ DO $$ BEGIN
     ALTER ROLE delayq LOGIN PASSWORD 'delayq' CREATEDB;
   END IF;
 END $$;
+-- A test drops its database WITH (FORCE), which ends the sessions still
+-- on it: an autovacuum worker there is the server's, not delayq's, and
+-- ending it takes pg_signal_backend.
+GRANT pg_signal_backend TO delayq;
 SQL
     if ! su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname = 'delayq'\"" | grep -q 1; then
         su postgres -c "createdb -O delayq delayq" >&2

@@ -47,8 +47,10 @@ pub use client::{Client, ClientBuilder, Reschedule, Search};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
 pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
+// `message::Message` (the bare message, without its status and receipt)
+// is left out here on purpose: a delivery is a `MessageView`.
 pub use message::{
-    Backoff, Delivery, Message, MessageId, MessageView, Misfire, NewMessage, Occurrence, Repeat,
+    Backoff, Delivery, MessageId, MessageView, Misfire, NewMessage, Occurrence, Repeat,
     RetryPolicy, Status,
 };
 pub use reply::{

@@ -197,6 +197,15 @@ impl Queue {
         }))
     }
 
+    /// Message `id` as the journal alone has it: its row and history
+    /// (Redis is not asked, so an outage of Redis does not hold this up).
+    pub async fn journal_row(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(MessageRow, Vec<FlowRow>)>, QueueError> {
+        Ok(self.journal.find(id).await?)
+    }
+
     /// Whether the journal holds message `id`.
     pub async fn exists(&self, id: MessageId) -> Result<bool, QueueError> {
         Ok(self.journal.find(id).await?.is_some())

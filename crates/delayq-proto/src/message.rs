@@ -65,10 +65,22 @@ impl Serialize for MessageId {
     }
 }
 
+/// Read from the decimal string the server sends, or from a number (as
+/// an application may have stored one).
 impl<'de> Deserialize<'de> for MessageId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw<'a> {
+            #[serde(borrow)]
+            Text(std::borrow::Cow<'a, str>),
+            Number(i64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+            Raw::Number(n) if n > 0 => Ok(MessageId(n)),
+            Raw::Number(n) => Err(serde::de::Error::custom(BadMessageId(n.to_string()))),
+        }
     }
 }
 
@@ -378,7 +390,11 @@ mod tests {
         for bad in ["", "0", "-1", "+5", "1e3", "x", "9223372036854775808"] {
             assert!(bad.parse::<MessageId>().is_err(), "{bad}");
         }
-        assert!(serde_json::from_value::<MessageId>(json!(7)).is_err());
+        assert_eq!(
+            serde_json::from_value::<MessageId>(json!(7)).unwrap(),
+            MessageId(7)
+        );
+        assert!(serde_json::from_value::<MessageId>(json!(0)).is_err());
     }
 
     #[test]

@@ -21,8 +21,7 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let viewer = viewer!(state, req);
     let id = parse_id(&id)?;
-    let Some(crate::queue::read::Inspected { row, history, .. }) = state.queue.inspect(id).await?
-    else {
+    let Some((row, history)) = state.queue.journal_row(id).await? else {
         return Err(UiError(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("no message {id}"),
