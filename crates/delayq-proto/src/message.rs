@@ -283,6 +283,10 @@ pub enum Misfire {
     All,
     /// None: the first time in the future.
     Skip,
+    /// A policy this reader does not know (a newer server's); never sent,
+    /// and what it means here is left to the server.
+    #[serde(other, skip_serializing)]
+    Unknown,
 }
 
 /// Which occurrence of its series a recurring message is at.
@@ -412,6 +416,8 @@ mod tests {
         let s: Status = serde_json::from_value(json!("Frozen")).unwrap();
         assert_eq!(s, Status::Unknown);
         assert_eq!(Status::from_code(-1), None);
+        let r: Repeat = serde_json::from_value(json!({"every": 1000, "misfire": "later"})).unwrap();
+        assert_eq!(r.misfire, Some(Misfire::Unknown));
         assert_eq!(Status::from_code(6), Some(Status::Dead));
     }
 }
