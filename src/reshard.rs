@@ -118,7 +118,7 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
     }
     // Nodes in ZooKeeper mode hold no such lease: each says every second
     // that it runs.
-    let alive = redis.nodes_alive().await?;
+    let alive = redis.ownership().nodes_alive().await?;
     if !alive.is_empty() {
         bail!(
             "nodes are running on this data set ({}): stop every node before a reshard \

@@ -89,7 +89,12 @@ impl Retention {
     ) -> Result<(), QueueError> {
         let before = now_ms() - keep.as_millis() as i64;
         let below = MessageId::first_at(before).0;
-        let mut after = self.redis.retention_cursor(kind).await?.unwrap_or(0);
+        let mut after = self
+            .redis
+            .records()
+            .retention_cursor(kind)
+            .await?
+            .unwrap_or(0);
         while after < below - 1 {
             let started = Instant::now();
             let (ids, next) = self
@@ -101,7 +106,10 @@ impl Retention {
                 pass.purged += self.journal.purge(ids, statuses.clone(), before).await?;
             }
             after = next.unwrap_or(below - 1);
-            self.redis.save_retention_cursor(kind, after).await?;
+            self.redis
+                .records()
+                .save_retention_cursor(kind, after)
+                .await?;
             let pause = PAUSE.max(started.elapsed() * IDLE);
             tokio::time::sleep(pause).await;
         }

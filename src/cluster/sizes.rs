@@ -10,7 +10,8 @@ use crate::redis::schedule::RedisSchedule;
 pub async fn sample_shards(redis: RedisSchedule, cluster: ClusterHandle) {
     loop {
         let owned: Vec<u32> = cluster.view().owned.iter().map(|&(s, _)| s).collect();
-        let counts = futures::future::join_all(owned.iter().map(|&s| redis.shard_counts(s))).await;
+        let counts =
+            futures::future::join_all(owned.iter().map(|&s| redis.records().shard_counts(s))).await;
         let now = crate::clock::now_ms();
         let sizes: Vec<ShardSize> = owned
             .iter()

@@ -40,6 +40,7 @@ pub async fn take_lease(redis: &RedisSchedule, holder: &str) -> anyhow::Result<(
     let mut told = false;
     loop {
         let (held, cur) = redis
+            .ownership()
             .lease(LeaseOp::Acquire, &key, holder, LEASE.as_millis() as u64)
             .await?;
         if held {
@@ -49,7 +50,10 @@ pub async fn take_lease(redis: &RedisSchedule, holder: &str) -> anyhow::Result<(
         if node_of(&other) == node_of(holder) {
             // Our own previous run: it is gone (two live nodes never share a
             // node id on purpose). Free its lease and take it.
-            redis.lease(LeaseOp::Release, &key, &other, 0).await?;
+            redis
+                .ownership()
+                .lease(LeaseOp::Release, &key, &other, 0)
+                .await?;
             continue;
         }
         if Instant::now() >= deadline {
@@ -75,6 +79,7 @@ pub async fn take_lease(redis: &RedisSchedule, holder: &str) -> anyhow::Result<(
 async fn own_all(redis: &RedisSchedule, router: &Addr<RouterActor>) -> Result<(), ClusterError> {
     for shard in 0..redis.keys().shards() {
         let epoch = redis
+            .ownership()
             .next_epoch(shard)
             .await
             .map_err(|e| ClusterError::NotPossible(e.to_string()))?;
@@ -120,7 +125,7 @@ pub async fn run(
             _ = every.tick() => {
                 let sent = Instant::now();
                 let renewed = redis
-                    .lease(LeaseOp::Renew, &key, &holder, LEASE.as_millis() as u64)
+                    .ownership().lease(LeaseOp::Renew, &key, &holder, LEASE.as_millis() as u64)
                     .await;
                 match renewed {
                     Ok((true, _)) => {
@@ -155,7 +160,7 @@ pub async fn run(
                 // Something raised the epoch under this node: take the shard
                 // again above it, as long as the lease is ours.
                 tracing::warn!(shard = s.shard, epoch = s.epoch, "shard epoch raised elsewhere; taking the shard again");
-                if let Ok(epoch) = redis.next_epoch(s.shard).await {
+                if let Ok(epoch) = redis.ownership().next_epoch(s.shard).await {
                     router.do_send(StartShard { shard: s.shard, epoch });
                 }
             }
@@ -168,7 +173,7 @@ pub async fn run(
                     Command::Move { reply, .. } => { let _ = reply.send(Err(refuse())); }
                     Command::Shutdown(done) => {
                         stop_all(&redis, &router).await;
-                        let _ = redis.lease(LeaseOp::Release, &key, &holder, 0).await;
+                        let _ = redis.ownership().lease(LeaseOp::Release, &key, &holder, 0).await;
                         let _ = done.send(());
                         return;
                     }

@@ -49,7 +49,7 @@ pub async fn reserve_and_grant(
     valid_until: Instant,
 ) -> Result<(), crate::error::RedisError> {
     let want = now_ms().max(ids.last_ms()) + RESERVE_AHEAD_MS;
-    let (before, reserved) = redis.reserve(worker, want).await?;
+    let (before, reserved) = redis.ownership().reserve(worker, want).await?;
     if fresh {
         ids.grant(worker, before, reserved, valid_until);
     } else {
@@ -90,6 +90,7 @@ impl RedisWorkerLease {
             let key = self.redis.keys().worker_lease(worker);
             let (held, _) = self
                 .redis
+                .ownership()
                 .lease(
                     LeaseOp::Acquire,
                     &key,
@@ -125,6 +126,7 @@ impl RedisWorkerLease {
             let key = self.redis.keys().worker_lease(worker);
             let renewed = self
                 .redis
+                .ownership()
                 .lease(LeaseOp::Renew, &key, &self.holder, LEASE.as_millis() as u64)
                 .await;
             match renewed {
@@ -159,6 +161,9 @@ impl RedisWorkerLease {
     /// Frees the lease (clean shutdown).
     pub async fn release(redis: &RedisSchedule, holder: &str, worker: u16) {
         let key = redis.keys().worker_lease(worker);
-        let _ = redis.lease(LeaseOp::Release, &key, holder, 0).await;
+        let _ = redis
+            .ownership()
+            .lease(LeaseOp::Release, &key, holder, 0)
+            .await;
     }
 }

@@ -45,7 +45,11 @@ pub(super) async fn publish_journal_behind(
     node_id: String,
 ) {
     loop {
-        if let Err(e) = redis.say_journal_behind(&node_id, journal.behind()).await {
+        if let Err(e) = redis
+            .journal_sync()
+            .say_journal_behind(&node_id, journal.behind())
+            .await
+        {
             tracing::debug!(error = %e, "cannot publish whether the journal is behind");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -63,7 +67,7 @@ const FLUSH_ASK_EVERY: Duration = Duration::from_millis(200);
 pub(super) async fn answer_flush_asks(redis: RedisSchedule, journal: Journal, node_id: String) {
     loop {
         tokio::time::sleep(FLUSH_ASK_EVERY).await;
-        let asked = match redis.flush_ask_of(&node_id).await {
+        let asked = match redis.journal_sync().flush_ask_of(&node_id).await {
             Ok((asked, answered)) if asked > answered => asked,
             Ok(_) => continue,
             Err(e) => {
@@ -77,7 +81,7 @@ pub(super) async fn answer_flush_asks(redis: RedisSchedule, journal: Journal, no
             tracing::debug!(error = %e, "cannot write the queued status changes a fenced shard waits for");
             continue;
         }
-        if let Err(e) = redis.say_flushed(&node_id, asked).await {
+        if let Err(e) = redis.journal_sync().say_flushed(&node_id, asked).await {
             tracing::debug!(error = %e, "cannot say the queued status changes are written");
         }
     }
@@ -117,13 +121,16 @@ pub(super) async fn reconcile_periodically(
 ) {
     loop {
         leader_turn(&cluster, every).await;
-        if !matches!(reconciler.redis.has_dataset_marker().await, Ok(true)) {
+        if !matches!(
+            reconciler.redis.ownership().has_dataset_marker().await,
+            Ok(true)
+        ) {
             continue;
         }
         // A message a node acked or cancelled in Redis while its journal was
         // down still looks live in the journal, and once its tombstone is
         // gone, missing from Redis: repairing it would deliver it again.
-        match reconciler.redis.journals_behind().await {
+        match reconciler.redis.journal_sync().journals_behind().await {
             Ok(nodes) if nodes.is_empty() => {}
             Ok(nodes) => {
                 tracing::info!(?nodes, "a node's journal is behind; reconciling later");
@@ -136,7 +143,12 @@ pub(super) async fn reconcile_periodically(
         if let Ok(r) = &ran {
             // For the dashboard, whichever node serves it.
             let kept = serde_json::json!({"node": cluster.view().node_id, "at": crate::message::now_ms(), "report": r});
-            if let Err(e) = reconciler.redis.save_reconciled(&kept.to_string()).await {
+            if let Err(e) = reconciler
+                .redis
+                .records()
+                .save_reconciled(&kept.to_string())
+                .await
+            {
                 tracing::debug!(error = %e, "cannot keep the reconciliation's report for the dashboard");
             }
         }
@@ -177,7 +189,7 @@ const DATASET_CHECK: Duration = Duration::from_secs(1);
 /// Restores every live message from the journal when Redis has no dataset
 /// marker (a new Redis, or one that lost its data), then sets the marker.
 pub(super) async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow::Result<()> {
-    if restorer.redis.has_dataset_marker().await? {
+    if restorer.redis.ownership().has_dataset_marker().await? {
         return Ok(());
     }
     let report = restorer
@@ -190,7 +202,11 @@ pub(super) async fn ensure_dataset(restorer: &Restorer, node_id: &str) -> anyhow
             "Redis held no delayq data set; restored it from the journal"
         );
     }
-    restorer.redis.set_dataset_marker(node_id).await?;
+    restorer
+        .redis
+        .ownership()
+        .set_dataset_marker(node_id)
+        .await?;
     Ok(())
 }
 

@@ -63,7 +63,7 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
             // The cluster's clock is Redis's: read it (every master's)
             // before anything is scheduled or stamped; a master failing
             // over meanwhile is waited for like an unreachable Redis.
-            r.probe_clock().await?;
+            r.records().probe_clock().await?;
             Ok::<_, crate::error::RedisError>(r)
         };
         match attempt.await {
@@ -98,13 +98,13 @@ async fn connect_redis(args: &RedisArgs, node_id: &str) -> anyhow::Result<RedisS
 /// others' messages would sit in shards it does not know).
 async fn check_shard_count(redis: &RedisSchedule) -> anyhow::Result<()> {
     let mine = redis.keys().shards();
-    if let Some(moving) = redis.resharding().await? {
+    if let Some(moving) = redis.ownership().resharding().await? {
         bail!(
             "a reshard of this data set ({moving} shards) is under way or was interrupted; \
              finish it with `delayq reshard --shards N` (N: the count it moves to) before starting nodes"
         );
     }
-    match redis.record_shard_count().await? {
+    match redis.ownership().record_shard_count().await? {
         recorded if recorded == mine => Ok(()),
         recorded => bail!(
             "this Redis data set (key prefix '{}') was written with --shards {recorded}, not {mine}: \

@@ -212,7 +212,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
     stop_forwarders(stop_forwarding, forwarders).await;
     release(&args, &cluster, &journal, &redis, &ids, &holder, scan).await;
-    redis.say_stopped(&node_id).await;
+    redis.journal_sync().say_stopped(&node_id).await;
     Ok(())
 }
 

@@ -52,12 +52,19 @@ pub(super) async fn replay_spill(redis: &RedisSchedule, journal: &Journal, node_
     // written, and a page is removed only while the lock is still held.
     let lock = format!("{key}:lock");
     let lock_ms = spill_lock().as_millis() as u64;
-    match redis.lease(LeaseOp::Acquire, &lock, node_id, lock_ms).await {
+    match redis
+        .ownership()
+        .lease(LeaseOp::Acquire, &lock, node_id, lock_ms)
+        .await
+    {
         Ok((true, _)) => {}
         _ => return,
     }
     replay_spill_pages(redis, journal, &key, &lock, node_id).await;
-    let _ = redis.lease(LeaseOp::Release, &lock, node_id, 0).await;
+    let _ = redis
+        .ownership()
+        .lease(LeaseOp::Release, &lock, node_id, 0)
+        .await;
 }
 
 /// How long one node may hold the right to write spilled changes without
@@ -115,7 +122,11 @@ async fn replay_spill_pages(
                 return;
             }
         }
-        match redis.trim_spill(lock, key, node_id, page.len()).await {
+        match redis
+            .journal_sync()
+            .trim_spill(lock, key, node_id, page.len())
+            .await
+        {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!("lost the right to write status changes kept in Redis; another node writes them");
@@ -147,7 +158,7 @@ async fn renewing<T>(
         tokio::select! {
             done = &mut work => return Some(done),
             _ = every.tick() => {
-                if let Ok((false, _)) = redis.lease(LeaseOp::Renew, lock, holder, lock_ms).await {
+                if let Ok((false, _)) = redis.ownership().lease(LeaseOp::Renew, lock, holder, lock_ms).await {
                     return None;
                 }
             }

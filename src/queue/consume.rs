@@ -633,7 +633,7 @@ async fn ack_rounds(
                 .iter()
                 .map(|&(_, id, attempts)| (id, Status::Consumed, attempts))
                 .collect();
-            match state.redis.end_absent(&ends).await {
+            match state.redis.journal_sync().end_absent(&ends).await {
                 Ok(flags) => {
                     for ((i, id, attempts), ended) in absent.drain(..).zip(flags) {
                         if ended {

@@ -66,7 +66,7 @@ impl Queue {
             .collect();
         if !held.is_empty() {
             let holders: Vec<MessageId> = held.iter().map(|(_, id)| *id).collect();
-            let ends = self.redis.pending_ends(&holders).await?;
+            let ends = self.redis.journal_sync().pending_ends(&holders).await?;
             let mut again = Vec::new();
             let mut changes = Vec::new();
             for ((i, id), end) in held.iter().zip(ends) {

@@ -308,7 +308,7 @@ impl Queue {
     /// Whether Redis and the journal answer, and how Redis evicts.
     pub async fn probe(&self) -> Probe {
         let (redis, journal, maxmemory_policy) = futures::join!(
-            self.redis.ping(),
+            self.redis.records().ping(),
             self.journal.ping(),
             self.redis.maxmemory_policy()
         );
@@ -332,7 +332,7 @@ impl Queue {
 
     /// Every shard's counts, shard 0 first.
     pub async fn shard_counts(&self) -> Vec<Result<ShardCounts, QueueError>> {
-        futures::future::join_all((0..self.shards()).map(|s| self.redis.shard_counts(s)))
+        futures::future::join_all((0..self.shards()).map(|s| self.redis.records().shard_counts(s)))
             .await
             .into_iter()
             .map(|c| c.map_err(QueueError::from))
@@ -352,7 +352,7 @@ impl Queue {
     /// Shares a dashboard logout with every node: the session's signed
     /// body is refused until `until` (epoch ms), when it expires anyway.
     pub async fn revoke_ui_session(&self, body: &str, until: i64) -> Result<(), QueueError> {
-        Ok(self.redis.revoke_ui_session(body, until).await?)
+        Ok(self.redis.records().revoke_ui_session(body, until).await?)
     }
 
     /// Where an interrupted restore would resume.
@@ -363,6 +363,6 @@ impl Queue {
     /// The leader's last periodic reconciliation (its report, JSON), if one
     /// was kept.
     pub async fn reconciled(&self) -> Result<Option<String>, QueueError> {
-        Ok(self.redis.reconciled().await?)
+        Ok(self.redis.records().reconciled().await?)
     }
 }

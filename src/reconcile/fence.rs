@@ -171,6 +171,7 @@ impl Fence {
         let key = self.redis.keys().fence_lock(p.shard);
         let (got, _) = self
             .redis
+            .ownership()
             .lease(LeaseOp::Acquire, &key, &self.node, LEASE_MS)
             .await?;
         if !got {
@@ -179,6 +180,7 @@ impl Fence {
         let result = self.walk(p).await;
         let _ = self
             .redis
+            .ownership()
             .lease(LeaseOp::Release, &key, &self.node, LEASE_MS)
             .await;
         result.map(Some)
@@ -189,7 +191,7 @@ impl Fence {
     /// lost them are then in the journal, for the walk to find.
     async fn nodes_wrote_their_changes(&self, p: &ShardProbe) -> Result<(), QueueError> {
         let shard = p.shard;
-        if !self.redis.has_dataset_marker().await? {
+        if !self.redis.ownership().has_dataset_marker().await? {
             return Err(QueueError::NotScheduled(format!(
                 "shard {shard} waits for Redis's data set to be restored from the journal"
             )));
@@ -205,9 +207,11 @@ impl Fence {
             .filter(|(run, _)| *run == p.run)
             .map(|(_, asked)| *asked);
         let asked = match remembered {
-            Some(asked) if asked <= self.redis.flush_ask_of(&self.node).await?.0 => asked,
+            Some(asked) if asked <= self.redis.journal_sync().flush_ask_of(&self.node).await?.0 => {
+                asked
+            }
             _ => {
-                let asked = self.redis.ask_flush().await?;
+                let asked = self.redis.journal_sync().ask_flush().await?;
                 self.asks
                     .lock()
                     .unwrap()
@@ -230,7 +234,7 @@ impl Fence {
             // MEMBER_WAIT is not waited for (the list may be stale); one
             // that runs says so every second, even to a Redis that
             // restarted empty.
-            let mut nodes = self.redis.nodes_alive().await?;
+            let mut nodes = self.redis.ownership().nodes_alive().await?;
             if let Some(cluster) = self
                 .cluster
                 .as_ref()
@@ -241,7 +245,7 @@ impl Fence {
             nodes.sort();
             nodes.dedup();
             nodes.retain(|n| *n != self.node);
-            let answered = self.redis.flushed_by(&nodes).await?;
+            let answered = self.redis.journal_sync().flushed_by(&nodes).await?;
             let waiting: Vec<&String> = nodes
                 .iter()
                 .zip(&answered)
@@ -323,6 +327,7 @@ impl Fence {
             cursor = next;
             let (still, _) = self
                 .redis
+                .ownership()
                 .lease(LeaseOp::Renew, &key, &self.node, LEASE_MS)
                 .await?;
             if !still {

@@ -69,7 +69,7 @@ impl Reconciler {
         // dashboard and the command line alike). Checked again before each
         // batch of repairs (`settle`).
         if repair != Repair::None {
-            let behind = self.redis.journals_behind().await?;
+            let behind = self.redis.journal_sync().journals_behind().await?;
             if !behind.is_empty() {
                 return Err(QueueError::JournalBehind(behind));
             }
@@ -295,7 +295,7 @@ impl Reconciler {
         if !to_repair.is_empty() {
             // A run can take minutes: a journal that fell behind since it
             // started (see `run`) stops the repairs before this batch.
-            let behind = self.redis.journals_behind().await?;
+            let behind = self.redis.journal_sync().journals_behind().await?;
             if !behind.is_empty() {
                 return Err(QueueError::JournalBehind(behind));
             }
@@ -373,7 +373,7 @@ impl Reconciler {
                 .map(|((id, _), _)| *id)
                 .collect();
             if !ids.is_empty() {
-                self.redis.journaled(&ids).await?;
+                self.redis.journal_sync().journaled(&ids).await?;
             }
             report.unjournaled.repaired += ids.len() as u64;
         }

@@ -192,7 +192,7 @@ pub(super) async fn run_flows(
         if !ends.is_empty() && matches!(written, Written::All) {
             let redis = redis.clone();
             actix::spawn(async move {
-                if let Err(e) = redis.journaled(&ends).await {
+                if let Err(e) = redis.journal_sync().journaled(&ends).await {
                     // Left for the reconciler, which finds the journal has them.
                     tracing::debug!(error = %e, "cannot tell Redis the journal has these ends");
                 }

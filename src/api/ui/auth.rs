@@ -107,7 +107,7 @@ fn revoked(body: &str) -> bool {
 /// every second.
 pub async fn sync_revoked(redis: crate::redis::schedule::RedisSchedule) {
     loop {
-        let list = redis.revoked_ui_sessions().await;
+        let list = redis.records().revoked_ui_sessions().await;
         if let Ok(list) = list {
             let mut r = REVOKED.write().unwrap_or_else(|p| p.into_inner());
             let set = r.get_or_insert_with(Default::default);

@@ -194,7 +194,7 @@ impl Node {
     /// answers again. Returns whether the node is withdrawn now.
     pub(super) async fn watch_redis(&self, st: &mut SessionState) -> Result<bool, ClusterError> {
         let answers = matches!(
-            tokio::time::timeout(Duration::from_secs(1), self.redis.ping()).await,
+            tokio::time::timeout(Duration::from_secs(1), self.redis.records().ping()).await,
             Ok(Ok(()))
         );
         if answers {

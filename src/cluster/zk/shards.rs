@@ -183,7 +183,12 @@ impl Node {
             return;
         }
         let next = s.stored.saturating_add(1);
-        match self.redis.take_over(s.shard, s.stored, next).await {
+        match self
+            .redis
+            .ownership()
+            .take_over(s.shard, s.stored, next)
+            .await
+        {
             Ok(true) => {
                 tracing::warn!(
                     shard = s.shard,

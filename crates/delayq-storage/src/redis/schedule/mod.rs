@@ -2,14 +2,20 @@
 //! of them) on one shard's keys. Any node may run any of them: ownership only
 //! decides who runs [`RedisSchedule::tick`].
 
-mod bookkeeping;
 mod deliver;
 mod fence;
+mod journal_sync;
 mod moves;
 mod outcomes;
+mod ownership;
+mod records;
 mod topics;
+
 pub use fence::ShardProbe;
+pub use journal_sync::JournalSync;
 pub use moves::RedisMove;
+pub use ownership::Ownership;
+pub use records::Records;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
