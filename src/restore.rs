@@ -216,6 +216,7 @@ impl Restorer {
         }
         Ok(self
             .redis
+            .inspect()
             .restore_cursor()
             .await?
             .filter(|c| c.expire == expire && now_ms() - c.updated_at < RESTORE_CURSOR_MS))
@@ -252,6 +253,7 @@ impl Restorer {
             let p = progress_of(report, expire, started_at, *after);
             if !report.dry_run {
                 self.redis
+                    .inspect()
                     .save_restore_cursor(&RestoreCursor {
                         after: *after,
                         expire,
@@ -279,7 +281,7 @@ impl Restorer {
         }
         if !report.dry_run {
             self.flush_patiently().await?;
-            self.redis.clear_restore_cursor().await?;
+            self.redis.inspect().clear_restore_cursor().await?;
         }
         Ok(())
     }

@@ -173,7 +173,7 @@ impl ZsetShardActor {
         self.scanning = true;
         self.rescan = false;
         let (redis, shard, epoch) = (self.redis.clone(), self.shard, self.epoch);
-        let step = async move { redis.tick(shard, BATCH, epoch).await };
+        let step = async move { redis.delivery().tick(shard, BATCH, epoch).await };
         ctx.spawn(step.into_actor(self).map(|res, act, ctx| {
             act.scanning = false;
             if !act.releasing.is_empty() {

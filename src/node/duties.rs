@@ -20,7 +20,7 @@ use super::spill::replay_spill;
 /// Warns when Redis may evict keys: a dropped key loses messages while the
 /// data set marker survives, so only the reconciler would bring them back.
 pub(super) async fn check_eviction(redis: &RedisSchedule) {
-    match redis.maxmemory_policy().await {
+    match redis.inspect().maxmemory_policy().await {
         Some(p) if evicts(&p) => tracing::warn!(
             maxmemory_policy = %p,
             "Redis may evict keys under memory pressure (maxmemory-policy is not noeviction): \
@@ -91,7 +91,7 @@ pub(super) async fn answer_flush_asks(redis: RedisSchedule, journal: Journal, no
 /// scrape never waits for Redis).
 pub(super) async fn watch_paused(redis: RedisSchedule) {
     loop {
-        match redis.paused_topics().await {
+        match redis.topics().paused_topics().await {
             Ok(paused) => crate::metrics::metrics().paused_topics(paused.keys()),
             Err(e) => tracing::debug!(error = %e, "cannot read the paused topics"),
         }

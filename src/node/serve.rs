@@ -133,7 +133,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_eviction(&redis).await;
     // A pause or resume cut short, or a reshard, left some shard's copy of
     // the paused topics behind the list: made to follow it.
-    if let Err(e) = redis.sync_paused().await {
+    if let Err(e) = redis.topics().sync_paused().await {
         tracing::warn!(error = %e, "cannot bring the shards' paused topics in line with the list; pause or resume again");
     }
     let advertise = args.cluster.advertise.clone().unwrap_or_else(|| {

@@ -173,7 +173,7 @@ pub async fn reconcile(args: ReconcileCmdArgs) -> anyhow::Result<ReconcileReport
     let total = if progress::wanted() {
         match (
             tool.journal.count_live(0).await,
-            tool.redis.record_count().await,
+            tool.redis.inspect().record_count().await,
         ) {
             (Ok(rows), Ok(records)) => Some(rows + records),
             _ => None,

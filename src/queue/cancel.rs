@@ -93,7 +93,7 @@ async fn cancel_absent(state: &Queue, id: MessageId) -> Result<Settled, QueueErr
             // (or met an outage), or Redis lost it. Cancel again with a
             // tombstone, so neither that push nor a restore brings it back.
             Status::WaitPut | Status::Delaying | Status::Ready => {
-                match from_redis(redis.cancel(id, true).await?) {
+                match from_redis(redis.delivery().cancel(id, true).await?) {
                     Some(settled) => settled,
                     // Cancelled now, its tombstone set.
                     None => (CancelOutcome::Deleted, Journaled::Deleted(row.attempts)),
@@ -120,7 +120,7 @@ async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCa
             if crate::faults::strikes("plant_answer", id.0, 2) {
                 return Ok(RedisCancel::Deleted { attempts: 0 });
             }
-            Ok(state.redis.cancel(id, false).await?)
+            Ok(state.redis.delivery().cancel(id, false).await?)
         })
         .buffered(CONCURRENCY)
         .collect()

@@ -113,7 +113,7 @@ async fn claim(
     // left nothing claimed, look again (each look drops up to `count`).
     if !state.redis.is_cluster() {
         for _ in 0..64 {
-            let (claimed, dropped, limited) = state.redis.take(topic, count).await?;
+            let (claimed, dropped, limited) = state.redis.delivery().take(topic, count).await?;
             if !claimed.is_empty() || dropped == 0 {
                 return Ok((claimed, limited));
             }
@@ -129,7 +129,11 @@ async fn claim(
     let mut skip = BTreeSet::new();
     let mut wait = 0;
     for _ in 0..8 {
-        let picks = state.redis.peek_ready(topic, count, &skip).await?;
+        let picks = state
+            .redis
+            .delivery()
+            .peek_ready(topic, count, &skip)
+            .await?;
         if picks.is_empty() {
             return Ok((Vec::new(), wait));
         }
@@ -137,7 +141,7 @@ async fn claim(
         for (_, shard, _) in &picks {
             *per_shard.entry(*shard).or_default() += 1;
         }
-        let (claimed, limited, held) = state.redis.claim(topic, &per_shard).await?;
+        let (claimed, limited, held) = state.redis.delivery().claim(topic, &per_shard).await?;
         if !claimed.is_empty() {
             return Ok((claimed, 0));
         }
@@ -180,7 +184,7 @@ async fn skip_missed(state: &Queue, claimed: Vec<Claimed>) -> Result<Vec<Claimed
             )
         })
         .collect();
-    let advanced = state.redis.advance_many(&items).await?;
+    let advanced = state.redis.delivery().advance_many(&items).await?;
     let keys = state.redis.keys();
     let mut changes = Vec::new();
     for (c, ((id, _, next), done)) in skipped.iter().zip(items.into_iter().zip(advanced)) {
@@ -460,7 +464,7 @@ async fn ack_rounds(
         }
         let round: Vec<(MessageId, Option<Receipt>)> =
             pending.iter().map(|&i| (ids[i], acks[i].receipt)).collect();
-        let results = match state.redis.ack_many(&round).await {
+        let results = match state.redis.delivery().ack_many(&round).await {
             Ok(r) => r,
             Err(e) => {
                 // What earlier rounds applied in Redis still reaches the
@@ -656,7 +660,7 @@ async fn ack_rounds(
             continue;
         }
         let items: Vec<_> = advancing.iter().map(|(_, _, item)| item.clone()).collect();
-        let advanced = match state.redis.advance_many(&items).await {
+        let advanced = match state.redis.delivery().advance_many(&items).await {
             Ok(a) => a,
             Err(e) => {
                 // What Redis applied before the error still reaches the journal
@@ -748,7 +752,7 @@ pub async fn nack(
     state: &Queue,
     nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
 ) -> Result<Vec<NackOutcome>, QueueError> {
-    let results = state.redis.nack_many(nacks).await?;
+    let results = state.redis.delivery().nack_many(nacks).await?;
     let keys = state.redis.keys();
     let mut outcomes = Vec::with_capacity(nacks.len());
     let mut changes = Vec::new();

@@ -151,7 +151,7 @@ impl Queue {
     /// Pauses `topic` on every node (see [`RedisSchedule::pause`]): when
     /// it was paused, and whether this call paused it.
     pub async fn pause(&self, topic: &str) -> Result<(i64, bool), QueueError> {
-        let (at, changed) = self.redis.pause(topic).await?;
+        let (at, changed) = self.redis.topics().pause(topic).await?;
         if changed {
             tracing::info!(topic, "topic paused");
         }
@@ -161,7 +161,7 @@ impl Queue {
     /// Resumes `topic` on every node; this node's waiting polls look at
     /// once (other nodes' hear it from Redis). Whether it was paused.
     pub async fn resume(&self, topic: &str) -> Result<bool, QueueError> {
-        let changed = self.redis.resume(topic).await?;
+        let changed = self.redis.topics().resume(topic).await?;
         self.waiters.notify(topic);
         if changed {
             tracing::info!(topic, "topic resumed");

@@ -115,14 +115,14 @@ impl Queue {
     /// The topics as `GET /topics` and the dashboard show them.
     pub async fn topic_list(&self) -> Result<TopicList, QueueError> {
         let (counts, cut) = self.topic_counts().await?;
-        let paused = self.redis.paused_topics().await?;
+        let paused = self.redis.topics().paused_topics().await?;
         let mut names: Vec<&str> = counts.keys().map(String::as_str).collect();
         names.extend(paused.keys().map(String::as_str));
         let limits = self.redis.limits();
         names.extend(limits.keys().map(String::as_str));
         names.sort_unstable();
         names.dedup();
-        let oldest = self.redis.oldest_ready(&names).await?;
+        let oldest = self.redis.topics().oldest_ready(&names).await?;
         let now = now_ms();
         let topics = names
             .iter()
@@ -148,13 +148,18 @@ impl Queue {
     /// is paused or limited.
     pub async fn topic_known(&self, topic: &str) -> Result<bool, QueueError> {
         Ok(self.redis.limits().contains_key(topic)
-            || self.redis.paused_topics().await?.contains_key(topic)
+            || self
+                .redis
+                .topics()
+                .paused_topics()
+                .await?
+                .contains_key(topic)
             || self.journal.topic_known(topic).await?)
     }
 
     /// The paused topics, each with when it was paused.
     pub async fn paused_topics(&self) -> Result<BTreeMap<String, i64>, QueueError> {
-        Ok(self.redis.paused_topics().await?)
+        Ok(self.redis.topics().paused_topics().await?)
     }
 
     /// The topics' rate limits and concurrency caps (`--topic-limit`).
@@ -217,6 +222,7 @@ impl Queue {
         let live = !row.status().is_terminal();
         let Some(held) = self
             .redis
+            .inspect()
             .locate(&[(id, row.topic.as_str())])
             .await
             .ok()
@@ -233,7 +239,7 @@ impl Queue {
                     Place::InFlight { .. } => Status::Consuming,
                     Place::Nowhere => return RedisView::Gone,
                 };
-                match self.redis.headers(&[id]).await {
+                match self.redis.inspect().headers(&[id]).await {
                     Ok(mut h) => match h.pop().flatten() {
                         Some(header) => (status, header.attempts),
                         None => return RedisView::Gone,
@@ -310,7 +316,7 @@ impl Queue {
         let (redis, journal, maxmemory_policy) = futures::join!(
             self.redis.records().ping(),
             self.journal.ping(),
-            self.redis.maxmemory_policy()
+            self.redis.inspect().maxmemory_policy()
         );
         Probe {
             redis: redis.map_err(|e| e.to_string()),
@@ -357,7 +363,7 @@ impl Queue {
 
     /// Where an interrupted restore would resume.
     pub async fn restore_cursor(&self) -> Result<Option<RestoreCursor>, QueueError> {
-        Ok(self.redis.restore_cursor().await?)
+        Ok(self.redis.inspect().restore_cursor().await?)
     }
 
     /// The leader's last periodic reconciliation (its report, JSON), if one

@@ -292,7 +292,11 @@ impl Fence {
         let key = self.redis.keys().fence_lock(shard);
         let (mut cursor, mut walked, mut removed) = (0u64, 0u64, 0u64);
         loop {
-            let (next, records) = self.redis.scan_records(shard, cursor, PAGE).await?;
+            let (next, records) = self
+                .redis
+                .inspect()
+                .scan_records(shard, cursor, PAGE)
+                .await?;
             let ids: Vec<i64> = records.iter().map(|(id, _)| id.0).collect();
             walked += ids.len() as u64;
             if !ids.is_empty() {
@@ -317,7 +321,7 @@ impl Fence {
                     )
                     .collect();
                 if !ended.is_empty() {
-                    let gone = self.redis.purge(&ended).await?;
+                    let gone = self.redis.inspect().purge(&ended).await?;
                     removed += gone.iter().filter(|&&g| g).count() as u64;
                 }
             }

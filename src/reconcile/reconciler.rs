@@ -111,7 +111,7 @@ impl Reconciler {
                 .iter()
                 .map(|r| (MessageId(r.id), r.topic.as_str()))
                 .collect();
-            let held = self.redis.locate(&items).await?;
+            let held = self.redis.inspect().locate(&items).await?;
             report.journal_scanned += rows.len() as u64;
             for (row, h) in rows.iter().zip(held) {
                 if let Some(kind) = classify(Some(row), h, cutoff, far.unwrap_or(i64::MAX)) {
@@ -145,6 +145,7 @@ impl Reconciler {
                 let page_start = Instant::now();
                 let (next, records) = self
                     .redis
+                    .inspect()
                     .scan_records(shard, cursor, self.options.page)
                     .await?;
                 report.redis_scanned += records.len() as u64;
@@ -266,7 +267,7 @@ impl Reconciler {
             .iter()
             .map(|c| (c.id, c.topic.as_str()))
             .collect();
-        let held = self.redis.locate(&items).await?;
+        let held = self.redis.inspect().locate(&items).await?;
         let cutoff = now_ms() - self.options.grace.as_millis() as i64;
         let far = self.far(crate::horizon::load_lag_ms(self.redis.horizon_ms()));
         let mut to_repair: Vec<(MessageId, Kind)> = Vec::new();
@@ -394,7 +395,7 @@ impl Reconciler {
                 .into_iter()
                 .map(|id| (id, due.get(&id.0).copied()))
                 .collect();
-            let put_back = self.redis.replace(&unscheduled).await?;
+            let put_back = self.redis.inspect().replace(&unscheduled).await?;
             report.unscheduled.repaired += put_back.iter().filter(|&&p| p).count() as u64;
         }
 
@@ -414,7 +415,7 @@ impl Reconciler {
                 .into_iter()
                 .filter(|id| ended.contains(&id.0))
                 .collect();
-            let removed = self.redis.purge(&finished).await?;
+            let removed = self.redis.inspect().purge(&finished).await?;
             report.finished_in_journal.repaired += removed.iter().filter(|&&p| p).count() as u64;
         }
 
@@ -427,7 +428,7 @@ impl Reconciler {
             .collect();
         if !mismatched.is_empty() {
             let ids: Vec<MessageId> = mismatched.iter().map(|(id, _, _)| *id).collect();
-            let headers = self.redis.headers(&ids).await?;
+            let headers = self.redis.inspect().headers(&ids).await?;
             let at = now_ms();
             let shard: Arc<str> = FLOW_SHARD.into();
             let changes: Vec<StatusChange> = mismatched

@@ -82,10 +82,32 @@ fn to_i64(v: &Value) -> Option<i64> {
     opt_score(v).map(|f| f as i64)
 }
 
+/// Looking at what Redis holds: where each message is, its record's header,
+/// the records' count and scan, purging and replacing records, the restore
+/// cursor, and Redis's eviction policy.
+#[derive(Clone, Copy)]
+pub struct Inspection<'a>(&'a RedisSchedule);
+
 impl RedisSchedule {
+    /// Looking at what Redis holds.
+    pub fn inspect(&self) -> Inspection<'_> {
+        Inspection(self)
+    }
+}
+
+/// The handle reads the schedule's connection, keys and scripts.
+impl std::ops::Deref for Inspection<'_> {
+    type Target = RedisSchedule;
+
+    fn deref(&self) -> &RedisSchedule {
+        self.0
+    }
+}
+
+impl Inspection<'_> {
     /// Where Redis holds each message: `(id, topic)` pairs, the topic
     /// naming the ready queue to look in. One pipeline for all.
-    pub async fn locate(&self, items: &[(MessageId, &str)]) -> Result<Vec<Held>, RedisError> {
+    pub async fn locate(self, items: &[(MessageId, &str)]) -> Result<Vec<Held>, RedisError> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
@@ -133,7 +155,7 @@ impl RedisSchedule {
 
     /// How many records the shards' message hashes hold: what a walk over
     /// them reads.
-    pub async fn record_count(&self) -> Result<u64, RedisError> {
+    pub async fn record_count(self) -> Result<u64, RedisError> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             pipe.hlen(self.keys.messages(shard));
@@ -146,7 +168,7 @@ impl RedisSchedule {
     /// `cursor`, about `count` records): the ids with their record headers,
     /// and the cursor to go on with (0: the walk is over).
     pub async fn scan_records(
-        &self,
+        self,
         shard: u32,
         cursor: u64,
         count: usize,
@@ -174,7 +196,7 @@ impl RedisSchedule {
     }
 
     /// The record headers of these messages (None where Redis holds none).
-    pub async fn headers(&self, ids: &[MessageId]) -> Result<Vec<Option<Header>>, RedisError> {
+    pub async fn headers(self, ids: &[MessageId]) -> Result<Vec<Option<Header>>, RedisError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -191,7 +213,7 @@ impl RedisSchedule {
 
     /// Removes finished messages from Redis, leaving tombstones (purge.lua):
     /// whether each was held.
-    pub async fn purge(&self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
+    pub async fn purge(self, ids: &[MessageId]) -> Result<Vec<bool>, RedisError> {
         let by_shard = self.by_shard(ids.iter().copied());
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -217,7 +239,7 @@ impl RedisSchedule {
     /// journal holds (`None`: not known), whichever is later: whether each
     /// was put back.
     pub async fn replace(
-        &self,
+        self,
         messages: &[(MessageId, Option<i64>)],
     ) -> Result<Vec<bool>, RedisError> {
         let by_shard = self.by_shard(messages.iter().map(|(id, _)| *id));
@@ -241,7 +263,7 @@ impl RedisSchedule {
     }
 
     async fn flags(
-        &self,
+        self,
         script: &'static str,
         n: usize,
         by_shard: &BTreeMap<u32, Vec<usize>>,
@@ -264,7 +286,7 @@ impl RedisSchedule {
     }
 
     /// The cursor of a restore under way or interrupted lately, if any.
-    pub async fn restore_cursor(&self) -> Result<Option<RestoreCursor>, RedisError> {
+    pub async fn restore_cursor(self) -> Result<Option<RestoreCursor>, RedisError> {
         let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
             .arg(self.keys.restore_cursor())
             .query_async(&mut self.con.clone())
@@ -283,7 +305,7 @@ impl RedisSchedule {
 
     /// Records how far a restore got; the key lapses
     /// [`RESTORE_CURSOR_MS`] after the last page.
-    pub async fn save_restore_cursor(&self, c: &RestoreCursor) -> Result<(), RedisError> {
+    pub async fn save_restore_cursor(self, c: &RestoreCursor) -> Result<(), RedisError> {
         let key = self.keys.restore_cursor();
         let _: () = redis::pipe()
             .atomic()
@@ -305,7 +327,7 @@ impl RedisSchedule {
     }
 
     /// A restore finished: nothing to resume.
-    pub async fn clear_restore_cursor(&self) -> Result<(), RedisError> {
+    pub async fn clear_restore_cursor(self) -> Result<(), RedisError> {
         let _: () = redis::cmd("DEL")
             .arg(self.keys.restore_cursor())
             .query_async(&mut self.con.clone())
@@ -315,7 +337,7 @@ impl RedisSchedule {
 
     /// Redis's `maxmemory-policy`; None when Redis does not say (CONFIG
     /// disabled or renamed, as managed services often do).
-    pub async fn maxmemory_policy(&self) -> Option<String> {
+    pub async fn maxmemory_policy(self) -> Option<String> {
         let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("maxmemory-policy")

@@ -72,12 +72,34 @@ fn sort_claimed(claimed: &mut [Claimed]) {
     });
 }
 
+/// Handing messages out: the shard's tick (promotion of what is due),
+/// peeking at and claiming ready messages, taking one by id, acks,
+/// advancing recurring messages, nacks and cancels.
+#[derive(Clone, Copy)]
+pub struct Delivery<'a>(&'a RedisSchedule);
+
 impl RedisSchedule {
+    /// Handing messages out.
+    pub fn delivery(&self) -> Delivery<'_> {
+        Delivery(self)
+    }
+}
+
+/// The handle reads the schedule's connection, keys and scripts.
+impl std::ops::Deref for Delivery<'_> {
+    type Target = RedisSchedule;
+
+    fn deref(&self) -> &RedisSchedule {
+        self.0
+    }
+}
+
+impl Delivery<'_> {
     /// One scan step of a shard, now by Redis's clock: moves up to `limit`
     /// due messages to their ready queues and returns up to `limit`
     /// expired in-flight ones.
     pub async fn tick(
-        &self,
+        self,
         shard: u32,
         limit: usize,
         epoch: i64,
@@ -146,7 +168,7 @@ impl RedisSchedule {
     /// The first `count` ready messages of a topic across the shards not
     /// in `skip`, by score: (score, shard, id).
     pub async fn peek_ready(
-        &self,
+        self,
         topic: &str,
         count: usize,
         skip: &BTreeSet<u32>,
@@ -179,7 +201,7 @@ impl RedisSchedule {
     /// long (ms) until they may let one; and the shards whose limits held
     /// them back (their share of the rate or of the cap spent).
     pub async fn claim(
-        &self,
+        self,
         topic: &str,
         per_shard: &BTreeMap<u32, usize>,
     ) -> Result<(Vec<Claimed>, u64, Vec<u32>), RedisError> {
@@ -251,7 +273,7 @@ impl RedisSchedule {
     /// topic's rate limit let nothing be claimed, how long (ms) until it
     /// lets one.
     pub async fn take(
-        &self,
+        self,
         topic: &str,
         count: usize,
     ) -> Result<(Vec<Claimed>, usize, u64), RedisError> {
@@ -304,7 +326,7 @@ impl RedisSchedule {
     /// when the consumer gave one: one script call per shard, all in one
     /// pipeline. Returns what happened to each, in input order.
     pub async fn ack_many(
-        &self,
+        self,
         acks: &[(MessageId, Option<Receipt>)],
     ) -> Result<Replies<RedisAck>, RedisError> {
         let k = &self.keys;
@@ -369,7 +391,7 @@ impl RedisSchedule {
     /// read, the next occurrence or None when the series ends)`. One script
     /// call per shard, in one pipeline; results in input order.
     pub async fn advance_many(
-        &self,
+        self,
         items: &[(MessageId, String, Option<Message>)],
     ) -> Result<Vec<Advanced>, RedisError> {
         let now = now_ms();
@@ -421,7 +443,7 @@ impl RedisSchedule {
     /// `receipt` the delivery's when the consumer gave one. One script call
     /// per shard, in one pipeline; results in input order.
     pub async fn nack_many(
-        &self,
+        self,
         nacks: &[(MessageId, Option<i64>, Option<Receipt>)],
     ) -> Result<Replies<RedisNack>, RedisError> {
         let now = now_ms();
@@ -482,7 +504,7 @@ impl RedisSchedule {
     }
 
     pub async fn cancel(
-        &self,
+        self,
         id: MessageId,
         tombstone_absent: bool,
     ) -> Result<RedisCancel, RedisError> {

@@ -1,6 +1,17 @@
 //! The schedule's operations on Redis, each one script call (or one pipeline
 //! of them) on one shard's keys. Any node may run any of them: ownership only
-//! decides who runs [`RedisSchedule::tick`].
+//! decides who runs [`Delivery::tick`].
+//!
+//! [`RedisSchedule`] holds the connection, the keys and the scripts, and
+//! schedules messages (here, with the fence's checks in `fence.rs` and
+//! reschedules in `moves.rs`). Every other concern is a handle of its own,
+//! small enough to read at once, taken from it: [`RedisSchedule::delivery`]
+//! (handing out, acks, nacks, cancels), [`RedisSchedule::topics`] (pauses,
+//! the oldest ready), [`RedisSchedule::inspect`] (where messages are,
+//! records, the restore cursor), [`RedisSchedule::ownership`] (epochs,
+//! leases, the data set's markers), [`RedisSchedule::journal_sync`] (what
+//! Redis keeps for the journal) and [`RedisSchedule::records`] (small shared
+//! records, shard counts, the clock probe, ping).
 
 mod deliver;
 mod fence;
@@ -11,11 +22,13 @@ mod ownership;
 mod records;
 mod topics;
 
+pub use deliver::Delivery;
 pub use fence::ShardProbe;
 pub use journal_sync::JournalSync;
 pub use moves::RedisMove;
 pub use ownership::Ownership;
 pub use records::Records;
+pub use topics::TopicState;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

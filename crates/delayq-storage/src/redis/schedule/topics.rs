@@ -14,14 +14,35 @@ use crate::message::now_ms;
 use crate::redis::keys::due_of_score;
 use crate::redis::scripts::evalsha;
 
+/// A topic's state across the cluster: pausing and resuming it, the paused
+/// topics, and the oldest ready message of each.
+#[derive(Clone, Copy)]
+pub struct TopicState<'a>(&'a RedisSchedule);
+
 impl RedisSchedule {
+    /// A topic's state across the cluster.
+    pub fn topics(&self) -> TopicState<'_> {
+        TopicState(self)
+    }
+}
+
+/// The handle reads the schedule's connection, keys and scripts.
+impl std::ops::Deref for TopicState<'_> {
+    type Target = RedisSchedule;
+
+    fn deref(&self) -> &RedisSchedule {
+        self.0
+    }
+}
+
+impl TopicState<'_> {
     /// Pauses `topic` on every shard: the hash first (with the pause's
     /// number, pause_topic.lua), so a pause cut short is listed and is
     /// completed by the next node to start. Answers when the topic was
     /// paused (ms; an earlier pause's time when it was paused already) and
     /// whether this call paused it. A resume after it (a higher number)
     /// wins on every shard, whichever reaches a shard first.
-    pub async fn pause(&self, topic: &str) -> Result<(i64, bool), RedisError> {
+    pub async fn pause(self, topic: &str) -> Result<(i64, bool), RedisError> {
         let (seq, at, changed): (i64, i64, bool) = self.pause_word("pause", topic).await?;
         self.set_shards_paused(topic, true, seq).await?;
         Ok((at, changed))
@@ -31,7 +52,7 @@ impl RedisSchedule {
     /// number). Shards with messages waiting ready wake the long polls of
     /// every node. Answers whether the topic was paused. A pause after it
     /// wins on every shard.
-    pub async fn resume(&self, topic: &str) -> Result<bool, RedisError> {
+    pub async fn resume(self, topic: &str) -> Result<bool, RedisError> {
         let (seq, was): (i64, bool) = self.pause_word("resume", topic).await?;
         self.set_shards_paused(topic, false, seq).await?;
         Ok(was)
@@ -39,7 +60,7 @@ impl RedisSchedule {
 
     /// One call of pause_topic.lua: `op` is `pause`, `resume` or `read`.
     async fn pause_word<T: redis::FromRedisValue>(
-        &self,
+        self,
         op: &str,
         topic: &str,
     ) -> Result<T, RedisError> {
@@ -55,7 +76,7 @@ impl RedisSchedule {
     }
 
     async fn set_shards_paused(
-        &self,
+        self,
         topic: &str,
         paused: bool,
         seq: i64,
@@ -87,7 +108,7 @@ impl RedisSchedule {
     }
 
     /// Paused topics → when each was paused (ms).
-    pub async fn paused_topics(&self) -> Result<BTreeMap<String, i64>, RedisError> {
+    pub async fn paused_topics(self) -> Result<BTreeMap<String, i64>, RedisError> {
         Ok(self.con.clone().hgetall(self.keys.paused_topics()).await?)
     }
 
@@ -97,7 +118,7 @@ impl RedisSchedule {
     /// is told the hash's state under that number: a pause or resume made
     /// after the reading has a higher one, so this undoes nothing newer,
     /// on any shard, at any moment.
-    pub async fn sync_paused(&self) -> Result<(), RedisError> {
+    pub async fn sync_paused(self) -> Result<(), RedisError> {
         let mut con = self.con.clone();
         let read: Vec<String> = self.pause_word("read", "").await?;
         let seq: i64 = read.first().and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -120,7 +141,7 @@ impl RedisSchedule {
 
     /// The due time (ms) of each topic's oldest message waiting ready,
     /// across shards (`None`: nothing waits).
-    pub async fn oldest_ready(&self, topics: &[&str]) -> Result<Vec<Option<i64>>, RedisError> {
+    pub async fn oldest_ready(self, topics: &[&str]) -> Result<Vec<Option<i64>>, RedisError> {
         if topics.is_empty() {
             return Ok(Vec::new());
         }
