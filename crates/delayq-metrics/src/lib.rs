@@ -70,7 +70,7 @@ pub const OTHER_TOPIC: &str = "(other)";
 pub const DEFAULT_TOPICS: usize = 100;
 /// How often the shards' sizes are read from Redis.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
-/// The content type of [`encode`]'s text.
+/// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Lateness buckets: 1 ms to 10 s, about three per decade.

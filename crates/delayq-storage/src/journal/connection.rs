@@ -1,6 +1,6 @@
 //! Connections to the journal database: MySQL/MariaDB, PostgreSQL or
 //! SQLite, chosen by the URL, pooled with r2d2. Every query is written once with diesel's
-//! generic DSL and run on either backend through [`with_conn!`].
+//! generic DSL and run on either backend through [`crate::with_conn!`].
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //!
 //! This module is the storage layer only (connections, schema, queries,
 //! migrations). The handle the rest of delayq writes through, with its group
-//! commit and flow batching, is [`crate::actors::journal::Journal`].
+//! commit and flow batching, is the server's `actors::journal::Journal`.
 
 pub mod connection;
 pub mod models;

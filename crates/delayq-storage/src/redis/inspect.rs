@@ -1,7 +1,7 @@
-//! Looking at what Redis holds, for the reconciler ([`crate::reconcile`]):
+//! Looking at what Redis holds, for the reconciler (the server's `reconcile`):
 //! where messages sit, a bounded walk of a shard's message hash, the two
 //! repairs done in Redis (purge.lua, replace.lua); the restore's keyset
-//! cursor ([`crate::restore`]); and the eviction policy Redis runs with.
+//! cursor (the server's `restore`); and the eviction policy Redis runs with.
 //! Reads are pipelined, one round trip per page.
 
 use std::collections::BTreeMap;
@@ -75,7 +75,7 @@ pub use delayq_proto::RestoreCursor;
 
 /// How long a restore cursor outlives its last page: a restore run again
 /// within this time resumes, a later one starts from the first row (the
-/// keys below the cursor may have been lost since; see [`crate::restore`]).
+/// keys below the cursor may have been lost since; see the server's `restore`).
 pub const RESTORE_CURSOR_MS: i64 = 600_000;
 
 fn to_i64(v: &Value) -> Option<i64> {

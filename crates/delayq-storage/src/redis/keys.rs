@@ -12,7 +12,7 @@
 //! | `{P:s}:finished` | zset | tombstones: ids acked or cancelled lately, scored by when (ms) |
 //! | `{P:s}:unjournaled` | hash | id → `status|attempts|at`: an end (acked, cancelled, dead) Redis applied and the journal has not confirmed; its tombstone stays while it is here |
 //! | `{P:s}:epoch` | string | the shard's fencing epoch |
-//! | `{P:s}:applied` | hash | `run`: the data set (the Redis process's run id and replication id) on which the journal's ends were last known applied to the shard, `at`: when (ms); while another process serves the shard (a restart, a failover: Redis may have lost its last writes) the shard hands nothing out until the journal's ends are re-applied (see [`crate::redis::fence`]) |
+//! | `{P:s}:applied` | hash | `run`: the data set (the Redis process's run id and replication id) on which the journal's ends were last known applied to the shard, `at`: when (ms); while another process serves the shard (a restart, a failover: Redis may have lost its last writes) the shard hands nothing out until the journal's ends are re-applied (see the server's `reconcile::fence`) |
 //! | `{P:s}:fence-lock` | string | the node re-applying the journal's ends to a fenced shard (a lease) |
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it (nor its tombstone); the next schedule of it takes that score (within two minutes); the key expires two minutes after the last such move |
 //! | `{P:s}:moved-at` | zset | the ids of `{P:s}:moved`, scored by `at` (ms): the scripts that leave or take moves drop those past their two minutes, a batch at a time; expires with it |
@@ -187,12 +187,12 @@ impl Keys {
         format!("{{{}}}:resharding", self.prefix)
     }
 
-    /// How far the journal's retention has read (see [`crate::retention`]).
+    /// How far the journal's retention has read (see the server's `retention`).
     pub fn retention_cursor(&self) -> String {
         format!("{{{}}}:retention", self.prefix)
     }
 
-    /// Where a restore keeps its keyset cursor (see [`crate::restore`]).
+    /// Where a restore keeps its keyset cursor (see the server's `restore`).
     /// It lives in the Redis it restores into: a Redis that lost its data
     /// lost the cursor too, and is restored from the first row.
     pub fn restore_cursor(&self) -> String {

@@ -8,7 +8,7 @@
 //! anchored pattern, and all they change: moving a message needs only its
 //! topic, handing it out its ttl and attempts, returning it to the ready
 //! queue its score, deciding what a failed delivery leads to its attempt
-//! limit and retry policy (see [`RetryPolicy::header`] for the fifth field).
+//! limit and retry policy (see [`crate::retry::header`] for the fifth field).
 //! A recurring message's fifth field ends in `,r` (acking it moves it on to
 //! its next occurrence, see advance.lua), or `,x` once its series was
 //! cancelled while an occurrence was handed out (that delivery is its last).

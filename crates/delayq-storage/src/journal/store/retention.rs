@@ -1,5 +1,5 @@
 //! Retention: messages finished long enough ago leave the journal, with
-//! their history (see [`crate::retention`]).
+//! their history (see the server's `retention`).
 //!
 //! Finished messages are found through the flow rows that ended them: flow
 //! ids are Snowflakes minted when the row is written, so walking

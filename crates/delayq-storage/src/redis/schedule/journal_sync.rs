@@ -62,8 +62,8 @@ impl JournalSync<'_> {
     }
 
     /// Says whether `node`'s journal is behind (read by
-    /// [`RedisSchedule::journals_behind`]) and that `node` runs (read by
-    /// [`RedisSchedule::nodes_alive`]), and forgets the word of nodes
+    /// [`JournalSync::journals_behind`]) and that `node` runs (read by
+    /// [`crate::redis::schedule::Ownership::nodes_alive`]), and forgets the word of nodes
     /// silent for [`BEHIND_FRESH_MS`] (stopped meanwhile).
     pub async fn say_journal_behind(self, node: &str, behind: bool) -> Result<(), RedisError> {
         let key = self.keys.journal_behind();
@@ -110,7 +110,7 @@ impl JournalSync<'_> {
     }
 
     /// Asks every node to write the status changes it has queued: the
-    /// ask's number, for [`RedisSchedule::flushed_by`].
+    /// ask's number, for [`JournalSync::flushed_by`].
     pub async fn ask_flush(self) -> Result<i64, RedisError> {
         Ok(redis::cmd("INCR")
             .arg(self.keys.flush_asked())

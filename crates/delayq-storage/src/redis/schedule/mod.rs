@@ -60,7 +60,7 @@ pub struct RedisSchedule {
     /// This node's id, named on the ready notifications it publishes.
     node: Arc<str>,
     /// Messages due further ahead than this (ms) are left in the journal
-    /// (0: none is); see [`crate::horizon`].
+    /// (0: none is); see the server's `horizon`.
     horizon_ms: i64,
     /// Rate limits and concurrency caps by topic ([`crate::limit`]).
     limits: Arc<BTreeMap<String, Limit>>,
