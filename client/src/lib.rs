@@ -19,7 +19,7 @@
 //!   [`Client::find_biz_key`] and [`Client::search`];
 //!   [`Client::reschedule_ids`] and [`Client::reschedule_biz_key`].
 //! - [`message`]: [`NewMessage`] (a builder of what is pushed: delay or
-//!   delivery time, priority, ttl, attempts, bizKey, [`RetryPolicy`], [`Repeat`]),
+//!   delivery time, priority, ttl, attempts, bizKey, [`RetryRequest`], [`Repeat`]),
 //!   [`MessageView`] (what is delivered), [`MessageId`], [`Status`].
 //! - [`consumer`]: [`Consumer`], the poll / handle / ack loop, its
 //!   backoff (exponential, jittered) and shutdown; a handler answers an
@@ -50,8 +50,8 @@ pub use error::{Error, ErrorCode};
 // `message::Message` (the bare message, without its status and receipt)
 // is left out here on purpose: a delivery is a `MessageView`.
 pub use message::{
-    Backoff, Delivery, MessageId, MessageView, Misfire, NewMessage, Occurrence, Repeat,
-    RetryPolicy, Status,
+    Backoff, Delivery, MessageId, MessageView, Misfire, NewMessage, Occurrence, PushRequest,
+    Repeat, RetryPolicy, RetryRequest, Status,
 };
 pub use reply::{
     AckAndPollReply, AckOutcome, AckResult, CancelEach, CancelOne, CancelOutcome, MessagePage,

@@ -14,9 +14,10 @@
 use std::collections::BTreeMap;
 
 use delayq_proto as proto;
+pub use delayq_proto::schema::RepeatRequest;
 pub use delayq_proto::{
     AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
-    PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
+    PushBatchReply, PushReply, PushRequest, RescheduleEach, RescheduleOne, RetryRequest,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
@@ -29,7 +30,6 @@ use crate::message::{MessageId, MessageView, Status};
 use crate::redis::inspect::RestoreCursor;
 use crate::repeat::Occurrence;
 use crate::restore::RestoreReport;
-use crate::retry::Backoff;
 
 /// What a topic looks like (the same rule as [`crate::message::valid_topic`]).
 pub const TOPIC_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
@@ -37,86 +37,6 @@ pub const TOPIC_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
 // ---------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------
-
-/// A message to push. Unknown fields are refused, so a typo does not
-/// silently mean something else.
-#[allow(dead_code)] // described, not built: parse_draft reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PushRequest {
-    /// Where it is delivered.
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")]
-    topic: String,
-    /// The producer's business key: unique per topic among live messages;
-    /// pushing it again answers the live message's id.
-    #[schema(min_length = 1, max_length = 256)]
-    biz_key: Option<String>,
-    /// The payload (JSON text welcome), at most the server's
-    /// `--max-body-bytes` (1 MiB by default) or 413 `body_too_large`.
-    body: String,
-    /// Delivered this many ms from now (0 … 10 years); not with `deliverAt`.
-    #[schema(minimum = 0, maximum = 315_360_000_000_i64)]
-    delay: Option<i64>,
-    /// Delivered at this epoch time (ms); in the past means now; at most 10
-    /// years ahead. Not with `delay`.
-    #[schema(minimum = 0)]
-    deliver_at: Option<i64>,
-    /// Higher first among messages due at the same instant (default 0).
-    #[schema(minimum = 0, maximum = 255)]
-    priority: Option<i64>,
-    /// Ms a consumer has to ack (default 30 000).
-    #[schema(minimum = 100, maximum = 86_400_000)]
-    ttl: Option<i64>,
-    /// Deliveries before the message is `Dead` (default 16).
-    #[schema(minimum = 1, maximum = 1000)]
-    max_attempts: Option<i64>,
-    retry: Option<RetryRequest>,
-    repeat: Option<RepeatRequest>,
-}
-
-/// The wait before a delivery after a failed one (a nack without a delay,
-/// or an ack deadline that passed). `max` must not be below `delay`.
-#[allow(dead_code)] // described, not built: parse_policy reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RetryRequest {
-    /// Default exponential.
-    backoff: Option<Backoff>,
-    /// Ms after the first failure (default 1 000).
-    #[schema(minimum = 0, maximum = 86_400_000)]
-    delay: Option<i64>,
-    /// The longest wait, ms (default 1 hour, or `delay` when longer).
-    #[schema(minimum = 0, maximum = 86_400_000)]
-    max: Option<i64>,
-}
-
-/// A recurring message: `every` or `cron` (one of them), with `times` or
-/// `until` optional.
-#[allow(dead_code)] // described, not built: parse_repeat reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RepeatRequest {
-    /// Ms between occurrences (100 ms … 10 years).
-    #[schema(minimum = 100, maximum = 315_360_000_000_i64)]
-    every: Option<i64>,
-    /// 5 fields (minute hour day month weekday) or 6 (seconds first).
-    #[schema(max_length = 128, example = "*/20 * * * *")]
-    cron: Option<String>,
-    /// IANA time zone of `cron` (default UTC).
-    #[schema(example = "Asia/Shanghai")]
-    tz: Option<String>,
-    /// Occurrences in all.
-    #[schema(minimum = 1, maximum = 1_000_000_000)]
-    times: Option<i64>,
-    /// No occurrence after this epoch time (ms): from now to 100 years ahead.
-    #[schema(minimum = 0)]
-    until: Option<i64>,
-    /// What occurrences missed while the series fell behind come to:
-    /// `one` (default) delivers the waiting one once, late; `all` every
-    /// missed one back to back; `skip` none.
-    #[schema(example = "one")]
-    misfire: Option<crate::repeat::Misfire>,
-}
 
 /// `POST /push/batch`: all durable, or none accepted.
 #[allow(dead_code)] // described, not built: push_batch reads the JSON

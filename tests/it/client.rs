@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
     CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, MessageId, MessageView,
-    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, RetryPolicy, Search,
+    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, RetryRequest, Search,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -99,7 +99,7 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         .ttl(Duration::from_secs(5))
         .max_attempts(3)
         .biz_key("order-42")
-        .retry(RetryPolicy::exponential(
+        .retry(RetryRequest::exponential(
             Duration::from_secs(1),
             Duration::from_secs(10),
         ));

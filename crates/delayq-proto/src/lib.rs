@@ -12,6 +12,8 @@
 //!   [`RetryPolicy`] and [`Repeat`] series.
 //! - The answers to pushes, polls, acks, nacks, cancels, reschedules and
 //!   searches ([`PushReply`], [`AckAndPollReply`], [`AckResult`], …).
+//! - What a producer sends: [`PushRequest`] (with its builder) and
+//!   [`RetryRequest`].
 //! - [`ClockView`]: the cluster's clock as `GET /admin/cluster` shows it.
 //!
 //! This crate knows nothing of HTTP frameworks, Redis, databases or async
@@ -26,8 +28,9 @@ mod journal;
 mod message;
 mod outcome;
 mod reply;
+mod request;
 #[cfg(feature = "utoipa")]
-mod schema;
+pub mod schema;
 mod topic;
 
 pub use clock::{ClockView, MasterClock};
@@ -42,4 +45,5 @@ pub use reply::{
     AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
     PushBatchReply, PushReply, RescheduleEach, RescheduleOne, RescheduleOutcome,
 };
+pub use request::{PushRequest, RetryRequest};
 pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

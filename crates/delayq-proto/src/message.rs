@@ -168,28 +168,6 @@ pub struct RetryPolicy {
     pub max: i64,
 }
 
-impl RetryPolicy {
-    /// The same wait after every failure (whole milliseconds, at most a
-    /// day).
-    pub fn fixed(delay: Duration) -> Self {
-        let delay = millis(delay);
-        RetryPolicy {
-            backoff: Backoff::Fixed,
-            delay,
-            max: delay,
-        }
-    }
-
-    /// `delay` after the first failure, doubling up to `max`.
-    pub fn exponential(delay: Duration, max: Duration) -> Self {
-        RetryPolicy {
-            backoff: Backoff::Exponential,
-            delay: millis(delay),
-            max: millis(max),
-        }
-    }
-}
-
 /// `repeat` on a push: a recurring message, by interval or by cron,
 /// optionally bounded by a number of occurrences or an end time.
 // E.g. Repeat::every(Duration::from_secs(1200)).times(3), or
@@ -199,18 +177,34 @@ impl RetryPolicy {
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Repeat {
+    /// Ms between occurrences (100 ms … 10 years).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(minimum = 100, maximum = 315_360_000_000_i64)
+    )]
     pub every: Option<i64>,
+    /// 5 fields (minute hour day month weekday) or 6 (seconds first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(max_length = 128, example = "*/20 * * * *"))]
     pub cron: Option<String>,
+    /// IANA time zone of `cron` (default UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(example = "Asia/Shanghai"))]
     pub tz: Option<String>,
+    /// Occurrences in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 1_000_000_000))]
     pub times: Option<i64>,
+    /// No occurrence after this epoch time (ms): from now to 100 years ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0))]
     pub until: Option<i64>,
-    /// What missed occurrences come to (`one` when not given).
+    /// What occurrences missed while the series fell behind come to:
+    /// `one` (default) delivers the waiting one once, late; `all` every
+    /// missed one back to back; `skip` none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(example = "one"))]
     pub misfire: Option<Misfire>,
 }
 

@@ -118,3 +118,25 @@ impl PartialSchema for RescheduleOutcome {
 }
 
 impl ToSchema for RescheduleOutcome {}
+
+/// `repeat` as a push gives it: [`crate::Repeat`]'s schema, refusing
+/// unknown fields (a reader of a message keeps taking a newer server's).
+pub struct RepeatRequest;
+
+impl PartialSchema for RepeatRequest {
+    fn schema() -> RefOr<Schema> {
+        let mut schema = crate::message::Repeat::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            object.additional_properties = Some(Box::new(
+                utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+            ));
+            object.description = Some(
+                "A recurring message: `every` or `cron` (one of them), with `times` or `until` optional."
+                    .into(),
+            );
+        }
+        schema
+    }
+}
+
+impl ToSchema for RepeatRequest {}

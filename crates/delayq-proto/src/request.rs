@@ -1,0 +1,254 @@
+//! What a producer sends: a message to push ([`PushRequest`], with its
+//! builder) and its retry policy as a push gives it ([`RetryRequest`]:
+//! every field optional, the server's defaults for the rest). A recurring
+//! message's series is [`Repeat`] itself.
+//!
+//! The server reads a push field by field (for errors that name the
+//! field), with the same rules these types describe in the OpenAPI
+//! document; clients build and send them.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::{epoch_ms, millis, Backoff, Repeat, RetryPolicy};
+
+/// A message to push. Unknown fields are refused, so a typo does not
+/// silently mean something else.
+///
+/// ```
+/// use std::time::Duration;
+/// use delayq_proto::{PushRequest, RetryRequest};
+///
+/// let reminder = PushRequest::new("sms", r#"{"order":42}"#)
+///     .delay(Duration::from_secs(20 * 60))
+///     .biz_key("order-42-reminder")
+///     .priority(5)
+///     .max_attempts(5)
+///     .retry(RetryRequest::exponential(Duration::from_secs(10), Duration::from_secs(600)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushRequest {
+    /// Where it is delivered.
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(pattern = "^[A-Za-z0-9._:-]{1,128}$", example = "sms")
+    )]
+    pub topic: String,
+    /// The producer's business key: unique per topic among live messages;
+    /// pushing it again answers the live message's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub biz_key: Option<String>,
+    /// The payload (JSON text welcome), at most the server's
+    /// `--max-body-bytes` (1 MiB by default) or 413 `body_too_large`.
+    pub body: String,
+    /// Delivered this many ms from now (0 … 10 years); not with `deliverAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 315_360_000_000_i64))]
+    pub delay: Option<i64>,
+    /// Delivered at this epoch time (ms); in the past means now; at most 10
+    /// years ahead. Not with `delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0))]
+    pub deliver_at: Option<i64>,
+    /// Higher first among messages due at the same instant (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 255))]
+    pub priority: Option<i64>,
+    /// Ms a consumer has to ack (default 30 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 100, maximum = 86_400_000))]
+    pub ttl: Option<i64>,
+    /// Deliveries before the message is `Dead` (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 1000))]
+    pub max_attempts: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<crate::schema::RepeatRequest>))]
+    pub repeat: Option<Repeat>,
+}
+
+impl PushRequest {
+    /// A message for `topic` (`[A-Za-z0-9._:-]{1,128}`), due at once unless
+    /// a delay or a delivery time is set. The body is opaque text; JSON is
+    /// welcome.
+    pub fn new(topic: impl Into<String>, body: impl Into<String>) -> Self {
+        PushRequest {
+            topic: topic.into(),
+            biz_key: None,
+            body: body.into(),
+            delay: None,
+            deliver_at: None,
+            priority: None,
+            ttl: None,
+            max_attempts: None,
+            retry: None,
+            repeat: None,
+        }
+    }
+
+    /// Due this long after the server accepts it (up to 10 years; sent in
+    /// whole milliseconds). Replaces a [`deliver_at`](Self::deliver_at).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(millis(delay));
+        self.deliver_at = None;
+        self
+    }
+
+    /// Due at this time (a time past is now). Replaces a
+    /// [`delay`](Self::delay).
+    pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.deliver_at = Some(epoch_ms(at));
+        self.delay = None;
+        self
+    }
+
+    /// 0 to 255 (default 0): higher first among messages due at the same
+    /// instant.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority.into());
+        self
+    }
+
+    /// How long a consumer has to ack a delivery before it counts as failed
+    /// (100 ms to 1 day; default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(millis(ttl));
+        self
+    }
+
+    /// Deliveries before the message is `Dead` (1 to 1000; default 16).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts.into());
+        self
+    }
+
+    /// The producer's key: while a message of this topic with this key is
+    /// live, pushing it again answers that message's id (an idempotent push).
+    pub fn biz_key(mut self, key: impl Into<String>) -> Self {
+        self.biz_key = Some(key.into());
+        self
+    }
+
+    /// The wait before the next delivery after a nack without a delay or an
+    /// expired ack deadline (none: ready again at once).
+    pub fn retry(mut self, retry: impl Into<RetryRequest>) -> Self {
+        self.retry = Some(retry.into());
+        self
+    }
+
+    /// Makes it a recurring message: one delivery per occurrence.
+    pub fn repeat(mut self, repeat: Repeat) -> Self {
+        self.repeat = Some(repeat);
+        self
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// The wait before a delivery after a failed one (a nack without a delay,
+/// or an ack deadline that passed). `max` must not be below `delay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// Default exponential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+    /// Ms after the first failure (default 1 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 86_400_000))]
+    pub delay: Option<i64>,
+    /// The longest wait, ms (default 1 hour, or `delay` when longer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 86_400_000))]
+    pub max: Option<i64>,
+}
+
+impl RetryRequest {
+    /// The same wait after every failure (whole milliseconds, at most a
+    /// day).
+    pub fn fixed(delay: Duration) -> Self {
+        RetryRequest {
+            backoff: Some(Backoff::Fixed),
+            delay: Some(millis(delay)),
+            max: None,
+        }
+    }
+
+    /// `delay` after the first failure, doubling up to `max`.
+    pub fn exponential(delay: Duration, max: Duration) -> Self {
+        RetryRequest {
+            backoff: Some(Backoff::Exponential),
+            delay: Some(millis(delay)),
+            max: Some(millis(max)),
+        }
+    }
+}
+
+/// A policy as a message carries it, sent back as it is.
+impl From<RetryPolicy> for RetryRequest {
+    fn from(p: RetryPolicy) -> Self {
+        RetryRequest {
+            backoff: Some(p.backoff),
+            delay: Some(p.delay),
+            max: Some(p.max),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_push_sends_only_what_was_set() {
+        let m = PushRequest::new("sms", "hi");
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            json!({"topic": "sms", "body": "hi"})
+        );
+        let m = PushRequest::new("sms", "hi")
+            .deliver_at(UNIX_EPOCH + Duration::from_millis(1_800_000_000_000))
+            .delay(Duration::from_millis(1500))
+            .priority(3)
+            .ttl(Duration::from_secs(5))
+            .max_attempts(2)
+            .biz_key("k")
+            .retry(RetryRequest::fixed(Duration::from_millis(250)))
+            .repeat(Repeat::every(Duration::from_secs(60)).times(3));
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            json!({
+                "topic": "sms", "body": "hi", "delay": 1500, "priority": 3, "ttl": 5000,
+                "maxAttempts": 2, "bizKey": "k",
+                "retry": {"backoff": "fixed", "delay": 250},
+                "repeat": {"every": 60000, "times": 3},
+            })
+        );
+        let back: PushRequest = serde_json::from_value(serde_json::to_value(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+        let at = PushRequest::new("t", "b")
+            .delay(Duration::from_secs(1))
+            .deliver_at(UNIX_EPOCH + Duration::from_millis(42));
+        assert_eq!(
+            serde_json::to_value(&at).unwrap(),
+            json!({"topic": "t", "body": "b", "deliverAt": 42})
+        );
+        assert!(serde_json::from_value::<PushRequest>(
+            json!({"topic": "t", "body": "b", "dealy": 5})
+        )
+        .is_err());
+    }
+}
