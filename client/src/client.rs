@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use delayq_proto::{ErrorBody, PauseState, TopicList};
+use delayq_proto::{
+    AckAndGetRequest, AckBatchReply, AckRequest, ErrorBody, NackBatchReply, NackRequest,
+    PauseState, PushBatchReply, TopicList,
+};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -27,8 +30,8 @@ use crate::error::{Error, ErrorCode};
 use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::CancelOutcome;
 use crate::reply::{
-    AckAndPollReply, AckResult, AckResults, CancelEach, Ids, MessagePage, NackResult, NackResults,
-    OneCancel, PrefixCancelled, PushReply, RescheduleEach,
+    AckAndPollReply, AckResult, CancelEach, MessagePage, NackResult, OneCancel, PrefixCancelled,
+    PushReply, RescheduleEach,
 };
 
 /// Most ids the server takes in one `POST /ack`, `POST /nack` or poll.
@@ -231,7 +234,7 @@ impl Client {
     /// `POST /push/batch` (1 to 1000 messages): all durable, or none
     /// accepted. The ids come in the messages' order.
     pub async fn push_batch(&self, messages: &[NewMessage]) -> Result<Vec<MessageId>, Error> {
-        let reply: Ids = self
+        let reply: PushBatchReply = self
             .call(
                 Method::POST,
                 "/push/batch".into(),
@@ -442,7 +445,11 @@ impl Client {
             self.call(Method::GET, path, None::<&()>, wait).await
         } else {
             // The timeout in the query, where a balancer can bound the wait.
-            let body = json!({ "ack": ack, "count": count });
+            let body = AckAndGetRequest {
+                ack: ack.to_vec(),
+                count: Some(count as i64),
+                timeout: None,
+            };
             let path = format!("/get/{topic}?timeout={seconds}");
             self.call(Method::POST, path, Some(&body), wait).await
         }
@@ -455,13 +462,11 @@ impl Client {
     pub async fn ack(&self, ids: &[Delivery]) -> Result<Vec<AckResult>, Error> {
         let mut results = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_ACK_IDS) {
-            let reply: AckResults = self
-                .call(
-                    Method::POST,
-                    "/ack".into(),
-                    Some(&json!({ "ids": chunk })),
-                    Wait::Quick,
-                )
+            let body = AckRequest {
+                ids: chunk.to_vec(),
+            };
+            let reply: AckBatchReply = self
+                .call(Method::POST, "/ack".into(), Some(&body), Wait::Quick)
                 .await?;
             results.extend(reply.results);
         }
@@ -499,11 +504,11 @@ impl Client {
     ) -> Result<Vec<NackResult>, Error> {
         let mut results = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_ACK_IDS) {
-            let mut body = json!({ "ids": chunk });
-            if let Some(d) = delay {
-                body["delay"] = json!(millis(d));
-            }
-            let reply: NackResults = self
+            let body = NackRequest {
+                ids: chunk.to_vec(),
+                delay: delay.map(|d| millis(d) as i64),
+            };
+            let reply: NackBatchReply = self
                 .call(Method::POST, "/nack".into(), Some(&body), Wait::Quick)
                 .await?;
             results.extend(reply.results);

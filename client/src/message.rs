@@ -6,11 +6,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
-
 pub use delayq_proto::{
-    Backoff, BadMessageId, Message, MessageId, MessageView, Misfire, Occurrence, PushRequest,
-    Repeat, RetryPolicy, RetryRequest, Status,
+    Backoff, BadMessageId, Delivery, Message, MessageId, MessageView, Misfire, Occurrence,
+    PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
 };
 
 /// What a producer pushes: the topic and body, and the optional fields, set
@@ -28,46 +26,6 @@ pub use delayq_proto::{
 ///     .retry(RetryRequest::exponential(Duration::from_secs(10), Duration::from_secs(600)));
 /// ```
 pub type NewMessage = PushRequest;
-
-/// One delivery of a message, as acks and nacks name it: the message's id
-/// and the receipt it was handed out with (without one, an ack or nack
-/// applies to whatever delivery of the message is current).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Delivery {
-    pub id: MessageId,
-    pub receipt: Option<String>,
-}
-
-impl From<&MessageView> for Delivery {
-    /// This delivery, to ack or nack with its receipt.
-    fn from(m: &MessageView) -> Self {
-        Delivery {
-            id: m.id,
-            receipt: m.receipt.clone(),
-        }
-    }
-}
-
-impl From<MessageId> for Delivery {
-    fn from(id: MessageId) -> Self {
-        Delivery { id, receipt: None }
-    }
-}
-
-impl Serialize for Delivery {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.receipt {
-            None => self.id.serialize(s),
-            Some(r) => {
-                use serde::ser::SerializeMap;
-                let mut m = s.serialize_map(Some(2))?;
-                m.serialize_entry("id", &self.id)?;
-                m.serialize_entry("receipt", r)?;
-                m.end()
-            }
-        }
-    }
-}
 
 /// Milliseconds of a duration, saturating.
 pub(crate) fn millis(d: Duration) -> u64 {

@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::message::MessageId;
-
 /// Each message's outcome in these answers, as the server defines it
 /// (`delayq-proto`); one a newer server sends reads as `Unknown`.
 pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, RescheduleOutcome};
@@ -26,21 +24,6 @@ pub struct PrefixCancelled {
     pub matched: usize,
     #[serde(rename = "results")]
     pub counts: BTreeMap<CancelOutcome, usize>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct Ids {
-    pub ids: Vec<MessageId>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct AckResults {
-    pub results: Vec<AckResult>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct NackResults {
-    pub results: Vec<NackResult>,
 }
 
 #[derive(Deserialize)]

@@ -14,15 +14,14 @@
 use std::collections::BTreeMap;
 
 use delayq_proto as proto;
-pub use delayq_proto::schema::RepeatRequest;
+pub use delayq_proto::schema::{DeliveryInput, IdInput, RepeatRequest};
 pub use delayq_proto::{
-    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
-    PushBatchReply, PushReply, PushRequest, RescheduleEach, RescheduleOne, RetryRequest,
+    AckAndGetRequest, AckAndPollReply, AckBatchReply, AckRequest, AckResult, CancelEach, CancelOne,
+    MessagePage, NackBatchReply, NackRequest, NackResult, PollReply, PushBatchReply,
+    PushBatchRequest, PushReply, PushRequest, RescheduleEach, RescheduleOne, RetryRequest,
 };
 use serde::{Deserialize, Serialize};
-use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
-use utoipa::openapi::{RefOr, Schema};
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::ToSchema;
 
 use crate::cluster::{Member, Session};
 use crate::error::ErrorCode;
@@ -37,103 +36,6 @@ pub const TOPIC_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
 // ---------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------
-
-/// `POST /push/batch`: all durable, or none accepted.
-#[allow(dead_code)] // described, not built: push_batch reads the JSON
-#[derive(Deserialize, ToSchema)]
-pub struct PushBatchRequest {
-    #[schema(min_items = 1, max_items = 1000)]
-    messages: Vec<PushRequest>,
-}
-
-/// A message id in a batch request: the decimal string, or the number.
-pub struct IdInput;
-
-impl PartialSchema for IdInput {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(MessageId::schema())
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Integer)
-                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
-                    .minimum(Some(1)),
-            )
-            .into()
-    }
-}
-
-impl ToSchema for IdInput {}
-
-/// A delivery to ack or nack in a batch: the message's id (as
-/// [`IdInput`]), or `{"id", "receipt"}` with the receipt it was handed out
-/// with.
-pub struct DeliveryInput;
-
-impl PartialSchema for DeliveryInput {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(IdInput::schema())
-            .item(
-                ObjectBuilder::new()
-                    .property("id", IdInput::schema())
-                    .required("id")
-                    .property(
-                        "receipt",
-                        ObjectBuilder::new()
-                            .schema_type(Type::String)
-                            .pattern(Some("^[1-9][0-9]*-[0-9]+(-[1-9][0-9]*)?$")),
-                    )
-                    .additional_properties(Some(
-                        utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
-                    )),
-            )
-            .into()
-    }
-}
-
-impl ToSchema for DeliveryInput {}
-
-/// `POST /ack` and `POST /cancel` by ids: each id once.
-#[allow(dead_code)] // described, not built: batch_ids reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckRequest {
-    #[schema(value_type = BTreeSet<DeliveryInput>, min_items = 1, max_items = 100)]
-    ids: Vec<serde_json::Value>,
-}
-
-/// `POST /nack`: each id once; without `delay`, by each message's retry
-/// policy.
-#[allow(dead_code)] // described, not built: nack_batch reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NackRequest {
-    #[schema(value_type = BTreeSet<DeliveryInput>, min_items = 1, max_items = 100)]
-    ids: Vec<serde_json::Value>,
-    /// Ms until the messages are delivered again (0: ready at once; at most
-    /// one day).
-    #[schema(minimum = 0, maximum = 86_400_000)]
-    delay: Option<i64>,
-}
-
-/// `POST /get/{topic}`: ack the previous batch and poll the next.
-#[allow(dead_code)] // described, not built: ack_and_get reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckAndGetRequest {
-    /// Deliveries to ack first (each message once): ids, or
-    /// `{"id", "receipt"}`.
-    #[serde(default)]
-    #[schema(value_type = BTreeSet<DeliveryInput>, max_items = 100)]
-    ack: Vec<serde_json::Value>,
-    /// Most messages to hand out (default 1).
-    #[schema(minimum = 1, maximum = 100)]
-    count: Option<i64>,
-    /// Seconds to wait for one (default 30).
-    #[schema(minimum = 0, maximum = 300)]
-    timeout: Option<i64>,
-}
 
 /// `POST /cancel`: by ids, by bizKey, or by bizKey prefix.
 #[allow(dead_code)] // described, not built: cancel reads the JSON
@@ -199,20 +101,6 @@ pub struct AckReply {
     pub status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_occurrence: Option<Occurrence>,
-}
-
-/// `POST /ack`: one journal commit for all.
-#[derive(Serialize, ToSchema)]
-pub struct AckBatchReply {
-    pub acked: usize,
-    pub results: Vec<AckResult>,
-}
-
-/// `POST /nack`: one journal commit for all.
-#[derive(Serialize, ToSchema)]
-pub struct NackBatchReply {
-    pub nacked: usize,
-    pub results: Vec<NackResult>,
 }
 
 /// `GET /delete?id=` of an unknown id: an error with a definite result.

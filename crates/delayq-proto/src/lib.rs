@@ -42,8 +42,12 @@ pub use message::{
 };
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
 pub use reply::{
-    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PollReply,
-    PushBatchReply, PushReply, RescheduleEach, RescheduleOne, RescheduleOutcome,
+    AckAndPollReply, AckBatchReply, AckResult, CancelEach, CancelOne, MessagePage, NackBatchReply,
+    NackResult, PollReply, PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
+    RescheduleOutcome,
 };
-pub use request::{PushRequest, RetryRequest};
+pub use request::{
+    AckAndGetRequest, AckRequest, Delivery, NackRequest, PushBatchRequest, PushRequest,
+    RetryRequest,
+};
 pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

@@ -73,6 +73,22 @@ pub struct AckResult {
     pub next_occurrence: Option<Occurrence>,
 }
 
+/// `POST /ack`: one journal commit for all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct AckBatchReply {
+    pub acked: usize,
+    pub results: Vec<AckResult>,
+}
+
+/// `POST /nack`: one journal commit for all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct NackBatchReply {
+    pub nacked: usize,
+    pub results: Vec<NackResult>,
+}
+
 /// One id's nack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]

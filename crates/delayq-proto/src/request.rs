@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{epoch_ms, millis, Backoff, Repeat, RetryPolicy};
+use crate::message::{epoch_ms, millis, Backoff, MessageId, MessageView, Repeat, RetryPolicy};
 
 /// A message to push. Unknown fields are refused, so a typo does not
 /// silently mean something else.
@@ -204,6 +204,126 @@ impl From<RetryPolicy> for RetryRequest {
     }
 }
 
+/// One delivery of a message, as acks and nacks name it: the message's id
+/// and the receipt it was handed out with (without one, an ack or nack
+/// applies to whatever delivery of the message is current). Sent as the
+/// id alone, or `{"id", "receipt"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Delivery {
+    pub id: MessageId,
+    pub receipt: Option<String>,
+}
+
+impl From<&MessageView> for Delivery {
+    /// This delivery, to ack or nack with its receipt.
+    fn from(m: &MessageView) -> Self {
+        Delivery {
+            id: m.id,
+            receipt: m.receipt.clone(),
+        }
+    }
+}
+
+impl From<MessageId> for Delivery {
+    fn from(id: MessageId) -> Self {
+        Delivery { id, receipt: None }
+    }
+}
+
+impl Serialize for Delivery {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.receipt {
+            None => self.id.serialize(s),
+            Some(r) => {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("id", &self.id)?;
+                m.serialize_entry("receipt", r)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Delivery {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Id(MessageId),
+            Receipt {
+                id: MessageId,
+                receipt: Option<String>,
+            },
+        }
+        Ok(match Raw::deserialize(d)? {
+            Raw::Id(id) => Delivery { id, receipt: None },
+            Raw::Receipt { id, receipt } => Delivery { id, receipt },
+        })
+    }
+}
+
+/// `POST /push/batch`: all durable, or none accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PushBatchRequest {
+    #[cfg_attr(feature = "utoipa", schema(min_items = 1, max_items = 1000))]
+    pub messages: Vec<PushRequest>,
+}
+
+/// `POST /ack` and `POST /cancel` by ids: each id once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = BTreeSet<crate::schema::DeliveryInput>, min_items = 1, max_items = 100)
+    )]
+    pub ids: Vec<Delivery>,
+}
+
+/// `POST /nack`: each id once; without `delay`, by each message's retry
+/// policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NackRequest {
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = BTreeSet<crate::schema::DeliveryInput>, min_items = 1, max_items = 100)
+    )]
+    pub ids: Vec<Delivery>,
+    /// Ms until the messages are delivered again (0: ready at once; at most
+    /// one day).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 86_400_000))]
+    pub delay: Option<i64>,
+}
+
+/// `POST /get/{topic}`: ack the previous batch and poll the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AckAndGetRequest {
+    /// Deliveries to ack first (each message once): ids, or
+    /// `{"id", "receipt"}`.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = BTreeSet<crate::schema::DeliveryInput>, max_items = 100)
+    )]
+    pub ack: Vec<Delivery>,
+    /// Most messages to hand out (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 100))]
+    pub count: Option<i64>,
+    /// Seconds to wait for one (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 300))]
+    pub timeout: Option<i64>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::UNIX_EPOCH;
@@ -211,6 +331,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_delivery_is_an_id_or_an_id_with_its_receipt() {
+        let bare = Delivery::from(MessageId(9));
+        assert_eq!(serde_json::to_value(&bare).unwrap(), json!("9"));
+        let held = Delivery {
+            id: MessageId(9),
+            receipt: Some("1-5".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&held).unwrap(),
+            json!({"id": "9", "receipt": "1-5"})
+        );
+        for d in [bare, held] {
+            let back: Delivery = serde_json::from_value(serde_json::to_value(&d).unwrap()).unwrap();
+            assert_eq!(back, d);
+        }
+    }
 
     #[test]
     fn a_push_sends_only_what_was_set() {

@@ -5,7 +5,9 @@
 
 use std::borrow::Cow;
 
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{
+    KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
+};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
@@ -140,3 +142,51 @@ impl PartialSchema for RepeatRequest {
 }
 
 impl ToSchema for RepeatRequest {}
+
+/// A message id in a batch request: the decimal string, or the number.
+pub struct IdInput;
+
+impl PartialSchema for IdInput {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(MessageId::schema())
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                    .minimum(Some(1)),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for IdInput {}
+
+/// A delivery to ack or nack in a batch: the message's id (as
+/// [`IdInput`]), or `{"id", "receipt"}` with the receipt it was handed out
+/// with.
+pub struct DeliveryInput;
+
+impl PartialSchema for DeliveryInput {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(IdInput::schema())
+            .item(
+                ObjectBuilder::new()
+                    .property("id", IdInput::schema())
+                    .required("id")
+                    .property(
+                        "receipt",
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some("^[1-9][0-9]*-[0-9]+(-[1-9][0-9]*)?$")),
+                    )
+                    .additional_properties(Some(
+                        utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                    )),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for DeliveryInput {}
