@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use delayq_proto::{
-    AckAndGetRequest, AckBatchReply, AckRequest, ErrorBody, NackBatchReply, NackRequest,
-    PauseState, PushBatchReply, TopicList,
+    AckAndGetRequest, AckBatchReply, AckRequest, CancelBizKey, CancelIds, CancelPrefix,
+    CancelRequest, ErrorBody, NackBatchReply, NackRequest, PauseState, PrefixCounts,
+    PushBatchReply, RescheduleRequest, TopicList,
 };
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -30,8 +31,8 @@ use crate::error::{Error, ErrorCode};
 use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::CancelOutcome;
 use crate::reply::{
-    AckAndPollReply, AckResult, CancelEach, MessagePage, NackResult, OneCancel, PrefixCancelled,
-    PushReply, RescheduleEach,
+    AckAndPollReply, AckResult, CancelEach, MessagePage, NackResult, OneCancel, PushReply,
+    RescheduleEach,
 };
 
 /// Most ids the server takes in one `POST /ack`, `POST /nack` or poll.
@@ -281,8 +282,10 @@ impl Client {
         ids: &[MessageId],
         to: &Reschedule,
     ) -> Result<RescheduleEach, Error> {
-        let mut body = to.body();
-        body["ids"] = json!(ids);
+        let body = RescheduleRequest {
+            ids: Some(ids.to_vec()),
+            ..to.body()
+        };
         self.call(Method::POST, "/reschedule".into(), Some(&body), Wait::Bulk)
             .await
     }
@@ -297,9 +300,11 @@ impl Client {
         biz_key: &str,
         to: &Reschedule,
     ) -> Result<RescheduleEach, Error> {
-        let mut body = to.body();
-        body["topic"] = json!(topic);
-        body["bizKey"] = json!(biz_key);
+        let body = RescheduleRequest {
+            topic: Some(topic.to_string()),
+            biz_key: Some(biz_key.to_string()),
+            ..to.body()
+        };
         self.call(Method::POST, "/reschedule".into(), Some(&body), Wait::Quick)
             .await
     }
@@ -387,7 +392,7 @@ impl Client {
         self.call(
             Method::POST,
             "/cancel".into(),
-            Some(&json!({ "ids": ids })),
+            Some(&CancelRequest::Ids(CancelIds { ids: ids.to_vec() })),
             Wait::Bulk,
         )
         .await
@@ -400,7 +405,10 @@ impl Client {
         self.call(
             Method::POST,
             "/cancel".into(),
-            Some(&json!({ "topic": topic, "bizKey": biz_key })),
+            Some(&CancelRequest::BizKey(CancelBizKey {
+                topic: topic.to_string(),
+                biz_key: biz_key.to_string(),
+            })),
             Wait::Quick,
         )
         .await
@@ -412,11 +420,14 @@ impl Client {
         &self,
         topic: &str,
         prefix: &str,
-    ) -> Result<PrefixCancelled, Error> {
+    ) -> Result<PrefixCounts, Error> {
         self.call(
             Method::POST,
             "/cancel".into(),
-            Some(&json!({ "topic": topic, "bizKeyPrefix": prefix })),
+            Some(&CancelRequest::Prefix(CancelPrefix {
+                topic: topic.to_string(),
+                biz_key_prefix: prefix.to_string(),
+            })),
             Wait::Bulk,
         )
         .await
@@ -670,20 +681,14 @@ impl Reschedule {
         self
     }
 
-    fn body(&self) -> serde_json::Value {
-        let mut body = json!({});
-        if let Some(d) = self.delay {
-            body["delay"] = json!(millis(d));
+    /// The request with where to; the caller names which messages.
+    fn body(&self) -> RescheduleRequest {
+        RescheduleRequest {
+            delay: self.delay.map(|d| millis(d) as i64),
+            deliver_at: self.at.map(|at| crate::message::epoch_ms(at) as i64),
+            priority: self.priority.map(i64::from),
+            series: self.series.then_some(true),
+            ..RescheduleRequest::default()
         }
-        if let Some(at) = self.at {
-            body["deliverAt"] = json!(crate::message::epoch_ms(at));
-        }
-        if let Some(p) = self.priority {
-            body["priority"] = json!(p);
-        }
-        if self.series {
-            body["series"] = json!(true);
-        }
-        body
     }
 }

@@ -55,6 +55,6 @@ pub use message::{
 };
 pub use reply::{
     AckAndPollReply, AckOutcome, AckResult, CancelEach, CancelOne, CancelOutcome, MessagePage,
-    NackOutcome, NackResult, PrefixCancelled, PushReply, RescheduleEach, RescheduleOne,
+    NackOutcome, NackResult, PrefixCounts, PushReply, RescheduleEach, RescheduleOne,
     RescheduleOutcome,
 };

@@ -3,8 +3,6 @@
 //! [`NackOutcome`], [`CancelOutcome`]) are the server's own types, from
 //! `delayq-proto`.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 
 /// Each message's outcome in these answers, as the server defines it
@@ -13,18 +11,9 @@ pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, RescheduleOutcome
 
 /// The answers themselves are the server's own types too.
 pub use delayq_proto::{
-    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PushReply,
-    RescheduleEach, RescheduleOne,
+    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PrefixCounts,
+    PushReply, RescheduleEach, RescheduleOne,
 };
-
-/// The answer to a cancel by `bizKey` prefix: counts, not ids.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct PrefixCancelled {
-    /// Live messages whose key starts with the prefix.
-    pub matched: usize,
-    #[serde(rename = "results")]
-    pub counts: BTreeMap<CancelOutcome, usize>,
-}
 
 #[derive(Deserialize)]
 pub(crate) struct OneCancel {
@@ -38,12 +27,13 @@ mod tests {
 
     #[test]
     fn reads_results() {
-        let p: PrefixCancelled = serde_json::from_value(
+        let p: PrefixCounts = serde_json::from_value(
             json!({"matched": 3, "results": {"deleted": 2, "in_flight": 1}}),
         )
         .unwrap();
-        assert_eq!(p.counts[&CancelOutcome::Deleted], 2);
-        assert_eq!(p.counts[&CancelOutcome::InFlight], 1);
+        assert_eq!(p.count(CancelOutcome::Deleted.as_str()), 2);
+        assert_eq!(p.count("in_flight"), 1);
+        assert_eq!(p.count("dead"), 0);
         let r: AckResult =
             serde_json::from_value(json!({"id": "5", "result": "not_in_flight", "status": "Dead"}))
                 .unwrap();

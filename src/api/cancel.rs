@@ -8,7 +8,7 @@ use delayq_proto as proto;
 use super::body::JsonBody;
 use super::parse::{parse_id, Query};
 use super::schema::{
-    CancelCounts, CancelEach, CancelOne, CancelReply, CancelRequest, DeleteNotFound,
+    CancelEach, CancelOne, CancelReply, CancelRequest, DeleteNotFound, PrefixCounts,
 };
 use super::select::{self, Selector};
 use super::state::AppState;
@@ -128,9 +128,12 @@ pub async fn cancel(
         Selector::Prefix { topic, prefix } => {
             let (matched, counts) =
                 cancel::cancel_biz_key_prefix(&state.queue, topic, prefix).await?;
-            Ok(HttpResponse::Ok().json(CancelReply::Counts(CancelCounts {
+            Ok(HttpResponse::Ok().json(CancelReply::Counts(PrefixCounts {
                 matched: matched as u64,
-                results: counts,
+                results: counts
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
             })))
         }
     }

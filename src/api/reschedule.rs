@@ -6,7 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::body::JsonBody;
 use super::schema::{
-    CancelCounts, RescheduleEach, RescheduleOne, RescheduleReply, RescheduleRequest,
+    PrefixCounts, RescheduleEach, RescheduleOne, RescheduleReply, RescheduleRequest,
 };
 use super::select::{self, Selector};
 use super::state::AppState;
@@ -126,9 +126,12 @@ pub async fn reschedule(
             let (matched, counts) =
                 reschedule::reschedule_biz_key_prefix(&state.queue, topic, prefix, to).await?;
             Ok(
-                HttpResponse::Ok().json(RescheduleReply::Counts(CancelCounts {
+                HttpResponse::Ok().json(RescheduleReply::Counts(PrefixCounts {
                     matched: matched as u64,
-                    results: counts,
+                    results: counts
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
                 })),
             )
         }

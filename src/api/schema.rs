@@ -11,16 +11,15 @@
 //! the error document and codes, and each message's outcome in the
 //! answers to acks, nacks and cancels.
 
-use std::collections::BTreeMap;
-
 use delayq_proto as proto;
 pub use delayq_proto::schema::{DeliveryInput, IdInput, RepeatRequest};
 pub use delayq_proto::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckRequest, AckResult, CancelEach, CancelOne,
-    MessagePage, NackBatchReply, NackRequest, NackResult, PollReply, PushBatchReply,
-    PushBatchRequest, PushReply, PushRequest, RescheduleEach, RescheduleOne, RetryRequest,
+    CancelRequest, MessagePage, NackBatchReply, NackRequest, NackResult, PollReply, PrefixCounts,
+    PushBatchReply, PushBatchRequest, PushReply, PushRequest, RescheduleEach, RescheduleOne,
+    RescheduleRequest, RetryRequest,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::cluster::{Member, Session};
@@ -36,57 +35,6 @@ pub const TOPIC_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
 // ---------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------
-
-/// `POST /cancel`: by ids, by bizKey, or by bizKey prefix.
-#[allow(dead_code)] // described, not built: cancel reads the JSON
-#[derive(Deserialize, ToSchema)]
-#[serde(untagged)]
-pub enum CancelRequest {
-    Ids(CancelIds),
-    Id(CancelId),
-    BizKey(CancelBizKey),
-    Prefix(CancelPrefix),
-}
-
-/// Cancel these messages (1 to 1000, each once).
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelIds {
-    #[schema(value_type = BTreeSet<IdInput>, min_items = 1, max_items = 1000)]
-    ids: Vec<serde_json::Value>,
-}
-
-/// Cancel one message (as `{"ids": [ID]}`).
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelId {
-    #[schema(value_type = IdInput)]
-    id: serde_json::Value,
-}
-
-/// Cancel the live message of a topic holding this bizKey.
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CancelBizKey {
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
-    topic: String,
-    #[schema(min_length = 1, max_length = 256)]
-    biz_key: String,
-}
-
-/// Cancel every live message of a topic whose bizKey starts with this.
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CancelPrefix {
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
-    topic: String,
-    #[schema(min_length = 1, max_length = 256)]
-    biz_key_prefix: String,
-}
 
 // ---------------------------------------------------------------------------
 // Responses
@@ -118,49 +66,7 @@ pub struct DeleteNotFound {
 #[serde(untagged)]
 pub enum CancelReply {
     Each(CancelEach),
-    Counts(CancelCounts),
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct CancelCounts {
-    /// Live messages whose bizKey starts with the prefix.
-    pub matched: u64,
-    /// Messages per outcome (`deleted`, `in_flight`, …).
-    pub results: BTreeMap<&'static str, u64>,
-}
-
-/// `POST /reschedule`: which messages (`ids`, `id`, or `topic` with `bizKey` or
-/// `bizKeyPrefix`) and where to (`delay` or `deliverAt`, and/or
-/// `priority`).
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RescheduleRequest {
-    /// 1 to 1000 message ids.
-    #[schema(value_type = Option<BTreeSet<IdInput>>, min_items = 1, max_items = 1000)]
-    ids: Option<Vec<serde_json::Value>>,
-    /// One message id (as `ids` with one); not beside `ids`.
-    #[schema(value_type = Option<IdInput>)]
-    id: Option<serde_json::Value>,
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
-    topic: Option<String>,
-    #[schema(min_length = 1, max_length = 256)]
-    biz_key: Option<String>,
-    #[schema(min_length = 1, max_length = 256)]
-    biz_key_prefix: Option<String>,
-    /// ms from now, 0 to 10 years.
-    #[schema(minimum = 0, maximum = 315_360_000_000_i64)]
-    delay: Option<i64>,
-    /// Epoch ms; in the past means now.
-    #[schema(minimum = 0)]
-    deliver_at: Option<i64>,
-    #[schema(minimum = 0, maximum = 255)]
-    priority: Option<i64>,
-    /// A recurring message's whole series moves: the occurrences after the
-    /// pending one follow from its new time (`every` from it, `cron` from
-    /// its first time after it). Needs `delay` or `deliverAt`; a message
-    /// that is not recurring moves as without it.
-    series: Option<bool>,
+    Counts(PrefixCounts),
 }
 
 /// By ids or bizKey: a result per message; by prefix: how many matched and
@@ -169,7 +75,7 @@ pub struct RescheduleRequest {
 #[serde(untagged)]
 pub enum RescheduleReply {
     Each(RescheduleEach),
-    Counts(CancelCounts),
+    Counts(PrefixCounts),
 }
 
 /// A dead letter with its history.

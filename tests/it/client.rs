@@ -201,7 +201,7 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         .await
         .unwrap();
     assert_eq!(by_prefix.matched, 3);
-    assert_eq!(by_prefix.counts.get(&CancelOutcome::Deleted), Some(&3));
+    assert_eq!(by_prefix.count(CancelOutcome::Deleted.as_str()), 3);
 
     // Refusals carry the server's code and message, and are not retryable.
     let err = client

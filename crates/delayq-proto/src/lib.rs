@@ -43,11 +43,11 @@ pub use message::{
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
 pub use reply::{
     AckAndPollReply, AckBatchReply, AckResult, CancelEach, CancelOne, MessagePage, NackBatchReply,
-    NackResult, PollReply, PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
+    NackResult, PollReply, PrefixCounts, PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
     RescheduleOutcome,
 };
 pub use request::{
-    AckAndGetRequest, AckRequest, Delivery, NackRequest, PushBatchRequest, PushRequest,
-    RetryRequest,
+    AckAndGetRequest, AckRequest, CancelBizKey, CancelId, CancelIds, CancelPrefix, CancelRequest,
+    Delivery, NackRequest, PushBatchRequest, PushRequest, RescheduleRequest, RetryRequest,
 };
 pub use topic::{PauseState, TopicCounts, TopicList, TopicView};

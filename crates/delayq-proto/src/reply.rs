@@ -1,6 +1,8 @@
 //! The answers to pushes, polls, acks, nacks, cancels, reschedules and
 //! searches: what the server builds and sends, and what a client reads.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::message::{MessageId, MessageView, Occurrence, Status};
@@ -128,6 +130,26 @@ pub struct CancelEach {
     /// How many results are `deleted`.
     pub deleted: usize,
     pub results: Vec<CancelOne>,
+}
+
+/// Cancelling or rescheduling by bizKey prefix: how many live messages
+/// matched, and how many came to each outcome (by its name on the wire:
+/// `deleted`, `in_flight`, `rescheduled`, …).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "utoipa", schema(as = CancelCounts))]
+pub struct PrefixCounts {
+    /// Live messages whose bizKey starts with the prefix.
+    pub matched: u64,
+    /// Messages per outcome (`deleted`, `in_flight`, …).
+    pub results: BTreeMap<String, u64>,
+}
+
+impl PrefixCounts {
+    /// How many came to `outcome` (its name on the wire).
+    pub fn count(&self, outcome: &str) -> u64 {
+        self.results.get(outcome).copied().unwrap_or(0)
+    }
 }
 
 /// What rescheduling one message did.

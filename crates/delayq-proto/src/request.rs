@@ -324,6 +324,106 @@ pub struct AckAndGetRequest {
     pub timeout: Option<i64>,
 }
 
+/// `POST /cancel`: by ids, by bizKey, or by bizKey prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum CancelRequest {
+    Ids(CancelIds),
+    Id(CancelId),
+    BizKey(CancelBizKey),
+    Prefix(CancelPrefix),
+}
+
+/// Cancel these messages (1 to 1000, each once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CancelIds {
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = BTreeSet<crate::schema::IdInput>, min_items = 1, max_items = 1000)
+    )]
+    pub ids: Vec<MessageId>,
+}
+
+/// Cancel one message (as `{"ids": [ID]}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CancelId {
+    #[cfg_attr(feature = "utoipa", schema(value_type = crate::schema::IdInput))]
+    pub id: MessageId,
+}
+
+/// Cancel the live message of a topic holding this bizKey.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelBizKey {
+    #[cfg_attr(feature = "utoipa", schema(pattern = "^[A-Za-z0-9._:-]{1,128}$"))]
+    pub topic: String,
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub biz_key: String,
+}
+
+/// Cancel every live message of a topic whose bizKey starts with this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelPrefix {
+    #[cfg_attr(feature = "utoipa", schema(pattern = "^[A-Za-z0-9._:-]{1,128}$"))]
+    pub topic: String,
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub biz_key_prefix: String,
+}
+
+/// `POST /reschedule`: which messages (`ids`, `id`, or `topic` with `bizKey` or
+/// `bizKeyPrefix`) and where to (`delay` or `deliverAt`, and/or
+/// `priority`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// 1 to 1000 message ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = Option<BTreeSet<crate::schema::IdInput>>, min_items = 1, max_items = 1000)
+    )]
+    pub ids: Option<Vec<MessageId>>,
+    /// One message id (as `ids` with one); not beside `ids`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<crate::schema::IdInput>))]
+    pub id: Option<MessageId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(pattern = "^[A-Za-z0-9._:-]{1,128}$"))]
+    pub topic: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub biz_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub biz_key_prefix: Option<String>,
+    /// ms from now, 0 to 10 years.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 315_360_000_000_i64))]
+    pub delay: Option<i64>,
+    /// Epoch ms; in the past means now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0))]
+    pub deliver_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 255))]
+    pub priority: Option<i64>,
+    /// A recurring message's whole series moves: the occurrences after the
+    /// pending one follow from its new time (`every` from it, `cron` from
+    /// its first time after it). Needs `delay` or `deliverAt`; a message
+    /// that is not recurring moves as without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<bool>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::UNIX_EPOCH;
