@@ -28,12 +28,13 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
-use crate::message::{millis, Delivery, MessageId, MessageView, NewMessage, Status};
+use crate::message::{Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::CancelOutcome;
 use crate::reply::{
     AckAndPollReply, AckResult, CancelEach, MessagePage, NackResult, OneCancel, PushReply,
     RescheduleEach,
 };
+use delayq_proto::{epoch_ms, millis};
 
 /// Most ids the server takes in one `POST /ack`, `POST /nack` or poll.
 pub const MAX_ACK_IDS: usize = 100;
@@ -517,7 +518,7 @@ impl Client {
         for chunk in ids.chunks(MAX_ACK_IDS) {
             let body = NackRequest {
                 ids: chunk.to_vec(),
-                delay: delay.map(|d| millis(d) as i64),
+                delay: delay.map(millis),
             };
             let reply: NackBatchReply = self
                 .call(Method::POST, "/nack".into(), Some(&body), Wait::Quick)
@@ -684,8 +685,8 @@ impl Reschedule {
     /// The request with where to; the caller names which messages.
     fn body(&self) -> RescheduleRequest {
         RescheduleRequest {
-            delay: self.delay.map(|d| millis(d) as i64),
-            deliver_at: self.at.map(|at| crate::message::epoch_ms(at) as i64),
+            delay: self.delay.map(millis),
+            deliver_at: self.at.map(epoch_ms),
             priority: self.priority.map(i64::from),
             series: self.series.then_some(true),
             ..RescheduleRequest::default()

@@ -43,8 +43,9 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::client::{Client, MAX_ACK_IDS, MAX_POLL_COUNT, MAX_POLL_TIMEOUT};
 use crate::error::Error;
-use crate::message::{millis, Delivery, MessageView};
+use crate::message::{Delivery, MessageView};
 use crate::reply::{AckAndPollReply, AckOutcome, AckResult, NackOutcome, NackResult};
+use delayq_proto::millis;
 
 /// What a handler says about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +267,7 @@ type PollInFlight = (Vec<Delivery>, BoxFuture<Result<AckAndPollReply, Error>>);
 /// A finished `POST /ack` or `POST /nack`, with what it carried.
 enum Flushed {
     Acks(Vec<Delivery>, Result<Vec<AckResult>, Error>),
-    Nacks(Option<u64>, Vec<Delivery>, Result<Vec<NackResult>, Error>),
+    Nacks(Option<i64>, Vec<Delivery>, Result<Vec<NackResult>, Error>),
 }
 
 /// Acks and nacks waiting to be sent.
@@ -276,7 +277,7 @@ struct Pending {
     /// When the oldest waiting ack was made.
     acks_since: Option<Instant>,
     /// By delay in ms (none: the retry policy's).
-    nacks: BTreeMap<Option<u64>, Vec<Delivery>>,
+    nacks: BTreeMap<Option<i64>, Vec<Delivery>>,
 }
 
 impl Pending {
@@ -296,11 +297,11 @@ impl Pending {
         taken
     }
 
-    fn nack(&mut self, delay: Option<u64>, ids: impl IntoIterator<Item = Delivery>) {
+    fn nack(&mut self, delay: Option<i64>, ids: impl IntoIterator<Item = Delivery>) {
         self.nacks.entry(delay).or_default().extend(ids);
     }
 
-    fn take_nacks(&mut self) -> Option<(Option<u64>, Vec<Delivery>)> {
+    fn take_nacks(&mut self) -> Option<(Option<i64>, Vec<Delivery>)> {
         let mut entry = self.nacks.first_entry()?;
         let ids = entry.get_mut();
         let n = ids.len().min(MAX_ACK_IDS);
@@ -381,7 +382,12 @@ impl Run {
         let client = c.client.clone();
         if let Some((delay, ids)) = self.pending.take_nacks() {
             self.flush = Some(Box::pin(async move {
-                let result = client.nack(&ids, delay.map(Duration::from_millis)).await;
+                let result = client
+                    .nack(
+                        &ids,
+                        delay.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                    )
+                    .await;
                 Flushed::Nacks(delay, ids, result)
             }));
             return;

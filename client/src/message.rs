@@ -4,8 +4,6 @@
 //! own, from the `delayq-proto` crate; this module adds the builder of a
 //! push and [`Delivery`], what an ack or nack names.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 pub use delayq_proto::{
     Backoff, BadMessageId, Delivery, Message, MessageId, MessageView, Misfire, Occurrence,
     PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
@@ -26,12 +24,3 @@ pub use delayq_proto::{
 ///     .retry(RetryRequest::exponential(Duration::from_secs(10), Duration::from_secs(600)));
 /// ```
 pub type NewMessage = PushRequest;
-
-/// Milliseconds of a duration, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
-    millis(at.duration_since(UNIX_EPOCH).unwrap_or_default())
-}
