@@ -213,7 +213,7 @@ impl Queue {
 
     /// Whether the journal holds message `id`.
     pub async fn exists(&self, id: MessageId) -> Result<bool, QueueError> {
-        Ok(self.journal.find(id).await?.is_some())
+        Ok(self.journal_row(id).await?.is_some())
     }
 
     /// What Redis says of message `id` beside its journal row `row`.

@@ -7,7 +7,7 @@ use crate::message::Status;
 
 /// A topic's messages by status (from the journal, a few seconds old at
 /// most).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TopicCounts {
@@ -41,8 +41,8 @@ impl TopicCounts {
     }
 
     /// The count of messages in `status` (0 for `Unknown`).
-    pub fn of(&self, status: Status) -> i64 {
-        self.clone().of_mut(status).map_or(0, |n| *n)
+    pub fn of(mut self, status: Status) -> i64 {
+        self.of_mut(status).map_or(0, |n| *n)
     }
 }
 
