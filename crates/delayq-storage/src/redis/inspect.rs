@@ -13,7 +13,6 @@ use crate::message::MessageId;
 use crate::redis::keys::due_of_score;
 use crate::redis::reply::{opt_score, text};
 pub use crate::redis::schedule::End;
-use crate::redis::schedule::RedisSchedule;
 use crate::redis::scripts::evalsha;
 
 /// Where Redis holds a message.
@@ -82,27 +81,14 @@ fn to_i64(v: &Value) -> Option<i64> {
     opt_score(v).map(|f| f as i64)
 }
 
-/// Looking at what Redis holds: where each message is, its record's header,
-/// the records' count and scan, purging and replacing records, the restore
-/// cursor, and Redis's eviction policy.
-#[derive(Clone, Copy)]
-pub struct Inspection<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// Looking at what Redis holds.
-    pub fn inspect(&self) -> Inspection<'_> {
-        Inspection(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl std::ops::Deref for Inspection<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// Looking at what Redis holds: where each message is, its record's header,
+    /// the records' count and scan, purging and replacing records, the restore
+    /// cursor, and Redis's eviction policy.
+    Inspection,
+    inspect,
+    "Looking at what Redis holds."
+);
 
 impl Inspection<'_> {
     /// Where Redis holds each message: `(id, topic)` pairs, the topic

@@ -8,8 +8,8 @@ use redis::Value;
 use super::fenced;
 use super::outcomes::after_failure;
 use super::{
-    Advanced, Claimed, End, FailedDelivery, PerShard, RedisAck, RedisCancel, RedisNack,
-    RedisSchedule, Replies, TickResult,
+    Advanced, Claimed, End, FailedDelivery, PerShard, RedisAck, RedisCancel, RedisNack, Replies,
+    TickResult,
 };
 use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
@@ -72,27 +72,14 @@ fn sort_claimed(claimed: &mut [Claimed]) {
     });
 }
 
-/// Handing messages out: the shard's tick (promotion of what is due),
-/// peeking at and claiming ready messages, taking one by id, acks,
-/// advancing recurring messages, nacks and cancels.
-#[derive(Clone, Copy)]
-pub struct Delivery<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// Handing messages out.
-    pub fn delivery(&self) -> Delivery<'_> {
-        Delivery(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl std::ops::Deref for Delivery<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// Handing messages out: the shard's tick (promotion of what is due),
+    /// peeking at and claiming ready messages, taking one by id, acks,
+    /// advancing recurring messages, nacks and cancels.
+    Delivery,
+    delivery,
+    "Handing messages out."
+);
 
 impl Delivery<'_> {
     /// One scan step of a shard, now by Redis's clock: moves up to `limit`

@@ -3,34 +3,19 @@
 //! ends it has yet to record, which nodes' journals are behind or stopped,
 //! flush requests and their answers, and the spill's trimming.
 
-use std::ops::Deref;
-
-use super::{End, RedisSchedule, BEHIND_FRESH_MS};
+use super::{End, BEHIND_FRESH_MS};
 use crate::error::RedisError;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::scripts::evalsha;
 
-/// What Redis keeps for the journal: the ends it has yet to record, which
-/// nodes' journals are behind or stopped, flush requests and their answers,
-/// and the spill's trimming.
-#[derive(Clone, Copy)]
-pub struct JournalSync<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// What Redis keeps for the journal.
-    pub fn journal_sync(&self) -> JournalSync<'_> {
-        JournalSync(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl Deref for JournalSync<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// What Redis keeps for the journal: the ends it has yet to record, which
+    /// nodes' journals are behind or stopped, flush requests and their answers,
+    /// and the spill's trimming.
+    JournalSync,
+    journal_sync,
+    "What Redis keeps for the journal."
+);
 
 impl JournalSync<'_> {
     /// The ends these messages reached in Redis that the journal has not

@@ -4,34 +4,19 @@
 //! the data set's markers (the node that made it, its shard count, a
 //! reshard under way).
 
-use std::ops::Deref;
-
-use super::{LeaseOp, RedisSchedule, BEHIND_FRESH_MS};
+use super::{LeaseOp, BEHIND_FRESH_MS};
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::scripts::evalsha;
 
-/// Who holds what: shard epochs and takeovers, worker-id leases and their
-/// reserved milliseconds, the nodes alive, and the data set's markers (the
-/// node that made it, its shard count, a reshard under way).
-#[derive(Clone, Copy)]
-pub struct Ownership<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// Who holds what.
-    pub fn ownership(&self) -> Ownership<'_> {
-        Ownership(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl Deref for Ownership<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// Who holds what: shard epochs and takeovers, worker-id leases and their
+    /// reserved milliseconds, the nodes alive, and the data set's markers (the
+    /// node that made it, its shard count, a reshard under way).
+    Ownership,
+    ownership,
+    "Who holds what."
+);
 
 impl Ownership<'_> {
     /// A standalone node's ownership token for a shard: one above the stored

@@ -3,34 +3,19 @@
 //! reconciliation, revoked dashboard sessions, the retention cursors,
 //! Redis's clock, a shard's counts, a ping.
 
-use std::ops::Deref;
-
-use super::{RedisSchedule, ShardCounts};
+use super::ShardCounts;
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::keys::due_of_score;
 
-/// Small shared records and readings: the last reconciliation, revoked
-/// dashboard sessions, the retention cursors, Redis's clock, a shard's
-/// counts, a ping.
-#[derive(Clone, Copy)]
-pub struct Records<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// Small shared records and readings.
-    pub fn records(&self) -> Records<'_> {
-        Records(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl Deref for Records<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// Small shared records and readings: the last reconciliation, revoked
+    /// dashboard sessions, the retention cursors, Redis's clock, a shard's
+    /// counts, a ping.
+    Records,
+    records,
+    "Small shared records and readings."
+);
 
 impl Records<'_> {
     /// Keeps the leader's last periodic reconciliation (JSON) for a day.

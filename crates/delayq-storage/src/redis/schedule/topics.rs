@@ -8,32 +8,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redis::AsyncCommands;
 
-use super::RedisSchedule;
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::keys::due_of_score;
 use crate::redis::scripts::evalsha;
 
-/// A topic's state across the cluster: pausing and resuming it, the paused
-/// topics, and the oldest ready message of each.
-#[derive(Clone, Copy)]
-pub struct TopicState<'a>(&'a RedisSchedule);
-
-impl RedisSchedule {
-    /// A topic's state across the cluster.
-    pub fn topics(&self) -> TopicState<'_> {
-        TopicState(self)
-    }
-}
-
-/// The handle reads the schedule's connection, keys and scripts.
-impl std::ops::Deref for TopicState<'_> {
-    type Target = RedisSchedule;
-
-    fn deref(&self) -> &RedisSchedule {
-        self.0
-    }
-}
+schedule_handle!(
+    /// A topic's state across the cluster: pausing and resuming it, the paused
+    /// topics, and the oldest ready message of each.
+    TopicState,
+    topics,
+    "A topic's state across the cluster."
+);
 
 impl TopicState<'_> {
     /// Pauses `topic` on every shard: the hash first (with the pause's
