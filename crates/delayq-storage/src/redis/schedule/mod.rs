@@ -13,6 +13,33 @@
 //! Redis keeps for the journal) and [`RedisSchedule::records`] (small shared
 //! records, shard counts, the clock probe, ping).
 
+/// A handle on one concern of the schedule: `$name<'a>`, taken with
+/// `RedisSchedule::$take()`, reading the schedule's connection, keys and
+/// scripts through `Deref`.
+macro_rules! schedule_handle {
+    ($(#[$doc:meta])* $name:ident, $take:ident, $short:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<'a>(&'a $crate::redis::schedule::RedisSchedule);
+
+        impl $crate::redis::schedule::RedisSchedule {
+            #[doc = $short]
+            pub fn $take(&self) -> $name<'_> {
+                $name(self)
+            }
+        }
+
+        impl std::ops::Deref for $name<'_> {
+            type Target = $crate::redis::schedule::RedisSchedule;
+
+            fn deref(&self) -> &Self::Target {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use schedule_handle;
+
 mod deliver;
 mod fence;
 mod journal_sync;
