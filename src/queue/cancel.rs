@@ -3,7 +3,10 @@
 
 use futures::stream::{self, StreamExt};
 
-use super::{Queue, QueueError};
+use super::coalesce::Staged;
+use super::error::QueueError;
+pub use super::outcome::CancelOutcome;
+use super::state::{each_prefix_page, kept_end, live_holder, PrefixCounts, Queue};
 use crate::error::JournalError;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
@@ -12,35 +15,15 @@ use crate::redis::schedule::{End, RedisCancel};
 /// Cancels in flight at once within one request.
 const CONCURRENCY: usize = 32;
 
-/// What cancelling one message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// Cancelled now, or before. A recurring message handed out when its
-    /// series is cancelled counts too: that delivery is its last.
-    Deleted,
-    /// Handed to a consumer: left alone (it ends with the consumer's ack,
-    /// or comes back after its ttl and can be cancelled then).
-    InFlight,
-    AlreadyConsumed,
-    Dead,
-    NotFound,
-}
-
-impl CancelOutcome {
-    /// The name on the wire (`deleted`, `in_flight`, ...).
-    pub fn as_str(self) -> &'static str {
-        delayq_proto::CancelOutcome::from(self).as_str()
-    }
-}
-
-impl From<CancelOutcome> for delayq_proto::CancelOutcome {
-    fn from(o: CancelOutcome) -> Self {
-        match o {
-            CancelOutcome::Deleted => Self::Deleted,
-            CancelOutcome::InFlight => Self::InFlight,
-            CancelOutcome::AlreadyConsumed => Self::AlreadyConsumed,
-            CancelOutcome::Dead => Self::Dead,
-            CancelOutcome::NotFound => Self::NotFound,
+impl Queue {
+    /// Cancels one message, batched with the cancels queued beside it (one
+    /// Redis round trip and one journal commit for the batch); answered
+    /// once the journal committed it, so its bizKey is free at once. The
+    /// next batch goes to Redis while this one waits for its commit.
+    pub async fn cancel_one(&self, id: MessageId) -> Result<CancelOutcome, QueueError> {
+        match &self.cancels {
+            Some(c) => c.call(id).await,
+            None => Ok(cancel_many(self, &[id]).await?.remove(0)),
         }
     }
 }
@@ -166,7 +149,7 @@ async fn settle(
                         keys.delay(keys.shard_of(id)).into(),
                     ));
                 }
-                Journaled::Kept(end) => changes.push(super::kept_end(&state.redis, id, end)),
+                Journaled::Kept(end) => changes.push(kept_end(&state.redis, id, end)),
             }
             outcome
         }));
@@ -198,7 +181,7 @@ pub async fn cancel_many(
 pub(super) async fn cancel_batch(
     state: Queue,
     ids: Vec<MessageId>,
-) -> Result<super::coalesce::Staged<CancelOutcome>, QueueError> {
+) -> Result<Staged<CancelOutcome>, QueueError> {
     let hold = state.journal.hold();
     let in_redis = cancel_in_redis(&state, &ids).await;
     let later = async move {
@@ -209,7 +192,7 @@ pub(super) async fn cancel_batch(
             Err(e) => ids.iter().map(|_| Err(told_again(&e))).collect(),
         }
     };
-    Ok(super::coalesce::Staged {
+    Ok(Staged {
         now: Vec::new(),
         later: Some(Box::pin(later)),
     })
@@ -233,7 +216,7 @@ pub async fn cancel_biz_key(
     topic: &str,
     key: &str,
 ) -> Result<Vec<(MessageId, CancelOutcome)>, QueueError> {
-    let ids = super::live_holder(state, topic, key).await?;
+    let ids = live_holder(state, topic, key).await?;
     let outcomes = cancel_many(state, &ids).await?;
     Ok(ids.into_iter().zip(outcomes).collect())
 }
@@ -245,8 +228,8 @@ pub async fn cancel_biz_key_prefix(
     state: &Queue,
     topic: &str,
     prefix: &str,
-) -> Result<super::PrefixCounts, QueueError> {
-    super::each_prefix_page(
+) -> Result<PrefixCounts, QueueError> {
+    each_prefix_page(
         state,
         topic,
         prefix,

@@ -18,7 +18,7 @@ use std::future::Future;
 use futures::future::LocalBoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
-use super::QueueError;
+use super::error::QueueError;
 
 type Reply<O> = oneshot::Sender<Result<O, QueueError>>;
 

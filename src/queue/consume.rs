@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{Queue, QueueError};
+use super::coalesce::Staged;
+use super::error::QueueError;
+pub use super::outcome::{Ack, AckOutcome};
+use super::state::{kept_end, Queue};
 use crate::actors::router::Touch;
 use crate::actors::router::Touch as WakeShard;
 use crate::error::RedisError;
@@ -263,31 +266,6 @@ fn deliver(state: &Queue, claimed: Vec<Claimed>) -> Vec<MessageView> {
     views
 }
 
-/// What acking one id did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AckOutcome {
-    /// Consumed now, or before (acking twice is harmless).
-    Consumed,
-    /// A recurring message's occurrence is consumed: the message waits for
-    /// its next occurrence (or it was acked before and waits already).
-    Next(Occurrence),
-    /// Acked, the last delivery of a recurring message whose series was
-    /// cancelled while it was out: the message ended Deleted.
-    Deleted,
-    /// Not handed out: scheduled, ready for its first delivery, or ended
-    /// some other way (the status says which).
-    NotInFlight(Option<Status>),
-    /// The receipt names another delivery than the one in hand, or than
-    /// the last one when none is: nothing changed. `now` is where the
-    /// message is; `earlier`: the receipt is one of an earlier delivery
-    /// (else no delivery of the message was handed out with it).
-    Stale {
-        now: Status,
-        earlier: bool,
-    },
-    NotFound,
-}
-
 /// The answer to an ack of a message consumed already, by the delivery
 /// `attempts` counts: consumed (acking twice is harmless), unless the
 /// ack's receipt names another delivery (the current holder acked first).
@@ -303,37 +281,19 @@ fn acked_already(ack: &Ack, attempts: i32) -> AckOutcome {
     }
 }
 
-/// One ack: the message, and what the consumer says of the delivery it
-/// acks (a recurring message's occurrence, the delivery's receipt).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ack {
-    pub id: MessageId,
-    pub occurrence: Option<i32>,
-    pub receipt: Option<Receipt>,
-}
-
-impl Ack {
-    pub fn id(id: MessageId) -> Ack {
-        Ack {
-            id,
-            occurrence: None,
-            receipt: None,
+impl Queue {
+    /// Acks one delivery, batched with the acks queued beside it; answered
+    /// once Redis applied it (its end is kept in Redis until the journal
+    /// has it, see [`crate::redis::keys`]'s `unjournaled`). An ack of an id
+    /// Redis does not hold waits for the journal's word (a couple of
+    /// seconds at most), on its own: the acks queued behind it do not.
+    pub async fn ack_one(&self, ack: Ack) -> Result<AckOutcome, QueueError> {
+        match &self.acks {
+            Some(c) => c.call(ack).await,
+            None => Ok(ack_deliveries(self, &[ack], AckJournal::Queued)
+                .await?
+                .remove(0)),
         }
-    }
-
-    /// The occurrence acked: as said, or as the receipt names it.
-    fn occurrence(&self) -> Option<i32> {
-        self.occurrence
-            .or_else(|| self.receipt.and_then(|r| r.occurrence))
-    }
-}
-
-impl AckOutcome {
-    pub fn is_consumed(self) -> bool {
-        matches!(
-            self,
-            AckOutcome::Consumed | AckOutcome::Next(_) | AckOutcome::Deleted
-        )
     }
 }
 
@@ -385,7 +345,7 @@ pub async fn ack_deliveries(
 pub(super) async fn ack_batch(
     state: Queue,
     acks: Vec<Ack>,
-) -> Result<super::coalesce::Staged<AckOutcome>, QueueError> {
+) -> Result<Staged<AckOutcome>, QueueError> {
     let (outcomes, deferred) =
         ack_rounds(&state, &acks, AckJournal::Queued, Lookups::Defer).await?;
     let mut now: Vec<Option<AckOutcome>> = outcomes.into_iter().map(Some).collect();
@@ -406,7 +366,7 @@ pub(super) async fn ack_batch(
         let all = futures::future::join_all(left.into_iter().map(one));
         Box::pin(all) as futures::future::LocalBoxFuture<'static, _>
     });
-    Ok(super::coalesce::Staged { now, later })
+    Ok(Staged { now, later })
 }
 
 /// What an ack of an id Redis does not hold does.
@@ -569,7 +529,7 @@ async fn ack_rounds(
                 // and is recorded with this ack (an ack sent again because
                 // the first one's end never reached the journal).
                 RedisAck::Finished(Some(end)) => {
-                    changes.push(super::kept_end(&state.redis, id, end));
+                    changes.push(kept_end(&state.redis, id, end));
                     match end.status {
                         Status::Consumed => acked_already(&acks[i], end.attempts),
                         other => AckOutcome::NotInFlight(Some(other)),

@@ -3,7 +3,8 @@
 
 use std::future::Future;
 
-use super::{Queue, QueueError};
+use super::error::QueueError;
+use super::state::Queue;
 use crate::journal::{DeleteDeadOutcome, RequeueOutcome};
 use crate::message::{now_ms, MessageId};
 

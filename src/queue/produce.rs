@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use super::{Queue, QueueError};
+use super::error::QueueError;
+use super::state::Queue;
 use crate::actors::router::Schedule;
 use crate::journal::InsertOutcome;
 use crate::message::{Draft, Message, MessageId, Status};

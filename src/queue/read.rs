@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use delayq_proto::{TopicCounts, TopicList, TopicView};
 
-use super::{Queue, QueueError};
+use super::error::QueueError;
+use super::state::Queue;
 use crate::actors::journal::{BacklogView, LiveByBizKey};
 use crate::journal::models::{FlowRow, MessageRow};
 use crate::limit::Limit;

@@ -15,7 +15,8 @@ use futures::stream::{self, StreamExt};
 
 use delayq_proto::RescheduleOutcome;
 
-use super::{Queue, QueueError};
+use super::error::QueueError;
+use super::state::{each_prefix_page, live_holder, PrefixCounts, Queue};
 use crate::error::RedisError;
 use crate::journal::store::JournalMove;
 use crate::journal::StatusChange;
@@ -262,7 +263,7 @@ pub async fn reschedule_biz_key(
     key: &str,
     to: NewSchedule,
 ) -> Result<Vec<(MessageId, MoveOutcome)>, QueueError> {
-    let ids = super::live_holder(state, topic, key).await?;
+    let ids = live_holder(state, topic, key).await?;
     let outcomes = reschedule_many(state, &ids, to).await?;
     Ok(ids.into_iter().zip(outcomes).collect())
 }
@@ -274,8 +275,8 @@ pub async fn reschedule_biz_key_prefix(
     topic: &str,
     prefix: &str,
     to: NewSchedule,
-) -> Result<super::PrefixCounts, QueueError> {
-    super::each_prefix_page(
+) -> Result<PrefixCounts, QueueError> {
+    each_prefix_page(
         state,
         topic,
         prefix,
