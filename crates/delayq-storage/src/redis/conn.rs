@@ -136,7 +136,7 @@ pub fn cluster_client(
 /// not become readable by waiting.
 pub fn check_url(url: &str) -> Result<(), String> {
     match Target::parse(url)? {
-        Target::Single(url) => super::client(&url).map(|_| ()).map_err(|e| e.to_string()),
+        Target::Single(url) => client(&url).map(|_| ()).map_err(|e| e.to_string()),
         Target::Cluster { .. } => Ok(()),
     }
 }
@@ -146,7 +146,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
 pub async fn connect(url: &str) -> RedisResult<Conn> {
     match Target::parse(url).map_err(|e| (redis::ErrorKind::InvalidClientConfig, "bad URL", e))? {
         Target::Single(url) => {
-            let client = super::client(&url)?;
+            let client = client(&url)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(CONNECT_TIMEOUT))
                 .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -575,6 +575,16 @@ pub fn redis_certificates() -> redis::TlsCertificates {
                 client_key: key.clone(),
             }),
         root_cert: Some(t.roots_pem.clone()),
+    }
+}
+
+/// A client of the Redis at `url`; `rediss://` speaks TLS with the roots
+/// and client certificate of [`crate::tls`].
+pub fn client(url: &str) -> redis::RedisResult<redis::Client> {
+    if url.starts_with("rediss://") {
+        redis::Client::build_with_tls(url, redis_certificates())
+    } else {
+        redis::Client::open(url)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::error::RedisError;
 use crate::message::MessageId;
 use crate::redis::keys::due_of_score;
 use crate::redis::reply::{opt_score, text};
-use crate::redis::schedule::schedule_handle;
+use crate::redis::schedule::handle::schedule_handle;
 pub use crate::redis::schedule::End;
 use crate::redis::scripts::evalsha;
 

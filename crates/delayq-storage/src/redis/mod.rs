@@ -12,14 +12,4 @@ pub mod schedule;
 pub mod scripts;
 pub mod spill;
 
-pub use conn::{connect, Conn};
-
-/// A client of the Redis at `url`; `rediss://` speaks TLS with the roots
-/// and client certificate of [`crate::tls`].
-pub fn client(url: &str) -> redis::RedisResult<redis::Client> {
-    if url.starts_with("rediss://") {
-        redis::Client::build_with_tls(url, conn::redis_certificates())
-    } else {
-        redis::Client::open(url)
-    }
-}
+pub use conn::{client, connect, Conn};

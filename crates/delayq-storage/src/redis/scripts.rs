@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use crate::redis::Conn;
+use crate::redis::conn::Conn;
 
 use redis::{
     Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind, ToRedisArgs,

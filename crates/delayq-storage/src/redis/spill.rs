@@ -2,7 +2,7 @@
 //! line each, that the journal did not take before a node stopped. These
 //! are the list commands the node's spill and replay use.
 
-use crate::redis::Conn;
+use crate::redis::conn::Conn;
 
 /// Appends `lines` to the list at `key`, `per_push` lines per RPUSH, in one
 /// pipeline.

@@ -5,11 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
-use super::fenced;
+use super::handle::{fenced, schedule_handle, PerShard};
 use super::outcomes::after_failure;
-use super::{
-    Advanced, Claimed, End, FailedDelivery, PerShard, RedisAck, RedisCancel, RedisNack, Replies,
-    TickResult,
+use super::outcomes::{
+    Advanced, Claimed, End, FailedDelivery, RedisAck, RedisCancel, RedisNack, Replies, TickResult,
 };
 use crate::error::RedisError;
 use crate::message::{now_ms, Message, MessageId, Receipt};
@@ -107,7 +106,7 @@ impl Delivery<'_> {
                 limit.to_string(),
                 k.ready_prefix(shard),
                 epoch.to_string(),
-                super::tombstone_ms().to_string(),
+                super::handle::tombstone_ms().to_string(),
                 k.ready_channel(shard),
                 self.node.to_string(),
             ],

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::RedisSchedule;
+use super::handle::RedisSchedule;
 use crate::error::RedisError;
 use crate::redis::scripts::evalsha;
 

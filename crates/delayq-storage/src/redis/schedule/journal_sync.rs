@@ -3,7 +3,8 @@
 //! ends it has yet to record, which nodes' journals are behind or stopped,
 //! flush requests and their answers, and the spill's trimming.
 
-use super::{End, BEHIND_FRESH_MS};
+use super::handle::{schedule_handle, BEHIND_FRESH_MS};
+use super::outcomes::End;
 use crate::error::RedisError;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::scripts::evalsha;

@@ -3,7 +3,8 @@
 
 use redis::Value;
 
-use super::{End, RedisSchedule};
+use super::handle::RedisSchedule;
+use super::outcomes::End;
 use crate::error::RedisError;
 use crate::message::MessageId;
 use crate::redis::reply::text;

@@ -4,7 +4,8 @@
 //! the data set's markers (the node that made it, its shard count, a
 //! reshard under way).
 
-use super::{LeaseOp, BEHIND_FRESH_MS};
+use super::handle::{schedule_handle, BEHIND_FRESH_MS};
+use super::outcomes::LeaseOp;
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::scripts::evalsha;

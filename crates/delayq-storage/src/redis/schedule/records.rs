@@ -3,7 +3,8 @@
 //! reconciliation, revoked dashboard sessions, the retention cursors,
 //! Redis's clock, a shard's counts, a ping.
 
-use super::ShardCounts;
+use super::handle::schedule_handle;
+use super::outcomes::ShardCounts;
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::keys::due_of_score;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redis::AsyncCommands;
 
+use super::handle::schedule_handle;
 use crate::error::RedisError;
 use crate::message::now_ms;
 use crate::redis::keys::due_of_score;
