@@ -17,11 +17,6 @@ use crate::error::JournalError;
 use crate::journal::connection::{JournalConn, JournalUrl};
 pub use store::{DeleteDeadOutcome, InsertOutcome, NodeInfo, RequeueOutcome, StatusChange};
 
-/// Runs the embedded migrations, waiting up to `wait` for the database to
-/// answer. Nodes of a cluster start together on a fresh database: when a
-/// migration fails because another node is running it (MySQL's DDL is not
-/// transactional, so a half-applied one shows as "already exists"), it is
-/// tried again until the other node has recorded it.
 /// Whether a connection error is the database refusing who delayq says it
 /// is or what it asks for: a wrong password, an unknown user or database.
 /// Waiting does not mend it.
@@ -39,6 +34,11 @@ pub fn refused_login(error: &str) -> bool {
     .any(|s| error.contains(s))
 }
 
+/// Runs the embedded migrations, waiting up to `wait` for the database to
+/// answer. Nodes of a cluster start together on a fresh database: when a
+/// migration fails because another node is running it (MySQL's DDL is not
+/// transactional, so a half-applied one shows as "already exists"), it is
+/// tried again until the other node has recorded it.
 pub fn migrate(url: &JournalUrl, wait: Duration) -> Result<usize, JournalError> {
     let deadline = std::time::Instant::now() + wait;
     loop {

@@ -24,8 +24,8 @@ use crate::journal::models::{NewFlow, NewMessage};
 use crate::journal::schema::{message, message_flow};
 use crate::message::Status;
 
+use super::insert::INSERT_CHUNK;
 use super::packed::{Kind, Layout, Packer, I16, I32, I64};
-use super::INSERT_CHUNK;
 
 /// Where one message ends a batch.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -13,7 +13,8 @@ use crate::journal::schema::{message, message_flow};
 use crate::message::{IdGenerator, MessageId, Status};
 use crate::with_conn;
 
-use super::{is_unique_violation, live_holder, new_flow, NodeInfo, StatusChange};
+use super::change::{new_flow, NodeInfo, StatusChange};
+use super::insert::{is_unique_violation, live_holder};
 
 /// Dead messages of a topic with ids above `after`, in id order, each with
 /// its history.

@@ -10,7 +10,7 @@ use crate::journal::schema::{message, message_flow, message_waiting};
 use crate::message::{MessageId, Status};
 use crate::with_conn;
 
-use super::INSERT_CHUNK;
+use super::insert::INSERT_CHUNK;
 
 pub fn find(conn: &mut JournalConn, id: MessageId) -> Result<Option<MessageRow>, JournalError> {
     Ok(with_conn!(conn, c => message::table

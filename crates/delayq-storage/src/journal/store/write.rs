@@ -15,10 +15,8 @@ use crate::repeat::Occurrence;
 use crate::with_conn;
 
 use super::batch::{ChangeWriter, Update};
-use super::{
-    insert_chunks, is_unique_violation, live_holder, new_flow, InsertOutcome, NodeInfo,
-    StatusChange, INSERT_CHUNK,
-};
+use super::change::{new_flow, NodeInfo, StatusChange};
+use super::insert::{insert_chunks, is_unique_violation, live_holder, InsertOutcome, INSERT_CHUNK};
 
 /// How many times one row whose bizKey was taken, then freed before its
 /// holder could be read, is tried again before the batch fails.
