@@ -28,10 +28,12 @@
 //! `body`, `dueTime`, `attempts`, …). A forwarded topic should have no
 //! long-polling consumers of its own: they would take messages from it.
 
+mod delivery;
 mod nats;
 mod rabbitmq;
 mod webhook;
 
+pub use delivery::ForwardError;
 pub use webhook::signature;
 
 use std::str::FromStr;
@@ -48,10 +50,6 @@ use crate::queue::Queue;
 const BATCH: usize = 100;
 /// How long one claim waits for due messages.
 const POLL_SECONDS: u64 = 5;
-/// How long connecting to a broker may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a broker may take to confirm a message.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// The receipt a view was handed out with, read back.
@@ -205,31 +203,6 @@ pub fn redacted(target: &Target) -> String {
     crate::redact::url(url)
 }
 
-/// An error with its causes ("error sending request: … invalid peer
-/// certificate: UnknownIssuer").
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
-/// Why a message was not forwarded.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// The broker (or the webhook's host) cannot be reached: the sink is
-    /// connected anew before anything more is claimed.
-    #[error("unreachable: {0}")]
-    Unreachable(String),
-    /// The broker or the webhook answered, and refused this message.
-    #[error("refused: {0}")]
-    Refused(String),
-}
-
 /// A connected destination.
 enum Sink {
     RabbitMq(rabbitmq::Sink),
@@ -258,15 +231,6 @@ impl Sink {
             Sink::Nats(s) => s.publish(messages).await,
             Sink::Webhook(s) => s.publish(messages).await,
         }
-    }
-}
-
-/// The id a broker may deduplicate a delivery by: the message's id, and
-/// for a recurring message its occurrence.
-fn delivery_id(m: &MessageView) -> String {
-    match m.message.occurrence {
-        Some(o) => format!("{}-{}", m.message.id, o.number),
-        None => m.message.id.to_string(),
     }
 }
 

@@ -5,7 +5,7 @@
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 
-use super::{delivery_id, ForwardError};
+use super::delivery::{delivery_id, error_chain, ForwardError, CONFIRM_TIMEOUT, CONNECT_TIMEOUT};
 use crate::message::MessageView;
 
 pub struct Sink {
@@ -19,12 +19,12 @@ impl Sink {
         // rustls configuration as every other link.
         let client = async_nats::ConnectOptions::new()
             .tls_client_config((*crate::tls::client_config()).clone())
-            .connection_timeout(super::CONNECT_TIMEOUT)
+            .connection_timeout(CONNECT_TIMEOUT)
             .connect(url)
             .await
-            .map_err(|e| ForwardError::Unreachable(crate::tls::explain(&super::error_chain(&e))))?;
+            .map_err(|e| ForwardError::Unreachable(crate::tls::explain(&error_chain(&e))))?;
         let mut jetstream = jetstream::new(client);
-        jetstream.set_timeout(super::CONFIRM_TIMEOUT);
+        jetstream.set_timeout(CONFIRM_TIMEOUT);
         Ok(Sink {
             jetstream,
             subject: subject.to_string(),

@@ -6,7 +6,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Confirmation;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::{delivery_id, ForwardError};
+use super::delivery::{delivery_id, ForwardError, CONFIRM_TIMEOUT, CONNECT_TIMEOUT};
 use crate::message::MessageView;
 
 pub struct Sink {
@@ -24,7 +24,7 @@ impl Sink {
     ) -> Result<Sink, ForwardError> {
         let unreachable =
             |e: lapin::Error| ForwardError::Unreachable(crate::tls::explain(&e.to_string()));
-        let connection = tokio::time::timeout(super::CONNECT_TIMEOUT, async {
+        let connection = tokio::time::timeout(CONNECT_TIMEOUT, async {
             Connection::connect_with_config(
                 uri,
                 ConnectionProperties::default(),
@@ -80,7 +80,7 @@ impl Sink {
         for published in pending {
             outcomes.push(match published {
                 Err(e) => Err(ForwardError::Unreachable(e.to_string())),
-                Ok(confirm) => match tokio::time::timeout(super::CONFIRM_TIMEOUT, confirm).await {
+                Ok(confirm) => match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
                     Err(_) => Err(ForwardError::Unreachable(
                         "no confirm from RabbitMQ in time".into(),
                     )),

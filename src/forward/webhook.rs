@@ -17,7 +17,7 @@ use futures::stream::{self, StreamExt};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{delivery_id, ForwardError};
+use super::delivery::{delivery_id, error_chain, ForwardError, CONNECT_TIMEOUT};
 use crate::message::{now_ms, MessageView};
 
 /// Requests under way at once.
@@ -50,7 +50,7 @@ impl Sink {
         let http = reqwest::Client::builder()
             .use_preconfigured_tls((*crate::tls::client_config()).clone())
             .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(super::CONNECT_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
         Ok(Sink {
@@ -80,7 +80,7 @@ impl Sink {
             ))),
             // Without the URL: its query may hold a token.
             Err(e) => Err(ForwardError::Unreachable(crate::tls::explain(
-                &super::error_chain(&e.without_url()),
+                &error_chain(&e.without_url()),
             ))),
         }
     }

@@ -28,8 +28,8 @@ use super::duties::{
     answer_flush_asks, check_eviction, ensure_dataset, publish_journal_behind,
     reconcile_periodically, retain_periodically, watch_dataset, watch_paused,
 };
+use super::open::{open_journal, open_redis};
 use super::spill::spill;
-use super::{open_journal, open_redis};
 
 /// A reconciliation on a serving node reads small pages, each a short burst
 /// of work, and pauses after each at least `RECONCILE_PAUSE` and

@@ -19,7 +19,7 @@ use crate::reconcile::{self, ReconcileReport, Reconciler, Repair};
 use crate::redis::schedule::RedisSchedule;
 use crate::restore::{RestoreReport, RestoreStatus, Restorer};
 
-use super::{connect_redis, open_journal, open_redis};
+use super::open::{connect_redis, open_journal, open_redis};
 
 /// The command line's pages: nothing to share the machine with.
 const RECONCILE_TOOL_PAGE: usize = 1_000;

@@ -17,37 +17,14 @@
 //! and a long poll looks again every second.
 
 pub mod local;
+pub mod notice;
 pub mod redis;
 
-use actix::{Message, Recipient};
+use actix::Recipient;
 
 use crate::redis::keys::Keys;
 pub use local::Topics;
-
-/// Something in `shard` needs attention at `at_ms` (a new due time, or an
-/// ack deadline of a message just handed out).
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct Touch {
-    pub shard: u32,
-    pub at_ms: i64,
-}
-
-/// Every owned shard scans now (after wake-ups may have been lost).
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct WakeAll;
-
-/// A wake-up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
-    /// Shard `shard` holds a message due at `at_ms`.
-    Due { shard: u32, at_ms: i64 },
-    /// Messages of `topic` became ready.
-    Ready { topic: String },
-    /// Notices may have been lost (a pub/sub reconnect): wake everything.
-    Resubscribed,
-}
+pub use notice::{Notice, Touch, WakeAll};
 
 /// Where notices go on this node: the router (which owns the shard actors)
 /// and the long polls waiting per topic.

@@ -12,7 +12,7 @@ use futures::StreamExt;
 
 use redis::{PushKind, Value};
 
-use super::Notice;
+use super::notice::Notice;
 use crate::redis::conn::{cluster_client, slot_ranges, Target};
 use crate::redis::keys::Keys;
 
