@@ -6,7 +6,6 @@
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
-use super::UiError;
 use crate::api::error::ApiError;
 use crate::error::ErrorCode;
 
@@ -49,12 +48,12 @@ pub fn url(name: &str) -> String {
 }
 
 /// `GET /ui/assets/{file}`.
-pub async fn file(name: web::Path<String>) -> Result<HttpResponse, UiError> {
+pub async fn file(name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let Some((_, content_type, bytes)) = FILES.iter().find(|(n, _, _)| *n == name.as_str()) else {
-        return Err(UiError(ApiError::NotFound {
+        return Err(ApiError::NotFound {
             code: ErrorCode::NotFound,
             message: format!("the dashboard has no file '{name}'"),
-        }));
+        });
     };
     Ok(HttpResponse::Ok()
         .content_type(*content_type)

@@ -29,10 +29,10 @@ use std::collections::HashMap;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
-use super::{esc, layout, page, see_other, UiError};
+use super::html::{esc, url_encode};
+use super::response::{secure, UiError};
+use super::sign::{hmac_hex, notice};
 use crate::api::error::ApiError;
 use crate::api::state::{constant_time_eq, AppState};
 use crate::error::ErrorCode;
@@ -43,43 +43,11 @@ pub const COOKIE: &str = "delayq_ui";
 /// How long a session lasts: 12 hours.
 pub const SESSION_MS: i64 = 12 * 3600 * 1000;
 
-type Form = web::Form<HashMap<String, String>>;
+pub(super) type Form = web::Form<HashMap<String, String>>;
 
 fn mac(state: &AppState, purpose: &str, text: &str) -> String {
     let key = state.admin_token.as_deref().unwrap_or("");
     hmac_hex(&format!("delayq-ui:{key}"), purpose, text)
-}
-
-/// HMAC-SHA256 of `purpose`, a zero byte and `text` under `key`, in hex.
-fn hmac_hex(key: &str, purpose: &str, text: &str) -> String {
-    let mut m =
-        Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes a key of any length");
-    m.update(purpose.as_bytes());
-    m.update(b"\0");
-    m.update(text.as_bytes());
-    m.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The key notices are signed with: this process's own, so a notice
-/// (`?done=`, `?error=`) is shown only when this node's action wrote it,
-/// never text a link made up (a notice sent to another node is dropped).
-static NOTICE_KEY: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| uuid::Uuid::new_v4().simple().to_string());
-
-/// The signature of a notice of `kind` (`done`, `error`) saying `text`.
-pub fn notice_sig(kind: &str, text: &str) -> String {
-    hmac_hex(&NOTICE_KEY, kind, text)
-}
-
-/// The notice of `kind` in a query, when this node signed it.
-fn notice(q: &HashMap<String, String>, kind: &str) -> Option<String> {
-    let text = q.get(kind)?;
-    let sig = q.get("sig").map(String::as_str).unwrap_or("");
-    constant_time_eq(sig.as_bytes(), notice_sig(kind, text).as_bytes()).then(|| text.clone())
 }
 
 /// Wrong logins an address may make within [`LOGIN_WINDOW`].
@@ -87,12 +55,12 @@ pub const LOGIN_FAILURES: u32 = 5;
 pub const LOGIN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Wrong logins per client address: when the window began, how many.
-static FAILED_LOGINS: std::sync::Mutex<
+pub(super) static FAILED_LOGINS: std::sync::Mutex<
     Option<HashMap<std::net::IpAddr, (std::time::Instant, u32)>>,
 > = std::sync::Mutex::new(None);
 
 /// Sessions logged out (their `issued.nonce`), on any node.
-static REVOKED: std::sync::RwLock<Option<std::collections::HashSet<String>>> =
+pub(super) static REVOKED: std::sync::RwLock<Option<std::collections::HashSet<String>>> =
     std::sync::RwLock::new(None);
 
 fn revoked(body: &str) -> bool {
@@ -127,7 +95,7 @@ pub async fn sync_revoked(redis: crate::redis::schedule::RedisSchedule) {
 }
 
 /// A new session's cookie value; a reader's (the read token's) looks only.
-fn issue(state: &AppState, reader: bool) -> String {
+pub(super) fn issue(state: &AppState, reader: bool) -> String {
     let role = if reader { ".r" } else { "" };
     let body = format!("{}.{}{role}", now_ms(), uuid::Uuid::new_v4().simple());
     let sig = mac(state, "session", &body);
@@ -151,7 +119,7 @@ fn csrf_of(state: &AppState, session: &str) -> String {
     mac(state, "csrf", session)
 }
 
-fn cookie_of(req: &HttpRequest) -> Option<String> {
+pub(super) fn cookie_of(req: &HttpRequest) -> Option<String> {
     req.headers()
         .get_all(header::COOKIE)
         .filter_map(|v| v.to_str().ok())
@@ -161,7 +129,7 @@ fn cookie_of(req: &HttpRequest) -> Option<String> {
         .map(|(_, value)| value.to_string())
 }
 
-fn set_cookie(value: &str, max_age_s: i64) -> String {
+pub(super) fn set_cookie(value: &str, max_age_s: i64) -> String {
     format!("{COOKIE}={value}; Path=/ui; Max-Age={max_age_s}; HttpOnly; SameSite=Strict")
 }
 
@@ -195,7 +163,7 @@ impl Viewer {
                         .path_and_query()
                         .map_or("/ui", |p| p.as_str())
                         .to_string();
-                    return Err(format!("/ui/login?next={}", super::url_encode(&next)));
+                    return Err(format!("/ui/login?next={}", url_encode(&next)));
                 }
                 None => {
                     let c = issue(state, false);
@@ -281,9 +249,23 @@ impl Viewer {
         out
     }
 
+    /// A viewer not logged in (the login form's page).
+    pub fn anonymous(state: &AppState) -> Viewer {
+        Viewer {
+            csrf: None,
+            new_session: None,
+            read_only: state.ui_read_only,
+            login: false,
+            reader: false,
+            node: state.cluster.view().node_id,
+            done: None,
+            error: None,
+        }
+    }
+
     /// A page's answer, setting the session cookie when it is new.
     pub fn respond(&self, status: StatusCode, html: String) -> HttpResponse {
-        let mut reply = super::secure(HttpResponse::build(status));
+        let mut reply = secure(HttpResponse::build(status));
         if let Some(c) = &self.new_session {
             reply.insert_header((header::SET_COOKIE, set_cookie(c, SESSION_MS / 1000)));
         }
@@ -301,7 +283,7 @@ fn forbidden(message: impl Into<String>) -> UiError {
 /// The request comes from a page of this origin, as far as the browser
 /// says: `Sec-Fetch-Site` (when sent) is `same-origin`, and `Origin` (when
 /// sent) names the host the request was sent to.
-fn same_origin(req: &HttpRequest) -> Result<(), UiError> {
+pub(super) fn same_origin(req: &HttpRequest) -> Result<(), UiError> {
     let h = req.headers();
     if let Some(site) = h.get("Sec-Fetch-Site").and_then(|v| v.to_str().ok()) {
         if site != "same-origin" {
@@ -344,7 +326,7 @@ pub fn check_action(
 
 /// Checks a form's request: not read-only, from this origin, a valid
 /// session, and its form's CSRF token; whether it is a reader's.
-fn check_session(
+pub(super) fn check_session(
     state: &AppState,
     req: &HttpRequest,
     form: &HashMap<String, String>,
@@ -375,170 +357,4 @@ pub fn back(form: &HashMap<String, String>, default: &str) -> String {
         Some(b) if b.starts_with("/ui") && !b.contains("//") && !b.contains('\\') => b.clone(),
         _ => default.to_string(),
     }
-}
-
-fn login_form(next: &str, wrong: bool, reader: bool) -> String {
-    let (notice, intro, label) = if reader {
-        (
-            "That is neither the admin token nor the read token.",
-            "This node has an admin token (<code>--admin-token</code>): enter it to use the dashboard, or the read token (<code>--read-token</code>) to see it without acting.",
-            "Admin or read token",
-        )
-    } else {
-        (
-            "That is not the admin token.",
-            "This node has an admin token (<code>--admin-token</code>). Enter it to use the dashboard.",
-            "Admin token",
-        )
-    };
-    let notice = if wrong {
-        format!(r#"<p class="notice err">{notice}</p>"#)
-    } else {
-        String::new()
-    };
-    format!(
-        r#"<section class="login"><h1>Log in</h1>{notice}<p>{intro}</p>
-<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}"><label>{label} <input type="password" name="token" id="token" autocomplete="current-password" autofocus required></label> <button type="submit" id="login">Log in</button></form></section>"#,
-        next = esc(next)
-    )
-}
-
-fn anonymous(state: &AppState) -> Viewer {
-    Viewer {
-        csrf: None,
-        new_session: None,
-        read_only: state.ui_read_only,
-        login: false,
-        reader: false,
-        node: state.cluster.view().node_id,
-        done: None,
-        error: None,
-    }
-}
-
-/// `GET /ui/login`.
-pub async fn login_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    if state.admin_token.is_none() {
-        return see_other("/ui");
-    }
-    let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
-        .map(|q| q.into_inner())
-        .unwrap_or_default();
-    let next = back(
-        &HashMap::from([("back".into(), q.get("next").cloned().unwrap_or_default())]),
-        "/ui",
-    );
-    let form = login_form(&next, false, state.read_token.is_some());
-    page(&anonymous(&state), "Log in", "", &form)
-}
-
-/// `POST /ui/login`: the admin token for a session cookie.
-pub async fn login(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    form: Form,
-) -> Result<HttpResponse, UiError> {
-    same_origin(&req)?;
-    let Some(token) = &state.admin_token else {
-        return Ok(see_other("/ui"));
-    };
-    let next = back(
-        &HashMap::from([("back".into(), form.get("next").cloned().unwrap_or_default())]),
-        "/ui",
-    );
-    let addr = req
-        .peer_addr()
-        .map(|a| a.ip())
-        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
-    let throttled = {
-        let mut g = FAILED_LOGINS.lock().unwrap_or_else(|p| p.into_inner());
-        let map = g.get_or_insert_with(HashMap::new);
-        map.retain(|_, (since, _)| since.elapsed() < LOGIN_WINDOW);
-        map.get(&addr)
-            .filter(|(_, n)| *n >= LOGIN_FAILURES)
-            .map(|(since, _)| LOGIN_WINDOW.saturating_sub(since.elapsed()))
-    };
-    if let Some(wait) = throttled {
-        tracing::warn!(%addr, "dashboard login refused: too many wrong tokens from this address");
-        return Ok(HttpResponse::TooManyRequests()
-            .insert_header((header::RETRY_AFTER, wait.as_secs().max(1).to_string()))
-            .content_type(header::ContentType::plaintext())
-            .body(format!(
-                "too many wrong logins from this address; try again in {} s",
-                wait.as_secs().max(1)
-            )));
-    }
-    let given = form.get("token").map(String::as_str).unwrap_or("");
-    let admin = constant_time_eq(given.as_bytes(), token.as_bytes());
-    let reader = !admin
-        && state
-            .read_token
-            .as_ref()
-            .is_some_and(|t| constant_time_eq(given.as_bytes(), t.as_bytes()));
-    if !admin && !reader {
-        tracing::warn!(%addr, "dashboard login with a wrong admin token");
-        let mut g = FAILED_LOGINS.lock().unwrap_or_else(|p| p.into_inner());
-        let e = g
-            .get_or_insert_with(HashMap::new)
-            .entry(addr)
-            .or_insert((std::time::Instant::now(), 0));
-        e.1 += 1;
-        drop(g);
-        return Ok(anonymous(&state).respond(
-            StatusCode::UNAUTHORIZED,
-            layout(
-                &anonymous(&state),
-                "Log in",
-                "",
-                &login_form(&next, true, state.read_token.is_some()),
-            ),
-        ));
-    }
-    if let Some(map) = FAILED_LOGINS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_mut()
-    {
-        map.remove(&addr);
-    }
-    Ok(HttpResponse::SeeOther()
-        .insert_header((
-            header::SET_COOKIE,
-            set_cookie(&issue(&state, reader), SESSION_MS / 1000),
-        ))
-        .insert_header((header::LOCATION, next))
-        .finish())
-}
-
-/// `POST /ui/logout`: the session cookie is cleared.
-pub async fn logout(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    form: Form,
-) -> Result<HttpResponse, UiError> {
-    check_session(&state, &req, &form)?;
-    // The session ends everywhere, not only in this browser: a copied
-    // cookie no longer works on any node.
-    if let Some((body, issued)) = cookie_of(&req).and_then(|c| {
-        let body = c.rsplit_once('.')?.0.to_string();
-        let issued: i64 = body.split('.').next()?.parse().ok()?;
-        Some((body, issued))
-    }) {
-        REVOKED
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(Default::default)
-            .insert(body.clone());
-        let saved = state
-            .queue
-            .revoke_ui_session(&body, issued + SESSION_MS)
-            .await;
-        if let Err(e) = saved {
-            tracing::warn!(error = %e, "cannot share a logout with the other nodes; it holds on this one");
-        }
-    }
-    Ok(HttpResponse::SeeOther()
-        .insert_header((header::SET_COOKIE, set_cookie("", 0)))
-        .insert_header((header::LOCATION, "/ui/login"))
-        .finish())
 }

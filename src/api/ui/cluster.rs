@@ -7,7 +7,9 @@ use std::fmt::Write;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::check_action;
-use super::{back_with, esc, time, UiError};
+use super::html::{duration, esc, time};
+use super::layout;
+use super::response::{back_with, UiError};
 use crate::api::error::ApiError;
 use crate::api::views::cluster_view;
 use crate::api::AppState;
@@ -62,7 +64,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         }
         let overdue = s
             .oldest_overdue
-            .map_or(String::new(), |due| super::duration(now - due));
+            .map_or(String::new(), |due| duration(now - due));
         let _ = write!(
             shards,
             r#"<tr><td class="num">{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{overdue}</td><td>{choose}</td></tr>"#,
@@ -108,7 +110,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         },
         worker = c.worker_id.map_or("none".to_string(), |w| w.to_string()),
     );
-    Ok(super::page(&viewer, "Cluster", "/ui/cluster", &body))
+    Ok(layout::page(&viewer, "Cluster", "/ui/cluster", &body))
 }
 
 /// `POST /ui/cluster/rebalance`.

@@ -7,7 +7,9 @@ use std::fmt::Write;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::{back, check_action};
-use super::{back_with, esc, preview, time, url_encode, UiError};
+use super::html::{esc, key, preview, time, url_encode};
+use super::layout;
+use super::response::{back_with, UiError};
 use crate::api::parse::{check_topic, parse_id};
 use crate::api::state::AppState;
 use crate::journal::{DeleteDeadOutcome, RequeueOutcome};
@@ -43,7 +45,7 @@ pub async fn index(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpR
 <p class="sub">Messages that used their last attempt, per topic. Requeue brings one back due at once with its attempts counted from 0; delete ends its life (Deleted).</p>
 <table class="grid narrow"><thead><tr><th>Topic</th><th class="num">Dead</th></tr></thead><tbody>{rows}</tbody></table>"#
     );
-    Ok(super::page(&viewer, "Dead letters", "/ui/dead", &body))
+    Ok(layout::page(&viewer, "Dead letters", "/ui/dead", &body))
 }
 
 /// `GET /ui/dead/{topic}?after=`.
@@ -91,7 +93,7 @@ pub async fn page(
                 &[("back", &back)],
                 Some("Delete this dead message?")
             ),
-            biz = r.biz_key.as_deref().map_or(String::new(), super::key),
+            biz = r.biz_key.as_deref().map_or(String::new(), key),
         );
     }
     if page.is_empty() {
@@ -137,7 +139,7 @@ pub async fn page(
         u = url_encode(&topic),
         t = esc(&topic),
     );
-    Ok(super::page(
+    Ok(layout::page(
         &viewer,
         &format!("Dead letters of {topic}"),
         "/ui/dead",

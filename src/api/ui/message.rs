@@ -6,7 +6,9 @@ use std::fmt::Write;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::{badge, duration, esc, time, url_encode, UiError};
+use super::html::{badge, duration, esc, key, time, url_encode};
+use super::layout;
+use super::response::UiError;
 use crate::api::error::ApiError;
 use crate::api::parse::parse_id;
 use crate::api::state::AppState;
@@ -45,7 +47,7 @@ pub async fn page(
             "bizKey",
             m.biz_key
                 .as_deref()
-                .map_or(r#"<span class="zero">none</span>"#.to_string(), super::key),
+                .map_or(r#"<span class="zero">none</span>"#.to_string(), key),
         ),
         ("Status", badge(row.status())),
         (
@@ -120,5 +122,5 @@ pub async fn page(
         len = m.body.len(),
         body = esc(&m.body),
     );
-    Ok(super::page(&viewer, &format!("Message {id}"), "", &body))
+    Ok(layout::page(&viewer, &format!("Message {id}"), "", &body))
 }

@@ -9,7 +9,11 @@ use std::fmt::Write;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::{esc, history, url_encode, UiError, Viewer};
+use super::auth::Viewer;
+use super::history;
+use super::html::{duration, esc, url_encode};
+use super::layout;
+use super::response::{see_other, UiError};
 use crate::api::AppState;
 
 use crate::queue::read::MAX_ROWS;
@@ -51,9 +55,7 @@ fn topics_table(list: &delayq_proto::TopicList) -> String {
         } else {
             count(0)
         };
-        let waited = t
-            .overdue_ms
-            .map_or_else(|| "–".to_string(), super::duration);
+        let waited = t.overdue_ms.map_or_else(|| "–".to_string(), duration);
         let _ = write!(
             rows,
             r#"<tr><td><a class="topic" href="/ui/topics/{u}">{t}</a>{p}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{dead}</td><td class="num" title="kept until --retention removes them; {deleted} cancelled">{}</td><td class="num">{waited}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
@@ -157,13 +159,13 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         table = topics_table(&list),
         every = history::EVERY.as_secs(),
     );
-    Ok(super::page(&viewer, "Overview", "/ui", &body))
+    Ok(layout::page(&viewer, "Overview", "/ui", &body))
 }
 
 /// `GET /ui/chart.json`: the samples as columns, for uPlot.
 pub async fn chart(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     if let Err(login) = Viewer::of(&state, &req) {
-        return super::see_other(&login);
+        return see_other(&login);
     }
     let s = history::samples();
     let col = |f: &dyn Fn(&history::Sample) -> Option<f64>| -> Vec<Option<f64>> {

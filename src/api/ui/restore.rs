@@ -10,7 +10,9 @@ use std::sync::{LazyLock, Mutex};
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::check_action;
-use super::{back_with, duration, time, UiError};
+use super::html::{duration, esc, time};
+use super::layout;
+use super::response::{back_with, UiError};
 use crate::api::AppState;
 use crate::reconcile::{ReconcileReport, Repair};
 
@@ -31,10 +33,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             let state_text = if p.running {
                 r#"<span class="badge s-ready">running</span>"#.to_string()
             } else if let Some(e) = &p.error {
-                format!(
-                    r#"<span class="badge s-dead">failed</span> {}"#,
-                    super::esc(e)
-                )
+                format!(r#"<span class="badge s-dead">failed</span> {}"#, esc(e))
             } else {
                 r#"<span class="badge s-consumed">finished</span>"#.to_string()
             };
@@ -113,7 +112,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <div class="actions">{buttons}</div>
 <div id="report">{report}</div>"#
     );
-    Ok(super::page(
+    Ok(layout::page(
         &viewer,
         "Restore & reconcile",
         "/ui/restore",
@@ -166,7 +165,7 @@ fn periodic_html(json: &str) -> String {
     format!(
         r#"<p class="sub">Node <b>{}</b> at {}, took {}: {} journal rows, {} Redis records — {verdict}</p>
 <table class="grid"><thead><tr><th>Kind</th><th class="num">Found</th><th class="num">Repaired</th></tr></thead><tbody>{rows}</tbody></table>"#,
-        super::esc(kept["node"].as_str().unwrap_or("?")),
+        esc(kept["node"].as_str().unwrap_or("?")),
         time(kept["at"].as_i64().unwrap_or(0)),
         duration(r["elapsedMs"].as_i64().unwrap_or(0)),
         r["journalScanned"].as_u64().unwrap_or(0),

@@ -7,7 +7,9 @@ use std::fmt::Write;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::auth::check_action;
-use super::{back_with, badge, esc, preview, see_other, time, url_encode, UiError};
+use super::html::{badge, esc, key, preview, time, url_encode};
+use super::layout;
+use super::response::{back_with, see_other, UiError};
 use crate::api::parse::check_topic;
 use crate::api::state::AppState;
 use crate::message::{MessageId, Status};
@@ -93,7 +95,7 @@ pub async fn page(
             badge(r.status()),
             preview(&r.body, 80),
             id = r.id,
-            biz = r.biz_key.as_deref().map_or(String::new(), super::key),
+            biz = r.biz_key.as_deref().map_or(String::new(), key),
         );
     }
     if rows.is_empty() {
@@ -172,7 +174,7 @@ pub async fn page(
 <p class="pager">{pager}</p>"#,
         t = esc(&topic),
     );
-    Ok(super::page(
+    Ok(layout::page(
         &viewer,
         &format!("Topic {topic}"),
         "/ui",
