@@ -34,15 +34,17 @@ mod topics;
 pub mod ui;
 mod views;
 
+use std::sync::OnceLock;
+
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::api::error::ApiError;
 use crate::error::ErrorCode;
 
 pub use body::{MAX_JSON_VALUES, MAX_REQUEST_BYTES};
-pub use docs::openapi;
 pub use manage::refuse_when_stalled;
 pub use metrics::count_requests;
+pub use params::openapi_path;
 pub use state::AppState;
 
 /// Every route of the API, in one table: [`configure`] registers them,
@@ -62,8 +64,10 @@ macro_rules! routes {
             $(cfg.service(
                 web::resource($path)
                     .guard(actix_web::guard::Method(method(stringify!($method))))
-                    .wrap(actix_web::middleware::from_fn(|req, next| {
-                        params::checked((stringify!($method), $path), req, next)
+                    .wrap(actix_web::middleware::from_fn({
+                        let route = (stringify!($method), $path);
+                        let allowed = allowed(route);
+                        move |req, next| params::checked(route, allowed, req, next)
                     }))
                     .route(web::$method().to($module::$handler)),
             );)*
@@ -114,23 +118,32 @@ fn method(name: &str) -> actix_web::http::Method {
     actix_web::http::Method::from_bytes(name.to_uppercase().as_bytes()).expect("an HTTP method")
 }
 
-/// A path as actix-web registers it (`/docs/{file:.*}`) as OpenAPI writes
-/// it (`/docs/{file}`).
-pub fn openapi_path(registered: &str) -> String {
-    let mut out = String::with_capacity(registered.len());
-    let mut in_pattern = false;
-    for c in registered.chars() {
-        match c {
-            ':' if !in_pattern && out.rfind('{') > out.rfind('}') => in_pattern = true,
-            '}' => {
-                in_pattern = false;
-                out.push(c);
-            }
-            _ if in_pattern => {}
-            _ => out.push(c),
-        }
-    }
-    out
+/// The whole OpenAPI document: every route of [`ROUTES`], by its handler's
+/// `#[utoipa::path]`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    docs::document(<Routes as utoipa::OpenApi>::openapi())
+}
+
+/// The document as `GET /openapi.json` serves it, made once.
+fn spec() -> &'static str {
+    static SPEC: OnceLock<String> = OnceLock::new();
+    SPEC.get_or_init(|| {
+        openapi()
+            .to_json()
+            .expect("the OpenAPI document serializes")
+    })
+}
+
+/// The query parameters `route` takes, as the document lists them.
+fn allowed(route: (&'static str, &'static str)) -> &'static [String] {
+    static TABLE: OnceLock<params::Table> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            let doc = serde_json::to_value(openapi()).expect("the document serialises");
+            params::table(ROUTES, &doc)
+        })
+        .get(&route)
+        .map_or(&[], Vec::as_slice)
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -139,7 +152,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     let payload = web::PayloadConfig::new(MAX_REQUEST_BYTES);
     let path = web::PathConfig::default()
         .error_handler(|err, _| ApiError::invalid(ErrorCode::InvalidPath, err.to_string()).into());
-    cfg.app_data(payload).app_data(path);
+    cfg.app_data(payload)
+        .app_data(path)
+        .app_data(web::Data::new(docs::Spec(spec())));
     register(cfg);
     ui::register(cfg);
     cfg.default_service(web::to(not_found));
@@ -209,5 +224,71 @@ mod tests {
             );
         }
         assert!(!paths.keys().any(|p| p == "/ui" || p.starts_with("/ui/")));
+    }
+
+    /// `repeat`'s fields as the document lists them are those a push takes.
+    #[test]
+    fn the_document_lists_every_repeat_field_a_push_takes() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let props = doc["components"]["schemas"]["RepeatRequest"]["properties"]
+            .as_object()
+            .expect("RepeatRequest's properties");
+        let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
+        let mut taken = crate::repeat::FIELDS.to_vec();
+        documented.sort_unstable();
+        taken.sort_unstable();
+        assert_eq!(documented, taken);
+    }
+
+    /// Summaries are whole sentences of plain text: no Markdown backticks,
+    /// no parenthesis left open where the first line ended.
+    #[test]
+    fn summaries_are_plain_whole_sentences() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let mut seen = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let Some(summary) = op["summary"].as_str() else {
+                    continue;
+                };
+                seen += 1;
+                assert!(!summary.contains('`'), "{method} {path}: {summary}");
+                assert!(!summary.contains("crate::"), "{method} {path}: {summary}");
+                assert!(
+                    !summary.starts_with("GET /") && !summary.starts_with("POST /"),
+                    "{method} {path}: {summary}"
+                );
+                assert_eq!(
+                    summary.matches('(').count(),
+                    summary.matches(')').count(),
+                    "{method} {path}: {summary}"
+                );
+            }
+        }
+        assert!(seen > 20, "{seen} summaries");
+        let ack = doc["paths"]["/ack/{id}"]["post"]["summary"]
+            .as_str()
+            .unwrap();
+        assert!(ack.contains("stale_delivery"), "{ack}");
+    }
+
+    fn check(route: (&'static str, &'static str), query: &str) -> Result<(), ApiError> {
+        params::check(route, allowed(route), query)
+    }
+
+    #[test]
+    fn routes_take_what_they_document_once() {
+        assert!(check(("post", "/dead/{target}/requeue"), "limit=5").is_ok());
+        for bad in ["bogus=1", "limit=5&limit=6", "limit=5&Limit=6"] {
+            assert!(
+                check(("post", "/dead/{target}/requeue"), bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(check(("get", "/reStore"), "dryRun=true&expire=1").is_ok());
+        assert!(check(("get", "/reStore"), "dryrun=true").is_err());
+        assert!(check(("post", "/push"), "").is_ok());
+        assert!(check(("post", "/push"), "delay=5").is_err());
+        assert_eq!(allowed(("get", "/get/{topic}")), ["timeout", "count"]);
     }
 }

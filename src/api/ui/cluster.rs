@@ -12,7 +12,7 @@ use super::layout;
 use super::response::{back_with, UiError};
 use crate::api::error::ApiError;
 use crate::api::views::cluster_view;
-use crate::api::AppState;
+use crate::api::state::AppState;
 
 type Form = web::Form<HashMap<String, String>>;
 

@@ -14,7 +14,7 @@ use super::history;
 use super::html::{duration, esc, url_encode};
 use super::layout;
 use super::response::{see_other, UiError};
-use crate::api::AppState;
+use crate::api::state::AppState;
 
 use crate::queue::read::MAX_ROWS;
 pub use delayq_proto::TopicCounts;

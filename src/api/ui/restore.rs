@@ -13,7 +13,7 @@ use super::auth::check_action;
 use super::html::{duration, esc, time};
 use super::layout;
 use super::response::{back_with, UiError};
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::reconcile::{ReconcileReport, Repair};
 
 type Form = web::Form<HashMap<String, String>>;
