@@ -14,19 +14,26 @@
 //!   searches ([`PushReply`], [`AckAndPollReply`], [`AckResult`], …).
 //! - What a producer sends: [`PushRequest`] (with its builder) and
 //!   [`RetryRequest`].
-//! - [`ClockView`]: the cluster's clock as `GET /admin/cluster` shows it.
+//! - [`ClockView`]: the cluster's clock as `GET /admin/cluster` shows it,
+//!   with its [`Member`]s and this node's [`Session`].
+//! - What restores ([`RestoreReport`], [`RestoreProgress`]) and
+//!   reconciliations ([`ReconcileReport`]) report, and the journal's queue
+//!   ([`BacklogView`]).
 //!
 //! This crate knows nothing of HTTP frameworks, Redis, databases or async
 //! runtimes: serde alone, and utoipa behind the `utoipa` feature for the
 //! server's OpenAPI document. Readers are forgiving: a code or an outcome
 //! a newer server sends reads as [`ErrorCode::Other`] or an `Unknown`
-//! outcome rather than failing.
+//! outcome rather than failing. (The admin answers' enums, [`Session`]
+//! and [`Repair`], take only the names this version sends.)
 
 mod clock;
+mod cluster;
 mod error;
 mod journal;
 mod message;
 mod outcome;
+mod reconcile;
 mod reply;
 mod request;
 #[cfg(feature = "utoipa")]
@@ -34,13 +41,17 @@ pub mod schema;
 mod topic;
 
 pub use clock::{ClockView, MasterClock};
+pub use cluster::{Member, Session};
 pub use error::{ErrorBody, ErrorCode};
-pub use journal::{HistoryEntry, RestoreCursor};
+pub use journal::{
+    BacklogView, HistoryEntry, Refused, RestoreCursor, RestoreProgress, RestoreReport,
+};
 pub use message::{
     epoch_ms, millis, Backoff, BadMessageId, Message, MessageId, MessageView, Misfire, Occurrence,
     Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
 };
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
+pub use reconcile::{Difference, ReconcileReport, Repair, Sample};
 pub use reply::{
     AckAndPollReply, AckBatchReply, AckResult, CancelEach, CancelOne, MessagePage, NackBatchReply,
     NackResult, PollReply, PrefixCounts, PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
