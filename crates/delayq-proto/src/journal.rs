@@ -1,10 +1,11 @@
-//! What the API shows of the journal: a message's history, where a
-//! restore from it stands (`GET /reStore`, `GET /admin/restore`), and the
-//! status changes waiting to be written to it (`GET /admin/journal`).
+//! What the API shows of the journal: a message's history (`GET
+//! /messages/{id}`), where a restore from it stands (`GET /reStore`, `GET
+//! /admin/restore`), and the status changes waiting to be written to it
+//! (`GET /admin/journal`).
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{MessageId, Status};
+use crate::message::{MessageId, MessageView, Status};
 
 /// One status change of a message, as its history shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +36,24 @@ pub struct RestoreCursor {
     pub started_at: i64,
     /// When it wrote it (ms).
     pub updated_at: i64,
+}
+
+/// `GET /messages/{id}`: the message and its history from the flow table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct MessageReply {
+    /// Its status and attempts as Redis has them when Redis knows more
+    /// than the journal (a change the journal has not written yet, a few
+    /// ms behind): what an ack or a delivery already did.
+    pub message: MessageView,
+    /// When its journal row last changed (epoch ms).
+    pub updated_time: i64,
+    /// Where `status` comes from: `redis` (ahead of the journal) or
+    /// `journal`. The history is the journal's.
+    pub status_from: String,
+    /// Oldest first.
+    pub history: Vec<HistoryEntry>,
 }
 
 // What a restore did (`GET /reStore`, and `delayq restore`). No doc
@@ -89,6 +108,41 @@ pub struct RestoreProgress {
     pub resumed_after: Option<i64>,
     /// Why it stopped, when it failed.
     pub error: Option<String>,
+}
+
+/// `GET /reStore/{id}`: the restore's counts, and the message's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RestoreOneReply {
+    #[serde(flatten)]
+    pub report: RestoreReport,
+    pub id: MessageId,
+    pub status: Status,
+}
+
+/// `GET /admin/restore`: this node's current or last restore (only
+/// `running`, `startedAt` and `finishedAt`, null, when it ran none), and
+/// the cursor of an interrupted restore a new one would resume after.
+// The server writes it as a [`RestoreProgress`] with `resumable` added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreState {
+    pub running: bool,
+    pub expire: Option<bool>,
+    pub dry_run: Option<bool>,
+    pub scanned: Option<u64>,
+    pub restored: Option<u64>,
+    pub already_present: Option<u64>,
+    pub skipped_expired: Option<u64>,
+    pub skipped_finished: Option<u64>,
+    pub rate_per_second: Option<f64>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub cursor: Option<i64>,
+    pub resumed_after: Option<i64>,
+    pub error: Option<String>,
+    pub resumable: Option<RestoreCursor>,
 }
 
 /// A status change the database refused while it answered.
