@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use serde::Serialize;
 
 use crate::actors::journal::Journal;
 use crate::actors::router::{RouterActor, Schedule};
@@ -34,52 +33,8 @@ use crate::redis::schedule::{RedisSchedule, Scheduled};
 
 const PAGE: i64 = 2_000;
 
-#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreReport {
-    /// Live messages read from the journal.
-    pub scanned: u64,
-    /// Added back to Redis (with `dryRun`: would be added).
-    pub restored: u64,
-    /// Redis held them already.
-    pub already_present: u64,
-    /// Due time passed and `expire` was false.
-    pub skipped_expired: u64,
-    /// Acked or cancelled in Redis moments ago; the journal is catching up.
-    pub skipped_finished: u64,
-    /// Listed as waiting in the journal, due beyond the Redis horizon: left
-    /// there (not read), scheduled as they come near (see
-    /// [`crate::horizon`]; one cancelled while waiting is counted until its
-    /// due time).
-    pub beyond_horizon: u64,
-    pub dry_run: bool,
-    /// Started after this id: an interrupted restore's cursor.
-    pub resumed_after: Option<i64>,
-    pub elapsed_ms: u64,
-}
-
-/// A restore as `GET /admin/restore` shows it.
-#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreProgress {
-    pub running: bool,
-    pub expire: bool,
-    pub dry_run: bool,
-    pub scanned: u64,
-    pub restored: u64,
-    pub already_present: u64,
-    pub skipped_expired: u64,
-    pub skipped_finished: u64,
-    /// Journal rows read per second, so far.
-    pub rate_per_second: f64,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
-    /// The last id done: the restore resumes after it.
-    pub cursor: i64,
-    pub resumed_after: Option<i64>,
-    /// Why it stopped, when it failed.
-    pub error: Option<String>,
-}
+/// What a restore did, and a restore as `GET /admin/restore` shows it.
+pub use delayq_proto::{RestoreProgress, RestoreReport};
 
 /// This process's current or last restore.
 #[derive(Debug, Clone, Default)]

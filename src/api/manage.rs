@@ -110,7 +110,7 @@ pub async fn message(
         Some(m) => Ok(HttpResponse::Ok().json(MessageReply {
             message: m.message,
             updated_time: m.row.updated_time,
-            status_from: m.status_from,
+            status_from: m.status_from.into(),
             history: m.history.iter().map(|f| f.entry()).collect(),
         })),
     }
@@ -126,9 +126,9 @@ pub async fn message(
 )]
 pub async fn health() -> HttpResponse {
     HttpResponse::Ok().json(HealthReply {
-        status: "ok",
-        version: env!("CARGO_PKG_VERSION"),
-        revision: crate::GIT_REVISION,
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        revision: crate::GIT_REVISION.into(),
     })
 }
 
@@ -184,7 +184,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
                 state.queue.worker().is_some()
             )
         },
-        mode: view.mode,
+        mode: view.mode.into(),
         leader: view.leader,
         scanning: view.owned.len(),
         shards: if unscannable.is_empty() {

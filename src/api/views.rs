@@ -29,7 +29,7 @@ pub async fn cluster_view(state: &AppState) -> Result<ClusterReply, ApiError> {
     }
     Ok(ClusterReply {
         in_good_standing: view.in_good_standing(),
-        mode: view.mode,
+        mode: view.mode.into(),
         node: view.node_id,
         session: view.session,
         leader: view.leader,

@@ -43,8 +43,9 @@
 //! repair every kind but `unknown`.
 //!
 //! This module holds what a difference is (its kinds, the rule that
-//! classifies a row and its Redis state) and the report; [`reconciler`]
-//! holds the [`Reconciler`], which reads both sides, settles and repairs.
+//! classifies a row and its Redis state) and fills the report, whose shape
+//! is `delayq-proto`'s; [`reconciler`] holds the [`Reconciler`], which
+//! reads both sides, settles and repairs.
 
 pub mod fence;
 mod reconciler;
@@ -53,10 +54,8 @@ pub use reconciler::Reconciler;
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::journal::store::RowState;
-use crate::message::{MessageId, Status};
+use crate::message::Status;
 use crate::redis::inspect::{End, Held, Place};
 
 /// Differences looked at again together.
@@ -69,32 +68,9 @@ const SAMPLE: usize = 20;
 /// Named on the flow rows a repair writes.
 const FLOW_SHARD: &str = "reconcile";
 
-/// What a reconciliation puts right.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Repair {
-    /// Report only.
-    None,
-    /// What keeps messages from being delivered (`missing`,
-    /// `unscheduled`) or would bring an ended one back (`unjournaled`,
-    /// `finishedInJournal`).
-    Delivery,
-    /// Every kind but `unknown`.
-    All,
-}
-
-impl Repair {
-    fn covers(self, kind: &Kind) -> bool {
-        match self {
-            Repair::None => false,
-            Repair::Delivery => matches!(
-                kind,
-                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_) | Kind::FinishedInJournal
-            ),
-            Repair::All => !matches!(kind, Kind::Unknown),
-        }
-    }
-}
+/// What a reconciliation puts right, and the report: the shapes `GET
+/// /admin/reconcile` answers with.
+pub use delayq_proto::{Difference, ReconcileReport, Repair, Sample};
 
 /// How a reconciliation runs.
 #[derive(Debug, Clone, Copy)]
@@ -109,76 +85,6 @@ pub struct Options {
     /// took: a reconciliation then takes at most about 1 / (1 + idle) of
     /// the machine's time while it runs, however fast the machine is.
     pub idle: u32,
-}
-
-/// One kind of difference: how many, how many were repaired, and the first
-/// few.
-#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Difference {
-    pub count: u64,
-    pub repaired: u64,
-    pub sample: Vec<Sample>,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Sample {
-    pub id: MessageId,
-    /// The journal's status, where it has the row.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub journal: Option<Status>,
-    /// Where Redis holds it, as a status.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub redis: Option<Status>,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReconcileReport {
-    pub repair: Repair,
-    /// Live journal rows compared (older than the grace period).
-    pub journal_scanned: u64,
-    /// Live journal rows left out: changed within the grace period.
-    pub journal_recent: u64,
-    /// Records of Redis's message hashes walked.
-    pub redis_scanned: u64,
-    pub missing: Difference,
-    pub unscheduled: Difference,
-    pub finished_in_journal: Difference,
-    pub unknown: Difference,
-    pub status_mismatch: Difference,
-    pub unjournaled: Difference,
-    pub grace_ms: u64,
-    pub started_at: i64,
-    pub elapsed_ms: u64,
-}
-
-impl ReconcileReport {
-    /// No difference of any kind.
-    pub fn is_clean(&self) -> bool {
-        self.differences() == 0
-    }
-
-    pub fn differences(&self) -> u64 {
-        self.missing.count
-            + self.unscheduled.count
-            + self.finished_in_journal.count
-            + self.unknown.count
-            + self.status_mismatch.count
-            + self.unjournaled.count
-    }
-
-    fn of(&mut self, kind: &Kind) -> &mut Difference {
-        match kind {
-            Kind::Missing => &mut self.missing,
-            Kind::Unscheduled => &mut self.unscheduled,
-            Kind::FinishedInJournal => &mut self.finished_in_journal,
-            Kind::Unknown => &mut self.unknown,
-            Kind::StatusMismatch { .. } => &mut self.status_mismatch,
-            Kind::Unjournaled(_) => &mut self.unjournaled,
-        }
-    }
 }
 
 /// One difference of one message.
@@ -197,6 +103,32 @@ enum Kind {
     },
     /// Redis ended it; the journal did not record the end.
     Unjournaled(End),
+}
+
+impl Kind {
+    /// Whether `repair` puts this kind right.
+    fn repaired_by(self, repair: Repair) -> bool {
+        match repair {
+            Repair::None => false,
+            Repair::Delivery => matches!(
+                self,
+                Kind::Missing | Kind::Unscheduled | Kind::Unjournaled(_) | Kind::FinishedInJournal
+            ),
+            Repair::All => !matches!(self, Kind::Unknown),
+        }
+    }
+
+    /// The report's count of this kind.
+    fn of(self, report: &mut ReconcileReport) -> &mut Difference {
+        match self {
+            Kind::Missing => &mut report.missing,
+            Kind::Unscheduled => &mut report.unscheduled,
+            Kind::FinishedInJournal => &mut report.finished_in_journal,
+            Kind::Unknown => &mut report.unknown,
+            Kind::StatusMismatch { .. } => &mut report.status_mismatch,
+            Kind::Unjournaled(_) => &mut report.unjournaled,
+        }
+    }
 }
 
 /// Compares one message's journal row (None: no row) with what Redis holds

@@ -276,7 +276,7 @@ impl Reconciler {
             if classify(row, h, cutoff, far.unwrap_or(i64::MAX)) != Some(c.kind) {
                 continue;
             }
-            let d = report.of(&c.kind);
+            let d = c.kind.of(report);
             d.count += 1;
             if d.sample.len() < SAMPLE {
                 let (journal, redis) = match c.kind {
@@ -289,7 +289,7 @@ impl Reconciler {
                     redis,
                 });
             }
-            if repair.covers(&c.kind) {
+            if c.kind.repaired_by(repair) {
                 to_repair.push((c.id, c.kind));
             }
         }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::error::ErrorCode;
 use crate::message::{MessageId, MessageView, Occurrence, Status};
 use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome};
 
@@ -75,6 +76,18 @@ pub struct AckResult {
     pub next_occurrence: Option<Occurrence>,
 }
 
+/// `POST /ack/{id}`: consumed, or (a recurring message) waiting for its
+/// next occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AckReply {
+    pub id: MessageId,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_occurrence: Option<Occurrence>,
+}
+
 /// `POST /ack`: one journal commit for all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
@@ -130,6 +143,26 @@ pub struct CancelEach {
     /// How many results are `deleted`.
     pub deleted: usize,
     pub results: Vec<CancelOne>,
+}
+
+/// `GET /delete?id=` of an unknown id: an error with a definite result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct DeleteNotFound {
+    pub error: ErrorCode,
+    pub message: String,
+    pub id: MessageId,
+    pub result: CancelOutcome,
+}
+
+/// `POST /cancel`: a result per id (by ids or bizKey), or counts per
+/// outcome (by prefix).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum CancelReply {
+    Each(CancelEach),
+    Counts(PrefixCounts),
 }
 
 /// Cancelling or rescheduling by bizKey prefix: how many live messages
@@ -216,6 +249,16 @@ pub struct RescheduleEach {
     pub results: Vec<RescheduleOne>,
 }
 
+/// By ids or bizKey: a result per message; by prefix: how many matched and
+/// the count per outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum RescheduleReply {
+    Each(RescheduleEach),
+    Counts(PrefixCounts),
+}
+
 /// `GET /messages?topic=…`: a page of a topic's messages in id order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
@@ -267,5 +310,17 @@ mod tests {
         assert!(polled.results.is_empty());
         let o: RescheduleOutcome = serde_json::from_value(json!("moved_to_mars")).unwrap();
         assert_eq!(o, RescheduleOutcome::Unknown);
+    }
+
+    #[test]
+    fn a_cancel_reads_as_results_or_counts() {
+        let each: CancelReply = serde_json::from_value(
+            json!({"deleted": 1, "results": [{"id": "5", "result": "deleted"}]}),
+        )
+        .unwrap();
+        assert!(matches!(each, CancelReply::Each(e) if e.deleted == 1 && e.results.len() == 1));
+        let counts: CancelReply =
+            serde_json::from_value(json!({"matched": 3, "results": {"deleted": 3}})).unwrap();
+        assert!(matches!(counts, CancelReply::Counts(c) if c.count("deleted") == 3));
     }
 }

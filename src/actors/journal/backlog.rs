@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::journal::store::StatusChange;
-use crate::message::{now_ms, MessageId};
+use crate::message::now_ms;
 
 /// Default of `--journal-backlog`: status changes queued before promotion
 /// pauses (about 100 bytes each).
@@ -14,17 +14,9 @@ pub const DEFAULT_BACKLOG: usize = 200_000;
 /// Refused changes kept for `GET /admin/journal`.
 pub(super) const POISON_KEPT: usize = 1_000;
 
-/// A status change the database refused while it answered.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Refused {
-    pub id: MessageId,
-    pub status: crate::message::Status,
-    pub attempts: Option<i32>,
-    pub at: i64,
-    pub error: String,
-    pub refused_at: i64,
-}
+/// A status change the database refused while it answered, and the
+/// journal's queue as `GET /admin/journal` shows it.
+pub use delayq_proto::{BacklogView, Refused};
 
 /// What waits to be written, shared by the handle and the writers.
 #[derive(Default)]
@@ -56,15 +48,4 @@ impl Backlog {
         self.closing.load(Ordering::Acquire)
             && now_ms() as u64 >= self.closing_at.load(Ordering::Acquire)
     }
-}
-
-/// The journal's queue, as `GET /admin/journal` shows it.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BacklogView {
-    pub pending: usize,
-    pub limit: usize,
-    pub lagging: bool,
-    pub refused: u64,
-    pub recent_refused: Vec<Refused>,
 }

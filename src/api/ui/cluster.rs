@@ -96,7 +96,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 <table class="grid" id="nodes"><thead><tr><th>Node</th><th>Address</th><th>Started (UTC)</th><th>Version</th><th class="num">Shards</th></tr></thead><tbody>{nodes}</tbody></table>
 <h2>Shards</h2>
 <table class="grid" id="shards"><thead><tr><th class="num">Shard</th><th>Owner</th><th>Scanned here</th><th class="num">Epoch</th><th class="num">Delaying</th><th class="num">Ready</th><th class="num">In flight</th><th class="num">Overdue</th><th></th></tr></thead><tbody>{shards}</tbody></table>"#,
-        mode = esc(c.mode),
+        mode = esc(&c.mode),
         session = esc(&serde_json::to_value(c.session)
             .ok()
             .and_then(|v| v.as_str().map(String::from))
