@@ -11,8 +11,8 @@ use super::html::{duration, esc, time};
 use super::layout;
 use super::response::{back_with, UiError};
 use crate::api::error::ApiError;
-use crate::api::views::cluster_view;
 use crate::api::state::AppState;
+use crate::api::views::cluster_view;
 
 type Form = web::Form<HashMap<String, String>>;
 
