@@ -17,10 +17,8 @@ use crate::queue::QueueError;
 use crate::redis::inspect::{End, Held, Place};
 use crate::redis::schedule::{RedisSchedule, Scheduled};
 
-use super::{
-    classify, Difference, Kind, Options, ReconcileReport, Repair, Sample, FLOW_SHARD,
-    RECHECK_AFTER, RECHECK_BATCH, SAMPLE,
-};
+use super::classify::{classify, Kind, Options, FLOW_SHARD, RECHECK_AFTER, RECHECK_BATCH, SAMPLE};
+use delayq_proto::{Difference, ReconcileReport, Repair, Sample};
 
 /// A difference waiting to be looked at again.
 struct Candidate {
