@@ -1,8 +1,10 @@
 //! The floors, checked where Cargo cannot. The domain, the metrics and
 //! storage are crates of their own (`crates/`), so Cargo refuses an import
 //! from them into a floor above. Within a crate, every `crate::`,
-//! `super::` and `self::` path is read as an arrow from the file that
-//! writes it to the module file it names, and the tests fail on an import
+//! `super::` and `self::` path, and every path from a child module
+//! (`consume::ack_batch` in `queue/mod.rs`), is read as an arrow from the
+//! file that writes it to the module file it names (so a `mod.rs` and a
+//! child that import each other are a circle), and the tests fail on an import
 //! circle among the files of any crate in the repository (the server, the
 //! crates, the client, the benchmark) or on an arrow that runs up a floor
 //! of the server's map below (the map in `lib.rs`'s Layout, as a table).
@@ -187,18 +189,26 @@ fn paths(code: &str) -> Vec<String> {
     }
     // Paths in place: `crate::x::y(...)`, `super::Z`.
     for root in ["crate::", "super::", "self::"] {
-        let mut rest = code;
-        while let Some(at) = rest.find(root) {
-            let before = rest[..at].chars().next_back();
-            let tail = &rest[at..];
-            let len = tail
-                .find(|c: char| !(is_ident(c) || c == ':'))
-                .unwrap_or(tail.len());
-            if before.is_none_or(|c| !is_ident(c) && c != ':') {
-                out.push(tail[..len].trim_end_matches(':').to_string());
-            }
-            rest = &tail[root.len()..];
+        out.extend(in_place(code, root));
+    }
+    out
+}
+
+/// The paths in `code` that begin with `root` (`crate::`, `consume::`)
+/// where a path begins: not inside a longer name or path.
+fn in_place(code: &str, root: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(root) {
+        let before = rest[..at].chars().next_back();
+        let tail = &rest[at..];
+        let len = tail
+            .find(|c: char| !(is_ident(c) || c == ':'))
+            .unwrap_or(tail.len());
+        if before.is_none_or(|c| !is_ident(c) && c != ':') {
+            out.push(tail[..len].trim_end_matches(':').to_string());
         }
+        rest = &tail[root.len()..];
     }
     out
 }
@@ -225,12 +235,10 @@ fn target(path: &str, module: &[String], modules: &BTreeSet<Vec<String>>) -> Opt
         "crate" => Vec::new(),
         "self" => module.to_vec(),
         "super" => module[..module.len().saturating_sub(1)].to_vec(),
-        // The crate root's re-exports (`pub use client::Client;`): the
-        // same as `self::client::...`. (A `mod.rs` re-exporting its
-        // children while they import the items it defines is not read
-        // this way yet: the schedule's and the journal store's handles
-        // are split across such files.)
-        child if module.is_empty() && modules.contains(&vec![child.to_string()]) => {
+        // A path from a child module (`pub use client::Client;`,
+        // `consume::ack_batch(...)` in the `queue` module's mod.rs): the
+        // same as `self::client::...`.
+        child if modules.contains(&[module, &[child.to_string()]].concat()) => {
             let mut at = module.to_vec();
             at.push(child.to_string());
             at
@@ -292,7 +300,15 @@ fn graph(src: &Path) -> (Graph, BTreeMap<Vec<String>, PathBuf>) {
     for f in &files {
         let text = std::fs::read_to_string(&f.path).unwrap();
         let arrows = graph.entry(f.module.clone()).or_default();
-        for p in paths(&code(&text)) {
+        let code = code(&text);
+        let mut found = paths(&code);
+        // Paths in place from a child module: `consume::ack_batch(...)`.
+        for m in &modules {
+            if m.len() == f.module.len() + 1 && m.starts_with(&f.module) {
+                found.extend(in_place(&code, &format!("{}::", m[m.len() - 1])));
+            }
+        }
+        for p in found {
             if let Some(to) = target(&p, &f.module, &modules) {
                 // A module's own file is no arrow. A path through the
                 // crate root (`crate::Name`, a name the root re-exports)
