@@ -105,32 +105,37 @@ impl CancelOutcome {
 }
 
 /// The outcomes the server sends, each enum's in declaration order (the
-/// order of the OpenAPI document's `enum`).
-#[cfg(any(test, feature = "utoipa"))]
-pub(crate) const ACK_SENT: &[AckOutcome] = &[
-    AckOutcome::Consumed,
-    AckOutcome::NotInFlight,
-    AckOutcome::StaleDelivery,
-    AckOutcome::NotFound,
-];
-#[cfg(any(test, feature = "utoipa"))]
-pub(crate) const NACK_SENT: &[NackOutcome] = &[
-    NackOutcome::Ready,
-    NackOutcome::Delaying,
-    NackOutcome::Dead,
-    NackOutcome::Deleted,
-    NackOutcome::NotInFlight,
-    NackOutcome::StaleDelivery,
-    NackOutcome::NotFound,
-];
-#[cfg(any(test, feature = "utoipa"))]
-pub(crate) const CANCEL_SENT: &[CancelOutcome] = &[
-    CancelOutcome::Deleted,
-    CancelOutcome::InFlight,
-    CancelOutcome::AlreadyConsumed,
-    CancelOutcome::Dead,
-    CancelOutcome::NotFound,
-];
+/// order of the OpenAPI document's `enum`): every one but `Unknown`.
+impl AckOutcome {
+    pub const SENT: &'static [AckOutcome] = &[
+        AckOutcome::Consumed,
+        AckOutcome::NotInFlight,
+        AckOutcome::StaleDelivery,
+        AckOutcome::NotFound,
+    ];
+}
+
+impl NackOutcome {
+    pub const SENT: &'static [NackOutcome] = &[
+        NackOutcome::Ready,
+        NackOutcome::Delaying,
+        NackOutcome::Dead,
+        NackOutcome::Deleted,
+        NackOutcome::NotInFlight,
+        NackOutcome::StaleDelivery,
+        NackOutcome::NotFound,
+    ];
+}
+
+impl CancelOutcome {
+    pub const SENT: &'static [CancelOutcome] = &[
+        CancelOutcome::Deleted,
+        CancelOutcome::InFlight,
+        CancelOutcome::AlreadyConsumed,
+        CancelOutcome::Dead,
+        CancelOutcome::NotFound,
+    ];
+}
 
 #[cfg(test)]
 mod tests {
@@ -139,27 +144,81 @@ mod tests {
 
     #[test]
     fn outcomes_are_written_as_named_and_read_back() {
-        for o in ACK_SENT.iter().copied().chain([AckOutcome::Unknown]) {
+        for o in AckOutcome::SENT
+            .iter()
+            .copied()
+            .chain([AckOutcome::Unknown])
+        {
             assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));
             assert_eq!(
                 serde_json::from_value::<AckOutcome>(json!(o.as_str())).unwrap(),
                 o
             );
         }
-        for o in NACK_SENT.iter().copied().chain([NackOutcome::Unknown]) {
+        for o in NackOutcome::SENT
+            .iter()
+            .copied()
+            .chain([NackOutcome::Unknown])
+        {
             assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));
             assert_eq!(
                 serde_json::from_value::<NackOutcome>(json!(o.as_str())).unwrap(),
                 o
             );
         }
-        for o in CANCEL_SENT.iter().copied().chain([CancelOutcome::Unknown]) {
+        for o in CancelOutcome::SENT
+            .iter()
+            .copied()
+            .chain([CancelOutcome::Unknown])
+        {
             assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));
             assert_eq!(
                 serde_json::from_value::<CancelOutcome>(json!(o.as_str())).unwrap(),
                 o
             );
         }
+    }
+
+    /// `SENT` names every outcome but `Unknown`: a variant added to an
+    /// enum fails to compile here until this test (and `SENT`) know it.
+    #[test]
+    fn sent_lists_every_outcome_but_unknown() {
+        let ack = |o| match o {
+            AckOutcome::Consumed
+            | AckOutcome::NotInFlight
+            | AckOutcome::StaleDelivery
+            | AckOutcome::NotFound => true,
+            AckOutcome::Unknown => false,
+        };
+        let nack = |o| match o {
+            NackOutcome::Ready
+            | NackOutcome::Delaying
+            | NackOutcome::Dead
+            | NackOutcome::Deleted
+            | NackOutcome::NotInFlight
+            | NackOutcome::StaleDelivery
+            | NackOutcome::NotFound => true,
+            NackOutcome::Unknown => false,
+        };
+        let cancel = |o| match o {
+            CancelOutcome::Deleted
+            | CancelOutcome::InFlight
+            | CancelOutcome::AlreadyConsumed
+            | CancelOutcome::Dead
+            | CancelOutcome::NotFound => true,
+            CancelOutcome::Unknown => false,
+        };
+        assert!(AckOutcome::SENT.iter().all(|&o| ack(o)));
+        assert!(NackOutcome::SENT.iter().all(|&o| nack(o)));
+        assert!(CancelOutcome::SENT.iter().all(|&o| cancel(o)));
+        assert_eq!(
+            (
+                AckOutcome::SENT.len(),
+                NackOutcome::SENT.len(),
+                CancelOutcome::SENT.len()
+            ),
+            (4, 7, 5)
+        );
     }
 
     #[test]

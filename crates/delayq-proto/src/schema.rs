@@ -13,7 +13,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::error::ErrorCode;
 use crate::message::{MessageId, Status, ID_PATTERN};
-use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome, ACK_SENT, CANCEL_SENT, NACK_SENT};
+use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome};
 use crate::reply::RescheduleOutcome;
 
 /// A string schema of these names.
@@ -38,7 +38,7 @@ impl ToSchema for ErrorCode {}
 
 impl PartialSchema for AckOutcome {
     fn schema() -> RefOr<Schema> {
-        names(ACK_SENT.iter().map(|o| o.as_str()), None)
+        names(AckOutcome::SENT.iter().map(|o| o.as_str()), None)
     }
 }
 
@@ -50,7 +50,7 @@ impl ToSchema for AckOutcome {
 
 impl PartialSchema for NackOutcome {
     fn schema() -> RefOr<Schema> {
-        names(NACK_SENT.iter().map(|o| o.as_str()), None)
+        names(NackOutcome::SENT.iter().map(|o| o.as_str()), None)
     }
 }
 
@@ -63,7 +63,7 @@ impl ToSchema for NackOutcome {
 impl PartialSchema for CancelOutcome {
     fn schema() -> RefOr<Schema> {
         names(
-            CANCEL_SENT.iter().map(|o| o.as_str()),
+            CancelOutcome::SENT.iter().map(|o| o.as_str()),
             Some("What cancelling one message did."),
         )
     }

@@ -118,3 +118,68 @@ fn quoted_codes_reads_both_quotes_and_skips_other_words() {
         vec!["stale_delivery"]
     );
 }
+
+/// The quoted words (`'Delaying'`, `"in_flight"`) of `path`'s part
+/// between `from` and the next `to`, in order.
+fn quoted_words(path: &str, from: &str, to: &str, quote: char) -> Vec<String> {
+    let file = checkout().join(path);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let start = text
+        .find(from)
+        .unwrap_or_else(|| panic!("{path}: no {from:?}"));
+    let len = text[start + from.len()..]
+        .find(to)
+        .map(|l| l + from.len())
+        .expect("the end of the list");
+    text[start..start + len]
+        .split(quote)
+        .skip(1)
+        .step_by(2)
+        .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The clients whose types name statuses and outcomes (the TypeScript
+/// declarations, Go's status constants) name exactly the server's, in its
+/// order; the others read them as strings.
+#[test]
+fn typed_clients_name_every_status_and_outcome_and_no_other() {
+    use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, Status};
+    let statuses: Vec<String> = Status::ALL.iter().map(|s| s.to_string()).collect();
+    let names = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let ack = names(
+        &AckOutcome::SENT
+            .iter()
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    );
+    let nack = names(
+        &NackOutcome::SENT
+            .iter()
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    );
+    let cancel = names(
+        &CancelOutcome::SENT
+            .iter()
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    );
+    let dts = "clients/node/src/index.d.ts";
+    let checks = [
+        (dts, "export type Status =", ";", '\'', &statuses),
+        (dts, "export type CancelResult =", ";", '\'', &cancel),
+        (dts, "export interface AckResult {", "\n}", '\'', &ack),
+        (dts, "export interface NackReply {", "\n}", '\'', &nack),
+        ("clients/go/types.go", "StatusWaitPut", ")", '"', &statuses),
+    ];
+    let mut wrong = Vec::new();
+    for (path, from, to, quote, want) in checks {
+        let got = quoted_words(path, from, to, quote);
+        if &got != want {
+            wrong.push(format!("{path} ({from}): {got:?}, the server's {want:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
