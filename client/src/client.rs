@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorCode};
 use crate::message::{Delivery, MessageId, MessageView, NewMessage, Status};
 use crate::reply::CancelOutcome;
 use crate::reply::{
-    AckAndPollReply, AckResult, CancelEach, MessagePage, NackResult, OneCancel, PushReply,
+    AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PushReply,
     RescheduleEach,
 };
 use delayq_proto::{epoch_ms, millis};
@@ -257,7 +257,7 @@ impl Client {
     /// `GET /delete?id=`: cancels one message; an unknown id is
     /// [`CancelOutcome::NotFound`].
     pub async fn cancel(&self, id: MessageId) -> Result<CancelOutcome, Error> {
-        let reply: Result<OneCancel, Error> = self
+        let reply: Result<CancelOne, Error> = self
             .call(
                 Method::GET,
                 format!("/delete?id={id}"),

@@ -3,8 +3,6 @@
 //! [`NackOutcome`], [`CancelOutcome`]) are the server's own types, from
 //! `delayq-proto`.
 
-use serde::Deserialize;
-
 /// Each message's outcome in these answers, as the server defines it
 /// (`delayq-proto`); one a newer server sends reads as `Unknown`.
 pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, RescheduleOutcome};
@@ -14,11 +12,6 @@ pub use delayq_proto::{
     AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PrefixCounts,
     PushReply, RescheduleEach, RescheduleOne,
 };
-
-#[derive(Deserialize)]
-pub(crate) struct OneCancel {
-    pub result: CancelOutcome,
-}
 
 #[cfg(test)]
 mod tests {
