@@ -124,26 +124,30 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     docs::document(<Routes as utoipa::OpenApi>::openapi())
 }
 
-/// The document as `GET /openapi.json` serves it, made once.
-fn spec() -> &'static str {
-    static SPEC: OnceLock<String> = OnceLock::new();
-    SPEC.get_or_init(|| {
-        openapi()
+/// The document, made once: as `GET /openapi.json` serves it, and the
+/// query parameters each route takes as it lists them.
+struct Document {
+    json: String,
+    params: params::Table,
+}
+
+fn document() -> &'static Document {
+    static DOCUMENT: OnceLock<Document> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let json = openapi()
             .to_json()
-            .expect("the OpenAPI document serializes")
+            .expect("the OpenAPI document serializes");
+        let read = serde_json::from_str(&json).expect("the document reads back");
+        Document {
+            params: params::table(ROUTES, &read),
+            json,
+        }
     })
 }
 
 /// The query parameters `route` takes, as the document lists them.
 fn allowed(route: (&'static str, &'static str)) -> &'static [String] {
-    static TABLE: OnceLock<params::Table> = OnceLock::new();
-    TABLE
-        .get_or_init(|| {
-            let doc = serde_json::to_value(openapi()).expect("the document serialises");
-            params::table(ROUTES, &doc)
-        })
-        .get(&route)
-        .map_or(&[], Vec::as_slice)
+    document().params.get(&route).map_or(&[], Vec::as_slice)
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -154,7 +158,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .error_handler(|err, _| ApiError::invalid(ErrorCode::InvalidPath, err.to_string()).into());
     cfg.app_data(payload)
         .app_data(path)
-        .app_data(web::Data::new(docs::Spec(spec())));
+        .app_data(web::Data::new(docs::Spec(&document().json)));
     register(cfg);
     ui::register(cfg);
     cfg.default_service(web::to(not_found));
