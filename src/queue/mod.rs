@@ -37,7 +37,9 @@ use crate::actors::router::RouterActor;
 use crate::message::IdGenerator;
 use crate::notify::Topics;
 use crate::redis::schedule::RedisSchedule;
-use state::COALESCE;
+
+/// Most acks or cancels applied in one batch.
+const COALESCE: usize = 500;
 
 impl Queue {
     /// The queue of a serving node: single acks and cancels are batched

@@ -34,9 +34,6 @@ pub struct Queue {
     pub(super) cancels: Option<Coalesce<MessageId, CancelOutcome>>,
 }
 
-/// Most acks or cancels applied in one batch.
-pub(super) const COALESCE: usize = 500;
-
 /// Journal rows read per page when acting on a bizKey prefix.
 const PREFIX_PAGE: i64 = 500;
 
