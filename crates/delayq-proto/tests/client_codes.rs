@@ -147,25 +147,18 @@ fn quoted_words(path: &str, from: &str, to: &str, quote: char) -> Vec<String> {
 fn typed_clients_name_every_status_and_outcome_and_no_other() {
     use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, Status};
     let statuses: Vec<String> = Status::ALL.iter().map(|s| s.to_string()).collect();
-    let names = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let ack = names(
-        &AckOutcome::SENT
-            .iter()
-            .map(|o| o.as_str())
-            .collect::<Vec<_>>(),
-    );
-    let nack = names(
-        &NackOutcome::SENT
-            .iter()
-            .map(|o| o.as_str())
-            .collect::<Vec<_>>(),
-    );
-    let cancel = names(
-        &CancelOutcome::SENT
-            .iter()
-            .map(|o| o.as_str())
-            .collect::<Vec<_>>(),
-    );
+    let ack = AckOutcome::SENT
+        .iter()
+        .map(|o| o.as_str().to_string())
+        .collect::<Vec<_>>();
+    let nack = NackOutcome::SENT
+        .iter()
+        .map(|o| o.as_str().to_string())
+        .collect::<Vec<_>>();
+    let cancel = CancelOutcome::SENT
+        .iter()
+        .map(|o| o.as_str().to_string())
+        .collect::<Vec<_>>();
     let dts = "clients/node/src/index.d.ts";
     let checks = [
         (dts, "export type Status =", ";", '\'', &statuses),
