@@ -485,4 +485,17 @@ async fn the_dashboard_shows_what_it_knows_and_only_that() {
         .await;
     browser.wait_for("Topics").await;
     assert!(!browser.text("body").await.contains("suspended"));
+
+    // A file the dashboard does not have: the API's JSON 404, as for
+    // Swagger UI's files.
+    let missing = env.get_path("/ui/assets/nope.css").await;
+    missing.assert_error(404, "not_found");
+    assert!(
+        missing.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope.css"),
+        "{}",
+        missing.text
+    );
 }
