@@ -86,7 +86,14 @@ describe('against one node', () => {
   });
 
   test('graceful stop finishes and acks the messages in hand', async () => {
-    await client.pushBatch(Array.from({ length: 10 }, (_, i) => message('node-stop', String(i))));
+    const ids = (await client.pushBatch(Array.from({ length: 10 }, (_, i) => message('node-stop', String(i))))).map((p) => p.id);
+    // All ten ready before the consumer starts, so that its first poll
+    // takes the whole batch into its hands.
+    const ready = await until(async () => {
+      const views = await Promise.all(ids.map((id) => client.message(id)));
+      return views.every((v) => v.message.status === 'Ready');
+    }, 10000);
+    assert.ok(ready, 'all ten ready');
     const done = [];
     let stopping;
     const consumer = new Consumer(client, 'node-stop', async (d) => {
