@@ -7,12 +7,13 @@ use super::coalesce::Staged;
 use super::error::QueueError;
 pub use super::outcome::CancelOutcome;
 use super::state::{each_prefix_page, kept_end, live_holder, PrefixCounts, Queue};
-use crate::error::JournalError;
+use crate::error::{JournalError, RedisError};
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::schedule::{End, RedisCancel};
 
-/// Cancels in flight at once within one request.
+/// Journal lookups in flight at once within one request (the ids Redis
+/// does not hold).
 const CONCURRENCY: usize = 32;
 
 impl Queue {
@@ -95,19 +96,39 @@ fn ended(status: Status) -> CancelOutcome {
     }
 }
 
-/// The first step of cancelling `ids`: each cancelled in Redis, a few at
-/// a time; what Redis said of each.
+/// The first step of cancelling `ids`: one script call per shard, in one
+/// pipeline; what Redis said of each (on a Redis Cluster, the ids of a
+/// master that failed get its error, the others their outcome).
 async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCancel, QueueError>> {
-    stream::iter(ids)
-        .map(|&id| async move {
-            if crate::faults::strikes("plant_answer", id.0, 2) {
-                return Ok(RedisCancel::Deleted { attempts: 0 });
-            }
-            Ok(state.redis.delivery().cancel(id, false).await?)
+    let mut out: Vec<Option<Result<RedisCancel, QueueError>>> = ids
+        .iter()
+        .map(|id| {
+            crate::faults::strikes("plant_answer", id.0, 2)
+                .then_some(Ok(RedisCancel::Deleted { attempts: 0 }))
         })
-        .buffered(CONCURRENCY)
+        .collect();
+    let asked: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
+    if !asked.is_empty() {
+        let round: Vec<MessageId> = asked.iter().map(|&i| ids[i]).collect();
+        let (each, failed) = match state.redis.delivery().cancel_many(&round, false).await {
+            Ok(replies) => (replies.each, replies.failed),
+            Err(e) => (vec![None; round.len()], Some(e)),
+        };
+        if let Some(e) = &failed {
+            tracing::warn!(error = %e, "cancel not applied in Redis; answered with an error");
+        }
+        for (&i, r) in asked.iter().zip(each) {
+            out[i] = Some(r.ok_or_else(|| match &failed {
+                // Each id its own copy of the error, of the same kind.
+                Some(RedisError::BadRecord(m)) => RedisError::BadRecord(m.clone()).into(),
+                Some(e) => QueueError::NotScheduled(e.to_string()),
+                None => QueueError::NotScheduled("no answer".into()),
+            }));
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(QueueError::NotScheduled("no answer".into()))))
         .collect()
-        .await
 }
 
 /// The second step, the journal's: the ones Redis does not hold are

@@ -489,48 +489,80 @@ impl Delivery<'_> {
         })
     }
 
+    /// Cancels one message (see [`Self::cancel_many`]).
     pub async fn cancel(
         self,
         id: MessageId,
         tombstone_absent: bool,
     ) -> Result<RedisCancel, RedisError> {
-        let shard = self.keys.shard_of(id);
+        let mut replies = self.cancel_many(&[id], tombstone_absent).await?;
+        match (replies.each.pop().flatten(), replies.failed) {
+            (Some(r), _) => Ok(r),
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(RedisError::BadRecord("cancel returned nothing".into())),
+        }
+    }
+
+    /// Cancels messages: one script call per shard, all in one pipeline
+    /// (on a Redis Cluster each shard's call on its own, so a master down
+    /// fails only its own ids: `each` is `None` for those, `failed` says
+    /// why). With `tombstone_absent`, an id this shard does not hold leaves
+    /// a tombstone all the same (the journal said it is live). Results in
+    /// input order.
+    pub async fn cancel_many(
+        self,
+        ids: &[MessageId],
+        tombstone_absent: bool,
+    ) -> Result<Replies<RedisCancel>, RedisError> {
         let k = &self.keys;
-        let cmd = evalsha(
-            &self.scripts.cancel,
-            &[
-                k.delay(shard),
-                k.messages(shard),
-                k.inflight(shard),
-                k.finished(shard),
-                k.unjournaled(shard),
-            ],
-            &[
-                id.to_string(),
-                k.ready_prefix(shard),
-                if tombstone_absent { "1" } else { "0" }.to_string(),
-            ],
-        );
-        let reply: Vec<Value> = self
-            .scripts
-            .run("cancel", &mut self.con.clone(), &cmd)
+        let replies: PerShard<Vec<Value>> = self
+            .per_shard_each(
+                "cancel",
+                &self.scripts.cancel,
+                ids.iter().copied(),
+                |shard, idx| {
+                    let mut args = Vec::with_capacity(idx.len() + 2);
+                    args.push(k.ready_prefix(shard));
+                    args.push(if tombstone_absent { "1" } else { "0" }.to_string());
+                    args.extend(idx.iter().map(|&i| ids[i].to_string()));
+                    let keys = vec![
+                        k.delay(shard),
+                        k.messages(shard),
+                        k.inflight(shard),
+                        k.finished(shard),
+                        k.unjournaled(shard),
+                    ];
+                    (keys, args)
+                },
+            )
             .await?;
-        let r = reply.first().map(text).transpose()?.unwrap_or_default();
-        let attempts = reply.get(1).and_then(opt_score).unwrap_or(0.0) as i32;
-        Ok(match r.as_str() {
-            "deleted" => RedisCancel::Deleted { attempts },
-            "stopped" => RedisCancel::Stopped { attempts },
-            "in_flight" => RedisCancel::InFlight,
-            "finished" => match reply
-                .get(2)
-                .and_then(|v| text(v).ok())
-                .as_deref()
-                .and_then(End::parse)
-            {
-                Some(end) => RedisCancel::Finished(end),
-                None => RedisCancel::Absent,
-            },
-            _ => RedisCancel::Absent,
+        let mut out = vec![None; ids.len()];
+        for (idx, reply) in replies.replies {
+            let Some(reply) = reply else { continue };
+            if reply.len() != idx.len() * 3 {
+                return Err(RedisError::BadRecord(format!(
+                    "cancel returned {} values for {} ids",
+                    reply.len(),
+                    idx.len()
+                )));
+            }
+            for (&i, three) in idx.iter().zip(reply.chunks(3)) {
+                let attempts = opt_score(&three[1]).unwrap_or(0.0) as i32;
+                out[i] = Some(match text(&three[0])?.as_str() {
+                    "deleted" => RedisCancel::Deleted { attempts },
+                    "stopped" => RedisCancel::Stopped { attempts },
+                    "in_flight" => RedisCancel::InFlight,
+                    "finished" => match End::parse(&text(&three[2])?) {
+                        Some(end) => RedisCancel::Finished(end),
+                        None => RedisCancel::Absent,
+                    },
+                    _ => RedisCancel::Absent,
+                });
+            }
+        }
+        Ok(Replies {
+            each: out,
+            failed: replies.failed,
         })
     }
 }
