@@ -84,6 +84,9 @@ pub struct Coalesce<I, O> {
     shared: Arc<Shared<I, O>>,
 }
 
+/// A thread's queue of items and their replies.
+type Lane<I, O> = mpsc::UnboundedSender<(I, Reply<O>)>;
+
 type Run<I, O> =
     dyn Fn(Vec<I>) -> LocalBoxFuture<'static, Result<Staged<O>, QueueError>> + Send + Sync;
 
@@ -91,7 +94,7 @@ struct Shared<I, O> {
     max: usize,
     run: Box<Run<I, O>>,
     /// Each calling thread's batching task.
-    lanes: Mutex<HashMap<ThreadId, mpsc::UnboundedSender<(I, Reply<O>)>>>,
+    lanes: Mutex<HashMap<ThreadId, Lane<I, O>>>,
 }
 
 impl<I, O> Clone for Coalesce<I, O> {
@@ -123,7 +126,7 @@ impl<I: Clone + Send + 'static, O: Send + 'static> Coalesce<I, O> {
     }
 
     /// This thread's lane: its batching task, started at the first call.
-    fn lane(&self) -> mpsc::UnboundedSender<(I, Reply<O>)> {
+    fn lane(&self) -> Lane<I, O> {
         let mut lanes = self.shared.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let me = std::thread::current().id();
         if let Some(tx) = lanes.get(&me).filter(|tx| !tx.is_closed()) {
@@ -251,7 +254,8 @@ mod tests {
     /// mixes their items.
     #[actix_rt::test]
     async fn each_thread_batches_its_own_calls() {
-        let seen: Arc<Mutex<Vec<(ThreadId, Vec<(ThreadId, u32)>)>>> = Arc::default();
+        type Batches = Vec<(ThreadId, Vec<(ThreadId, u32)>)>;
+        let seen: Arc<Mutex<Batches>> = Arc::default();
         let c = Coalesce::start(10, {
             let seen = seen.clone();
             move |items: Vec<(ThreadId, u32)>| {
