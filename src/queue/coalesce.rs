@@ -132,6 +132,8 @@ impl<I: Clone + Send + 'static, O: Send + 'static> Coalesce<I, O> {
         if let Some(tx) = lanes.get(&me).filter(|tx| !tx.is_closed()) {
             return tx.clone();
         }
+        // Lanes of threads gone (a worker restarted) are let go.
+        lanes.retain(|_, tx| !tx.is_closed());
         let (tx, rx) = mpsc::unbounded_channel();
         actix::spawn(batches(self.shared.clone(), rx));
         lanes.insert(me, tx.clone());
