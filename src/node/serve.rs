@@ -193,13 +193,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.forward_secret.clone(),
         forwarding_stopped,
     );
+    // The stop signals are caught from before the node listens: one sent
+    // as soon as it answers is a graceful stop, never the default action
+    // (the process killed outright) while the task below has yet to run.
+    let signals = StopSignals::catch();
     let server = listen(&args, state, &node_id, shards, &redis, &cluster)?;
     let handle = server.handle();
     // SIGINT/SIGTERM: waiting long polls answer with nothing at once, then
     // the server stops taking connections and finishes the requests it has
     // (up to 5 s).
     actix::spawn(async move {
-        let graceful = stop_signal().await;
+        let graceful = signals.first().await;
         tracing::info!(
             graceful,
             "stop signal: answering waiting polls, finishing requests"
@@ -429,37 +433,49 @@ fn listen(
     Ok(server)
 }
 
-/// The first SIGINT or SIGTERM (true: finish the requests in progress) or
-/// SIGQUIT (false: drop them); either way the node then releases its
-/// shards and flushes its journal.
-async fn stop_signal() -> bool {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (term, quit) = (signal(SignalKind::terminate()), signal(SignalKind::quit()));
-    if let Err(e) = term.as_ref().and(quit.as_ref()) {
-        tracing::warn!(error = %e, "cannot listen for SIGTERM or SIGQUIT");
-    }
-    let term = async {
-        match term {
-            Ok(mut s) => s.recv().await,
-            Err(_) => std::future::pending().await,
-        }
-    };
-    let quit = async {
-        match quit {
-            Ok(mut s) => s.recv().await,
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "cannot listen for SIGINT");
-                std::future::pending::<()>().await;
+/// SIGINT, SIGTERM and SIGQUIT, caught from the moment [`StopSignals::catch`]
+/// runs (a signal that arrives before [`StopSignals::first`] is awaited is
+/// kept, not acted on by default).
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+    quit: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn catch() -> StopSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        let catch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for {name}");
+                None
             }
-            true
+        };
+        StopSignals {
+            interrupt: catch(SignalKind::interrupt(), "SIGINT"),
+            terminate: catch(SignalKind::terminate(), "SIGTERM"),
+            quit: catch(SignalKind::quit(), "SIGQUIT"),
         }
-        _ = term => true,
-        _ = quit => false,
+    }
+
+    /// The first SIGINT or SIGTERM (true: finish the requests in progress)
+    /// or SIGQUIT (false: drop them); either way the node then releases its
+    /// shards and flushes its journal.
+    async fn first(self) -> bool {
+        async fn next(s: Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(self.interrupt) => true,
+            _ = next(self.terminate) => true,
+            _ = next(self.quit) => false,
+        }
     }
 }
 

@@ -185,3 +185,20 @@ async fn a_stop_answers_waiting_polls_at_once() {
         began.elapsed()
     );
 }
+
+/// SIGTERM the moment the node first answers: a graceful stop (exit 0),
+/// never the process killed by the signal's default action. Seen red with
+/// the signals caught only once the stop task first ran, after the node
+/// listened ("exited with signal: 15 (SIGTERM)").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_signal_as_soon_as_the_node_answers_is_graceful() {
+    for _ in 0..3 {
+        let mut env = Env::start(Backend::Sqlite).await;
+        let exit = tokio::task::block_in_place(|| env.server.stop());
+        assert!(
+            exit.is_some_and(|s| s.success()),
+            "{exit:?}:\n{}",
+            env.server.log_tail(20)
+        );
+    }
+}
