@@ -12,15 +12,8 @@
 //! journal: an id Redis does not hold, a cancel's commit), runs beside the
 //! batches that follow it, so a journal database that stopped answering
 //! holds up only the requests that need it, never the ones queued behind.
-//!
-//! Each HTTP worker thread batches the requests it took on a task of its
-//! own, so a request never waits for another thread to pick it up and to
-//! hand its answer back.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
 
 use futures::future::LocalBoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -76,115 +69,71 @@ fn answer<O: 'static>(replies: Vec<Reply<O>>, staged: Staged<O>) {
     });
 }
 
-/// A batching front for an operation on many items. Each thread that
-/// calls it (each HTTP worker) batches its own calls on a task of its own:
-/// a request is queued, batched and answered on the thread that took it,
-/// with no hand-off to another thread and back.
+/// A batching front for an operation on many items.
 pub struct Coalesce<I, O> {
-    shared: Arc<Shared<I, O>>,
-}
-
-/// A thread's queue of items and their replies.
-type Lane<I, O> = mpsc::UnboundedSender<(I, Reply<O>)>;
-
-type Run<I, O> =
-    dyn Fn(Vec<I>) -> LocalBoxFuture<'static, Result<Staged<O>, QueueError>> + Send + Sync;
-
-struct Shared<I, O> {
-    max: usize,
-    run: Box<Run<I, O>>,
-    /// Each calling thread's batching task.
-    lanes: Mutex<HashMap<ThreadId, Lane<I, O>>>,
+    tx: mpsc::UnboundedSender<(I, Reply<O>)>,
 }
 
 impl<I, O> Clone for Coalesce<I, O> {
     fn clone(&self) -> Self {
         Coalesce {
-            shared: self.shared.clone(),
+            tx: self.tx.clone(),
         }
     }
 }
 
-impl<I: Clone + Send + 'static, O: Send + 'static> Coalesce<I, O> {
-    /// A batching front: `run` applies the first step of a batch of at
-    /// most `max` items (see [`Staged`]). A batch whose first step fails is
-    /// run again item by item, so each caller gets its own item's error.
-    /// Calls must come from threads of the actix system (each thread's
-    /// batching task is spawned there at its first call).
+impl<I: Clone + 'static, O: 'static> Coalesce<I, O> {
+    /// Starts the batching task (inside the actix system): `run` applies
+    /// the first step of a batch of at most `max` items (see [`Staged`]).
+    /// A batch whose first step fails is run again item by item, so each
+    /// caller gets its own item's error.
     pub fn start<F, Fut>(max: usize, run: F) -> Self
     where
-        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        F: Fn(Vec<I>) -> Fut + 'static,
         Fut: Future<Output = Result<Staged<O>, QueueError>> + 'static,
     {
-        Coalesce {
-            shared: Arc::new(Shared {
-                max,
-                run: Box::new(move |items| Box::pin(run(items))),
-                lanes: Mutex::new(HashMap::new()),
-            }),
-        }
-    }
-
-    /// This thread's lane: its batching task, started at the first call.
-    fn lane(&self) -> Lane<I, O> {
-        let mut lanes = self.shared.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        let me = std::thread::current().id();
-        if let Some(tx) = lanes.get(&me).filter(|tx| !tx.is_closed()) {
-            return tx.clone();
-        }
-        // Lanes of threads gone (a worker restarted) are let go.
-        lanes.retain(|_, tx| !tx.is_closed());
-        let (tx, rx) = mpsc::unbounded_channel();
-        actix::spawn(batches(self.shared.clone(), rx));
-        lanes.insert(me, tx.clone());
-        tx
-    }
-
-    /// Applies `item` with whatever else this thread has queued.
-    pub async fn call(&self, item: I) -> Result<O, QueueError> {
-        let (reply, rx) = oneshot::channel();
-        self.lane()
-            .send((item, reply))
-            .map_err(|_| QueueError::NotScheduled("the node is shutting down".into()))?;
-        rx.await
-            .map_err(|_| QueueError::NotScheduled("the node is shutting down".into()))?
-    }
-}
-
-/// One thread's batching task: the first item goes at once, and what
-/// queued behind it goes next.
-async fn batches<I: Clone + 'static, O: 'static>(
-    shared: Arc<Shared<I, O>>,
-    mut rx: mpsc::UnboundedReceiver<(I, Reply<O>)>,
-) {
-    let run = &shared.run;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < shared.max {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        let items: Vec<I> = batch.iter().map(|(i, _)| i.clone()).collect();
-        match run(items).await {
-            Ok(staged) => answer(batch.into_iter().map(|(_, r)| r).collect(), staged),
-            Err(_) if batch.len() > 1 => {
-                for (item, reply) in batch {
-                    match run(vec![item]).await {
-                        Ok(staged) => answer(vec![reply], staged),
-                        Err(e) => {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(I, Reply<O>)>();
+        actix::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < max {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let items: Vec<I> = batch.iter().map(|(i, _)| i.clone()).collect();
+                match run(items).await {
+                    Ok(staged) => answer(batch.into_iter().map(|(_, r)| r).collect(), staged),
+                    Err(_) if batch.len() > 1 => {
+                        for (item, reply) in batch {
+                            match run(vec![item]).await {
+                                Ok(staged) => answer(vec![reply], staged),
+                                Err(e) => {
+                                    let _ = reply.send(Err(e));
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if let Some((_, reply)) = batch.pop() {
                             let _ = reply.send(Err(e));
                         }
                     }
                 }
             }
-            Err(e) => {
-                if let Some((_, reply)) = batch.pop() {
-                    let _ = reply.send(Err(e));
-                }
-            }
-        }
+        });
+        Coalesce { tx }
+    }
+
+    /// Applies `item` with whatever else is queued.
+    pub async fn call(&self, item: I) -> Result<O, QueueError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send((item, reply))
+            .map_err(|_| QueueError::NotScheduled("the node is shutting down".into()))?;
+        rx.await
+            .map_err(|_| QueueError::NotScheduled("the node is shutting down".into()))?
     }
 }
 
@@ -249,56 +198,5 @@ mod tests {
             assert_eq!(asked, got);
         }
         drop(open);
-    }
-
-    /// Each thread's calls are batched and run on that thread: two
-    /// arbiters calling at once each get their own answers, and no batch
-    /// mixes their items.
-    #[actix_rt::test]
-    async fn each_thread_batches_its_own_calls() {
-        type Batches = Vec<(ThreadId, Vec<(ThreadId, u32)>)>;
-        let seen: Arc<Mutex<Batches>> = Arc::default();
-        let c = Coalesce::start(10, {
-            let seen = seen.clone();
-            move |items: Vec<(ThreadId, u32)>| {
-                seen.lock()
-                    .unwrap()
-                    .push((std::thread::current().id(), items.clone()));
-                async move {
-                    Ok(Staged {
-                        now: items.into_iter().map(|(_, i)| Some(i)).collect(),
-                        later: None,
-                    })
-                }
-            }
-        });
-        let arbiters = [actix_rt::Arbiter::new(), actix_rt::Arbiter::new()];
-        let mut answers = Vec::new();
-        for (a, arbiter) in arbiters.iter().enumerate() {
-            for i in 0..20u32 {
-                let (c, (tx, rx)) = (c.clone(), oneshot::channel());
-                let n = a as u32 * 100 + i;
-                arbiter.spawn(async move {
-                    let me = std::thread::current().id();
-                    let _ = tx.send(c.call((me, n)).await.map_err(|e| e.to_string()));
-                });
-                answers.push((n, rx));
-            }
-        }
-        for (n, rx) in answers {
-            assert_eq!(rx.await.unwrap().unwrap(), n);
-        }
-        let seen = seen.lock().unwrap();
-        let threads: std::collections::HashSet<ThreadId> = seen.iter().map(|(t, _)| *t).collect();
-        assert_eq!(threads.len(), 2, "each arbiter ran its own batches");
-        for (ran_on, items) in seen.iter() {
-            assert!(
-                items.iter().all(|(caller, _)| caller == ran_on),
-                "{items:?}"
-            );
-        }
-        for a in arbiters {
-            a.stop();
-        }
     }
 }
