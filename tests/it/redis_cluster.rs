@@ -816,6 +816,29 @@ async fn concurrent_pauses_and_resumes_leave_every_shard_as_the_list_says() {
     }
 }
 
+/// The ids among `ids` whose shard lives on master `master`: a command on
+/// the shard's keys answers there, another master's answers MOVED.
+fn ids_on_master<'a>(
+    cluster: &RedisCluster,
+    master: usize,
+    env: &Env,
+    ids: &'a [String],
+) -> HashSet<&'a String> {
+    let mut con = cluster.con(master);
+    ids.iter()
+        .filter(|id| {
+            let shard = env
+                .keys
+                .shard_of(delayq::message::MessageId(id.parse().unwrap()));
+            redis::cmd("HEXISTS")
+                .arg(env.keys.messages(shard))
+                .arg(id.as_str())
+                .query::<bool>(&mut con)
+                .is_ok()
+        })
+        .collect()
+}
+
 /// One master hangs (SIGSTOP) while a batch nack spans every master: the
 /// nack fails (the hung master's part never answers), but the calls that
 /// ran on the other masters set retry times, and the journal records them
@@ -846,23 +869,8 @@ async fn a_nack_failing_on_one_master_journals_what_ran_on_the_others() {
     }
     env.wait_statuses(&ids, status::CONSUMING).await;
 
-    // Which ids the hung master holds: its in-flight zsets answer there,
-    // another master's answer MOVED.
     let hung = cluster.masters_with_keys()[0];
-    let mut con = cluster.con(hung);
-    let on_hung: HashSet<&String> = ids
-        .iter()
-        .filter(|id| {
-            let shard = env
-                .keys
-                .shard_of(delayq::message::MessageId(id.parse().unwrap()));
-            redis::cmd("ZSCORE")
-                .arg(env.keys.inflight(shard))
-                .arg(id.as_str())
-                .query::<Option<f64>>(&mut con)
-                .is_ok()
-        })
-        .collect();
+    let on_hung = ids_on_master(&cluster, hung, &env, &ids);
     assert!(
         !on_hung.is_empty() && on_hung.len() < ids.len(),
         "{} of {} on the hung master",
@@ -926,23 +934,8 @@ async fn a_cancel_failing_on_one_master_journals_what_ran_on_the_others() {
         env.wait_scheduled(id).await;
     }
 
-    // Which ids the hung master holds: its records answer there, another
-    // master's answer MOVED.
     let hung = cluster.masters_with_keys()[0];
-    let mut con = cluster.con(hung);
-    let on_hung: HashSet<&String> = ids
-        .iter()
-        .filter(|id| {
-            let shard = env
-                .keys
-                .shard_of(delayq::message::MessageId(id.parse().unwrap()));
-            redis::cmd("HEXISTS")
-                .arg(env.keys.messages(shard))
-                .arg(id.as_str())
-                .query::<bool>(&mut con)
-                .is_ok()
-        })
-        .collect();
+    let on_hung = ids_on_master(&cluster, hung, &env, &ids);
     assert!(
         !on_hung.is_empty() && on_hung.len() < ids.len(),
         "{} of {} on the hung master",
