@@ -100,34 +100,41 @@ fn ended(status: Status) -> CancelOutcome {
 /// pipeline; what Redis said of each (on a Redis Cluster, the ids of a
 /// master that failed get its error, the others their outcome).
 async fn cancel_in_redis(state: &Queue, ids: &[MessageId]) -> Vec<Result<RedisCancel, QueueError>> {
-    let mut out: Vec<Option<Result<RedisCancel, QueueError>>> = ids
+    let struck: Vec<bool> = ids
         .iter()
-        .map(|id| {
-            crate::faults::strikes("plant_answer", id.0, 2)
-                .then_some(Ok(RedisCancel::Deleted { attempts: 0 }))
-        })
+        .map(|id| crate::faults::strikes("plant_answer", id.0, 2))
         .collect();
-    let asked: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
-    if !asked.is_empty() {
-        let round: Vec<MessageId> = asked.iter().map(|&i| ids[i]).collect();
-        let (each, failed) = match state.redis.delivery().cancel_many(&round, false).await {
+    let round: Vec<MessageId> = ids
+        .iter()
+        .zip(&struck)
+        .filter(|(_, &s)| !s)
+        .map(|(&id, _)| id)
+        .collect();
+    let (each, failed) = if round.is_empty() {
+        (Vec::new(), None)
+    } else {
+        match state.redis.delivery().cancel_many(&round, false).await {
             Ok(replies) => (replies.each, replies.failed),
-            Err(e) => (vec![None; round.len()], Some(e)),
-        };
-        if let Some(e) = &failed {
-            tracing::warn!(error = %e, "cancel not applied in Redis; answered with an error");
+            Err(e) => (Vec::new(), Some(e)),
         }
-        for (&i, r) in asked.iter().zip(each) {
-            out[i] = Some(r.ok_or_else(|| match &failed {
+    };
+    if let Some(e) = &failed {
+        tracing::warn!(error = %e, "cancel not applied in Redis; answered with an error");
+    }
+    let mut each = each.into_iter();
+    struck
+        .into_iter()
+        .map(|struck| {
+            if struck {
+                return Ok(RedisCancel::Deleted { attempts: 0 });
+            }
+            each.next().flatten().ok_or_else(|| match &failed {
                 // Each id its own copy of the error, of the same kind.
                 Some(RedisError::BadRecord(m)) => RedisError::BadRecord(m.clone()).into(),
                 Some(e) => QueueError::NotScheduled(e.to_string()),
                 None => QueueError::NotScheduled("no answer".into()),
-            }));
-        }
-    }
-    out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(QueueError::NotScheduled("no answer".into()))))
+            })
+        })
         .collect()
 }
 
