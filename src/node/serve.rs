@@ -445,7 +445,7 @@ struct StopSignals {
 impl StopSignals {
     fn catch() -> StopSignals {
         use tokio::signal::unix::{signal, SignalKind};
-        let catch = |kind: SignalKind, name: &str| match signal(kind) {
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot listen for {name}");
@@ -453,9 +453,9 @@ impl StopSignals {
             }
         };
         StopSignals {
-            interrupt: catch(SignalKind::interrupt(), "SIGINT"),
-            terminate: catch(SignalKind::terminate(), "SIGTERM"),
-            quit: catch(SignalKind::quit(), "SIGQUIT"),
+            interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
+            quit: listen(SignalKind::quit(), "SIGQUIT"),
         }
     }
 
