@@ -2,8 +2,13 @@
 //! each message moved to its latest status (see [`super::write::apply_changes`]
 //! for what is decided before).
 //!
-//! Messages that end the batch alike (the same status, time, count and due
-//! time) are moved by one UPDATE over their ids. On SQLite new messages'
+//! On SQLite and PostgreSQL the messages that end the batch in one shape
+//! (the same status, and the same of count, due time and delivery given or
+//! not) are moved by one UPDATE, each row with its own time, count and due
+//! time joined from the batch's values: a few statements a batch, however
+//! many milliseconds its single acks and cancels span. MySQL and MariaDB
+//! take one UPDATE per group of messages that end the batch alike (the same
+//! status, time, count and due time). On SQLite new messages'
 //! rows and the flow rows travel as a few values bound once and read by
 //! one statement (see [`packed`](super::packed)), and a message's status,
 //! time and delivery count change in one row write. MySQL and MariaDB take
@@ -60,7 +65,7 @@ pub(super) struct Update {
 /// and takes the row when it ranks no lower (a first promotion names
 /// delivery 0). A change that names no delivery (a push scheduled or
 /// restored, a reschedule) goes by time alone.
-pub(super) fn not_older(status: Status, delivery: Option<i32>, at: i64) -> String {
+pub(super) fn not_older(status: Status, delivery: Option<&str>, at: &str) -> String {
     match delivery {
         None => format!("updated_time <= {at}"),
         Some(d) if status == Status::Consuming => format!(
@@ -137,35 +142,38 @@ const MESSAGE_LAYOUT: Layout = Layout {
 static FLOW_SQL: LazyLock<String> = LazyLock::new(|| FLOW_LAYOUT.insert_sql());
 static MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| MESSAGE_LAYOUT.insert_sql());
 
-/// One group's UPDATE on SQLite and PostgreSQL: the messages `ids` that end the batch
-/// alike. Every SET and the WHERE read the row as it was before the
+/// What the UPDATE of a shape reads per row: the row's values, as columns
+/// of the batch's rows joined to `message` by `v_id` (the change's time
+/// `v_at`, count `v_a`, due time `v_due`, delivery `v_d`).
+const V_AT: &str = "v.v_at";
+const V_ATTEMPTS: &str = "v.v_a";
+const V_DUE: &str = "v.v_due";
+const V_DELIVERY: &str = "v.v_d";
+
+/// The UPDATE on SQLite and PostgreSQL of the messages that end the batch
+/// in one shape, each with its own values read from `source` (`v`, see
+/// [`V_AT`]). Every SET and the WHERE read the row as it was before the
 /// statement. The row takes the status when it is live and the change is
 /// not older than its last one (a terminal change ends any live row); it
 /// takes the delivery count when that is higher and, for a recurring
 /// message past its first occurrence, when the change is not older than
-/// the row (which it is not once the row takes the status). The text holds
-/// only numbers this function writes.
-fn sqlite_group_update(g: &Group, ids: &[i64]) -> String {
-    let mut sql = group_update(g);
-    sql.push_str("id IN (");
-    push_ids(&mut sql, ids);
-    sql
-}
-
-/// [`sqlite_group_update`] up to the ids, which follow as `id IN (…)` (SQLite)
-/// or `id = ANY($1)` (PostgreSQL, the ids bound as one array).
-fn group_update(g: &Group) -> String {
-    let &(status, attempts, at, due, delivery) = g;
+/// the row (which it is not once the row takes the status). One statement
+/// a shape, not one per millisecond of the batch: single acks and cancels
+/// each carry their own time.
+fn shape_update(shape: &Shape, source: &str) -> String {
+    let &(status, attempts, due, delivery) = shape;
+    let at = V_AT;
     let takes = if status.is_terminal() {
         format!("status < {}", Status::FIRST_TERMINAL_CODE)
     } else {
         format!(
             "(status < {} AND {})",
             Status::FIRST_TERMINAL_CODE,
-            not_older(status, delivery, at)
+            not_older(status, delivery.then_some(V_DELIVERY), at)
         )
     };
-    let count = attempts.map(|a| {
+    let count = attempts.then(|| {
+        let a = V_ATTEMPTS;
         let when = format!(
             "(attempts < {a} AND (occurrence IS NULL OR occurrence <= 1 OR updated_time <= {at} OR {takes}))"
         );
@@ -173,16 +181,16 @@ fn group_update(g: &Group) -> String {
     });
     // Without a count every row the WHERE picks takes the status; with one,
     // a row may be picked for its count alone.
-    let set = |value: String, column: &str| match count {
-        None => value,
+    let set = |value: &str, column: &str| match count {
+        None => value.to_string(),
         Some(_) => format!("CASE WHEN {takes} THEN {value} ELSE {column} END"),
     };
-    let mut sql = String::with_capacity(400);
+    let mut sql = String::with_capacity(600);
     let _ = write!(
         sql,
         "UPDATE message SET status = {}, updated_time = {}",
-        set(status.code().to_string(), "status"),
-        set(at.to_string(), "updated_time")
+        set(&status.code().to_string(), "status"),
+        set(at, "updated_time")
     );
     if let Some((a, when)) = &count {
         let _ = write!(
@@ -191,34 +199,75 @@ fn group_update(g: &Group) -> String {
         );
     }
     if status.is_terminal() {
-        let _ = write!(
-            sql,
-            ", live_biz_key = {}",
-            set("NULL".into(), "live_biz_key")
-        );
-    } else if let Some(due) = due {
-        let _ = write!(sql, ", due_time = {}", set(due.to_string(), "due_time"));
+        let _ = write!(sql, ", live_biz_key = {}", set("NULL", "live_biz_key"));
+    } else if due {
+        let _ = write!(sql, ", due_time = {}", set(V_DUE, "due_time"));
     }
+    let _ = write!(sql, " FROM {source} WHERE message.id = v.v_id AND ");
     match &count {
-        None => {
-            let _ = write!(sql, " WHERE {takes} AND ");
-        }
+        None => sql.push_str(&takes),
         Some((_, when)) => {
-            let _ = write!(sql, " WHERE ({takes} OR {when}) AND ");
+            let _ = write!(sql, "({takes} OR {when})");
         }
     }
     sql
 }
 
-fn push_ids(sql: &mut String, ids: &[i64]) {
-    for (i, id) in ids.iter().enumerate() {
-        let _ = write!(sql, "{}{id}", if i == 0 { "" } else { "," });
+/// [`shape_update`] on SQLite for `rows`, their values written in the
+/// statement (numbers only) as a VALUES list.
+fn sqlite_shape_update(shape: &Shape, rows: &[&Update]) -> String {
+    let mut values = String::with_capacity(16 + rows.len() * 48);
+    values.push_str("(VALUES ");
+    let opt = |v: Option<i64>| v.map_or("NULL".to_string(), |v| v.to_string());
+    for (i, u) in rows.iter().enumerate() {
+        let _ = write!(
+            values,
+            "{}({}, {}, {}, {}, {})",
+            if i == 0 { "" } else { ", " },
+            u.id,
+            u.at,
+            opt(u.attempts.map(i64::from)),
+            opt(u.due),
+            opt(u.delivery.map(i64::from)),
+        );
     }
-    sql.push(')');
+    values.push(')');
+    let source = format!(
+        "(SELECT column1 AS v_id, column2 AS v_at, column3 AS v_a, column4 AS v_due, \
+         column5 AS v_d FROM {values}) AS v"
+    );
+    shape_update(shape, &source)
 }
 
-/// How messages end a batch: (status, highest attempts, at, due again,
-/// the delivery of the change).
+/// [`shape_update`]'s source on PostgreSQL: the rows' values bound as one
+/// array a column (the statement's text is the same for every batch of a
+/// shape).
+const PG_SHAPE_SOURCE: &str = "unnest($1::bigint[], $2::bigint[], $3::integer[], $4::bigint[], \
+     $5::integer[]) AS v(v_id, v_at, v_a, v_due, v_d)";
+
+/// How messages end a batch, what the UPDATE of each reads from its rows:
+/// (status, a delivery count, a due time, a delivery of its own).
+type Shape = (Status, bool, bool, bool);
+
+/// The batch's updates by shape.
+fn shapes(updates: &[Update]) -> HashMap<Shape, Vec<&Update>> {
+    let mut shapes: HashMap<Shape, Vec<&Update>> = HashMap::new();
+    for u in updates {
+        shapes
+            .entry((
+                u.status,
+                u.attempts.is_some(),
+                u.due.is_some(),
+                u.delivery.is_some(),
+            ))
+            .or_default()
+            .push(u);
+    }
+    shapes
+}
+
+/// How messages end a batch on MySQL and MariaDB, one UPDATE each:
+/// (status, highest attempts, at, due again, the delivery of the change).
 type Group = (Status, Option<i32>, i64, Option<i64>, Option<i32>);
 
 /// Messages grouped by how they end the batch.
@@ -285,9 +334,9 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
     }
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
-        for (group, ids) in &groups(updates) {
-            for chunk in ids.chunks(INSERT_CHUNK) {
-                self.batch_execute(&sqlite_group_update(group, chunk))?;
+        for (shape, rows) in &shapes(updates) {
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                self.batch_execute(&sqlite_shape_update(shape, chunk))?;
             }
         }
         Ok(())
@@ -439,13 +488,22 @@ impl ChangeWriter for diesel::pg::PgConnection {
     }
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
-        use diesel::sql_types::{Array, BigInt};
-        for (group, ids) in &groups(updates) {
-            let mut sql = group_update(group);
-            sql.push_str("id = ANY($1)");
-            for chunk in ids.chunks(8 * INSERT_CHUNK) {
+        use diesel::sql_types::{Array, BigInt, Integer, Nullable};
+        for (shape, rows) in &shapes(updates) {
+            let sql = shape_update(shape, PG_SHAPE_SOURCE);
+            for chunk in rows.chunks(8 * INSERT_CHUNK) {
                 diesel::sql_query(&sql)
-                    .bind::<Array<BigInt>, _>(chunk)
+                    .bind::<Array<BigInt>, _>(chunk.iter().map(|u| u.id).collect::<Vec<_>>())
+                    .bind::<Array<BigInt>, _>(chunk.iter().map(|u| u.at).collect::<Vec<_>>())
+                    .bind::<Array<Nullable<Integer>>, _>(
+                        chunk.iter().map(|u| u.attempts).collect::<Vec<_>>(),
+                    )
+                    .bind::<Array<Nullable<BigInt>>, _>(
+                        chunk.iter().map(|u| u.due).collect::<Vec<_>>(),
+                    )
+                    .bind::<Array<Nullable<Integer>>, _>(
+                        chunk.iter().map(|u| u.delivery).collect::<Vec<_>>(),
+                    )
                     .execute(self)?;
             }
         }
@@ -486,7 +544,8 @@ impl ChangeWriter for diesel::mysql::MysqlConnection {
 
     fn update_rows(&mut self, updates: &[Update]) -> QueryResult<()> {
         for (&(status, attempts, at, due, delivery), ids) in &groups(updates) {
-            let takes = not_older(status, delivery, at);
+            let (d, at_text) = (delivery.map(|d| d.to_string()), at.to_string());
+            let takes = not_older(status, d.as_deref(), &at_text);
             for chunk in ids.chunks(INSERT_CHUNK) {
                 let target = message::table
                     .filter(message::id.eq_any(chunk))
@@ -617,19 +676,102 @@ mod tests {
         assert_eq!(back, want);
     }
 
+    fn update(id: i64, g: &Group) -> Update {
+        let &(status, attempts, at, due, delivery) = g;
+        Update {
+            id,
+            status,
+            at,
+            due,
+            attempts,
+            delivery,
+        }
+    }
+
+    /// The one statement of `rows` (all of one shape) on SQLite.
+    fn sqlite_update(rows: &[Update]) -> String {
+        let by_shape = shapes(rows);
+        assert_eq!(by_shape.len(), 1, "one shape");
+        let (shape, rows) = by_shape.iter().next().expect("shape");
+        sqlite_shape_update(shape, rows)
+    }
+
     #[test]
-    fn group_updates_name_only_numbers() {
-        let plain = sqlite_group_update(&(Status::Ready, None, 9, None, None), &[5, 6]);
+    fn shape_updates_name_only_numbers() {
+        let plain = sqlite_update(&[
+            update(5, &(Status::Ready, None, 9, None, None)),
+            update(6, &(Status::Ready, None, 11, None, None)),
+        ]);
         assert_eq!(
             plain,
-            "UPDATE message SET status = 2, updated_time = 9 WHERE (status < 4 AND updated_time <= 9) AND id IN (5,6)"
+            "UPDATE message SET status = 2, updated_time = v.v_at FROM (SELECT column1 AS v_id, \
+             column2 AS v_at, column3 AS v_a, column4 AS v_due, column5 AS v_d FROM \
+             (VALUES (5, 9, NULL, NULL, NULL), (6, 11, NULL, NULL, NULL))) AS v \
+             WHERE message.id = v.v_id AND (status < 4 AND updated_time <= v.v_at)"
         );
-        let ended = sqlite_group_update(&(Status::Consumed, Some(2), 9, None, Some(2)), &[5]);
+        let ended = sqlite_update(&[update(5, &(Status::Consumed, Some(2), 9, None, Some(2)))]);
         assert!(
             ended.contains("live_biz_key = CASE WHEN status < 4 THEN NULL"),
             "{ended}"
         );
-        assert!(ended.ends_with("id IN (5)"), "{ended}");
+        assert!(ended.contains("(VALUES (5, 9, 2, NULL, 2))"), "{ended}");
+    }
+
+    /// A fresh journal table with the message rows `rows`: (id, status,
+    /// updated_time, attempts).
+    fn table(rows: &[(i64, Status, i64, i32)]) -> diesel::sqlite::SqliteConnection {
+        let mut c = diesel::sqlite::SqliteConnection::establish(":memory:").expect("memory");
+        c.batch_execute(
+            "CREATE TABLE message (id BIGINT PRIMARY KEY, status SMALLINT NOT NULL, \
+             updated_time BIGINT NOT NULL, attempts INTEGER NOT NULL, due_time BIGINT NOT NULL, \
+             occurrence INTEGER, live_biz_key TEXT)",
+        )
+        .expect("table");
+        for (id, status, at, attempts) in rows {
+            c.batch_execute(&format!(
+                "INSERT INTO message VALUES ({id}, {}, {at}, {attempts}, 0, NULL, 'k')",
+                status.code()
+            ))
+            .expect("row");
+        }
+        c
+    }
+
+    #[test]
+    fn one_statement_gives_each_row_its_own_values() {
+        // Three nacks in one statement, each with its own time, count and
+        // due time; the second is older than its row and leaves it.
+        let mut c = table(&[
+            (1, Status::Consuming, 100, 1),
+            (2, Status::Consuming, 300, 2),
+            (3, Status::Consuming, 100, 3),
+        ]);
+        let rows = [
+            update(1, &(Status::Delaying, Some(1), 200, Some(5_000), Some(1))),
+            update(2, &(Status::Delaying, Some(1), 250, Some(6_000), Some(1))),
+            update(3, &(Status::Delaying, Some(4), 210, Some(7_000), Some(4))),
+        ];
+        c.batch_execute(&sqlite_update(&rows)).expect("update");
+        let back: Vec<(i64, i16, i64, i32, i64)> = message::table
+            .select((
+                message::id,
+                message::status,
+                message::updated_time,
+                message::attempts,
+                message::due_time,
+            ))
+            .order(message::id)
+            .load(&mut c)
+            .expect("rows");
+        let (delaying, consuming) = (Status::Delaying.code(), Status::Consuming.code());
+        assert_eq!(
+            back,
+            [
+                (1, delaying, 200, 1, 5_000),
+                (2, consuming, 300, 2, 0),
+                (3, delaying, 210, 4, 7_000),
+            ]
+        );
     }
 
     /// Where a message's row ends when `changes` (groups of one message)
@@ -643,19 +785,10 @@ mod tests {
         orders
             .into_iter()
             .map(|order| {
-                let mut c = diesel::sqlite::SqliteConnection::establish(":memory:").expect("memory");
-                c.batch_execute(&format!(
-                    "CREATE TABLE message (id BIGINT PRIMARY KEY, status SMALLINT NOT NULL, \
-                     updated_time BIGINT NOT NULL, attempts INTEGER NOT NULL, due_time BIGINT NOT NULL, \
-                     occurrence INTEGER, live_biz_key TEXT); \
-                     INSERT INTO message VALUES (5, {}, {}, {}, 0, NULL, 'k')",
-                    from.0.code(),
-                    from.2,
-                    from.1
-                ))
-                .expect("table");
+                let mut c = table(&[(5, from.0, from.2, from.1)]);
                 for g in &order {
-                    c.batch_execute(&sqlite_group_update(g, &[5])).expect("update");
+                    c.batch_execute(&sqlite_update(&[update(5, g)]))
+                        .expect("update");
                 }
                 message::table
                     .select((message::status, message::attempts))
