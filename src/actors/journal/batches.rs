@@ -21,9 +21,15 @@ use super::messages::{InsertMessages, ProbeWrite, Read, RecordFlow};
 
 /// Most messages in one group commit.
 const MAX_INSERT_BATCH: usize = 2_000;
-/// Most status changes in one flow write, and how long the first waits.
+/// Most status changes in one flow write, and how long the first waits
+/// when no caller waits for it. Nothing is at stake in the wait (an end
+/// stays in Redis's unjournaled hash until its batch is written); a
+/// longer one makes fewer, larger commits when changes trickle in, as a
+/// consumer acking each message with its own request sends them: at 20 ms
+/// the journal's thread used about a quarter less CPU per single ack
+/// than at 5 ms (SQLite).
 const MAX_FLOW_BATCH: usize = 8_000;
-const FLOW_WINDOW: Duration = Duration::from_millis(5);
+const FLOW_WINDOW: Duration = Duration::from_millis(20);
 
 pub(super) struct InsertRequest {
     pub(super) messages: Vec<Message>,
