@@ -25,9 +25,9 @@ const MAX_INSERT_BATCH: usize = 2_000;
 /// when no caller waits for it. Nothing is at stake in the wait (an end
 /// stays in Redis's unjournaled hash until its batch is written); a
 /// longer one makes fewer, larger commits when changes trickle in, as a
-/// consumer acking each message with its own request sends them: at 20 ms
-/// the journal's thread used about a quarter less CPU per single ack
-/// than at 5 ms (SQLite).
+/// consumer acking each message with its own request sends them (20,000
+/// single acks on SQLite: 1.5-1.6 s of the journal thread's CPU at 20 ms,
+/// 1.8 s at 5 ms).
 const MAX_FLOW_BATCH: usize = 8_000;
 const FLOW_WINDOW: Duration = Duration::from_millis(20);
 
