@@ -79,7 +79,15 @@ macro_rules! routes {
     };
 }
 
+// The table's order is the order a request's path is matched in, and a
+// path with a `{segment}` costs a regex match each time it is tried: the
+// routes taken once per message (hand-outs, single acks and nacks) come
+// first, so they are found before any other pattern is tried.
 routes! {
+    get "/get/{topic}" => consume::get,
+    post "/get/{topic}" => consume::ack_and_get,
+    post "/ack/{id}" => consume::ack,
+    post "/nack/{id}" => consume::nack,
     post "/push" => produce::push,
     post "/push/batch" => produce::push_batch,
     get "/delete" => cancel::delete,
@@ -87,12 +95,8 @@ routes! {
     post "/reschedule" => reschedule::reschedule,
     get "/dead/{topic}" => dead::list,
     post "/dead/{target}/requeue" => dead::requeue,
-    get "/get/{topic}" => consume::get,
-    post "/get/{topic}" => consume::ack_and_get,
     post "/ack" => consume::ack_batch,
-    post "/ack/{id}" => consume::ack,
     post "/nack" => consume::nack_batch,
-    post "/nack/{id}" => consume::nack,
     get "/reStore" => manage::restore_all,
     get "/reStore/{id}" => manage::restore_one,
     get "/messages" => search::find,
