@@ -92,7 +92,7 @@ pub(super) trait ChangeWriter {
     /// a batch changes them, so two batches of status changes (two nodes'
     /// journals, or one node's two lanes) over the same rows take their
     /// locks in one order and never deadlock; their updates otherwise
-    /// take the rows group by group in any order. SQLite has one writer at
+    /// take the rows statement by statement in any order. SQLite has one writer at
     /// a time and locks nothing.
     fn lock_rows(&mut self, ids: &[i64]) -> QueryResult<()>;
 }
@@ -240,8 +240,9 @@ fn sqlite_shape_update(shape: &Shape, rows: &[&Update]) -> String {
 }
 
 /// [`shape_update`]'s source on PostgreSQL: the rows' values bound as one
-/// array a column (the statement's text is the same for every batch of a
-/// shape).
+/// array a column, so a shape's statement is one round trip whatever the
+/// batch's size (diesel does not keep raw statements prepared: the server
+/// parses it each time, once a shape rather than once a millisecond).
 const PG_SHAPE_SOURCE: &str = "unnest($1::bigint[], $2::bigint[], $3::integer[], $4::bigint[], \
      $5::integer[]) AS v(v_id, v_at, v_a, v_due, v_d)";
 
@@ -344,9 +345,10 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
 }
 
 /// A batch's rows on PostgreSQL: one array a column, bound once, read by
-/// `unnest` in one statement whatever the batch's size (the same text
-/// every time, so the server plans it once per connection), rather than a
-/// statement of a bind a field that the server parses anew for each batch.
+/// `unnest` in one statement whatever the batch's size (the same short
+/// text every time; diesel does not keep raw statements prepared, so the
+/// server still parses it per batch), rather than a statement of a bind a
+/// field whose text, and parsing, grows with the batch.
 static PG_MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| {
     pg_unnest_insert(
         "message",
@@ -412,8 +414,8 @@ fn pg_unnest_insert(table: &str, columns: &[(&str, &str)], same: &[&str]) -> Str
     )
 }
 
-/// PostgreSQL takes a batch's rows as arrays (above), and a group's change
-/// in one UPDATE that reads the row as it was, as SQLite's does.
+/// PostgreSQL takes a batch's rows as arrays (above), and the changes of a
+/// shape in one UPDATE that reads the row as it was, as SQLite's does.
 impl ChangeWriter for diesel::pg::PgConnection {
     fn lock_rows(&mut self, ids: &[i64]) -> QueryResult<()> {
         // As strong as the UPDATE's own lock (a flow row's key check
@@ -772,6 +774,62 @@ mod tests {
                 (3, delaying, 210, 4, 7_000),
             ]
         );
+    }
+
+    #[test]
+    fn a_batch_of_many_shapes_and_chunks_moves_every_row() {
+        // 3,300 rows handed out: a third acked, a third nacked (due
+        // again), a third handed out again, each with its own time; each
+        // shape takes three statements of at most INSERT_CHUNK rows.
+        let n = 3_300i64;
+        assert!(n / 3 > 2 * INSERT_CHUNK as i64);
+        let rows: Vec<(i64, Status, i64, i32)> =
+            (1..=n).map(|id| (id, Status::Consuming, 100, 1)).collect();
+        let mut c = table(&rows);
+        let updates: Vec<Update> = (1..=n)
+            .map(|id| match id % 3 {
+                0 => update(id, &(Status::Consumed, Some(1), 200 + id, None, Some(1))),
+                1 => update(
+                    id,
+                    &(
+                        Status::Delaying,
+                        Some(1),
+                        200 + id,
+                        Some(9_000 + id),
+                        Some(1),
+                    ),
+                ),
+                _ => update(id, &(Status::Consuming, Some(2), 200 + id, None, Some(2))),
+            })
+            .collect();
+        c.update_rows(&updates).expect("update");
+        let back: Vec<(i64, i16, i64, i32, i64, Option<String>)> = message::table
+            .select((
+                message::id,
+                message::status,
+                message::updated_time,
+                message::attempts,
+                message::due_time,
+                message::live_biz_key,
+            ))
+            .order(message::id)
+            .load(&mut c)
+            .expect("rows");
+        assert_eq!(back.len(), n as usize);
+        for (id, status, at, attempts, due, key) in back {
+            let want = match id % 3 {
+                0 => (Status::Consumed.code(), 1, 0, None),
+                1 => (
+                    Status::Delaying.code(),
+                    1,
+                    9_000 + id,
+                    Some("k".to_string()),
+                ),
+                _ => (Status::Consuming.code(), 2, 0, Some("k".to_string())),
+            };
+            assert_eq!((status, attempts, due, key), want, "message {id}");
+            assert_eq!(at, 200 + id, "message {id}");
+        }
     }
 
     /// Where a message's row ends when `changes` (groups of one message)
