@@ -739,6 +739,25 @@ mod tests {
         c
     }
 
+    /// The table's rows by id: (id, status, updated_time, attempts,
+    /// due_time, live_biz_key).
+    fn read_rows(
+        c: &mut diesel::sqlite::SqliteConnection,
+    ) -> Vec<(i64, i16, i64, i32, i64, Option<String>)> {
+        message::table
+            .select((
+                message::id,
+                message::status,
+                message::updated_time,
+                message::attempts,
+                message::due_time,
+                message::live_biz_key,
+            ))
+            .order(message::id)
+            .load(c)
+            .expect("rows")
+    }
+
     #[test]
     fn one_statement_gives_each_row_its_own_values() {
         // Three nacks in one statement, each with its own time, count and
@@ -754,24 +773,14 @@ mod tests {
             update(3, &(Status::Delaying, Some(4), 210, Some(7_000), Some(4))),
         ];
         c.batch_execute(&sqlite_update(&rows)).expect("update");
-        let back: Vec<(i64, i16, i64, i32, i64)> = message::table
-            .select((
-                message::id,
-                message::status,
-                message::updated_time,
-                message::attempts,
-                message::due_time,
-            ))
-            .order(message::id)
-            .load(&mut c)
-            .expect("rows");
         let (delaying, consuming) = (Status::Delaying.code(), Status::Consuming.code());
+        let k = || Some("k".to_string());
         assert_eq!(
-            back,
+            read_rows(&mut c),
             [
-                (1, delaying, 200, 1, 5_000),
-                (2, consuming, 300, 2, 0),
-                (3, delaying, 210, 4, 7_000),
+                (1, delaying, 200, 1, 5_000, k()),
+                (2, consuming, 300, 2, 0, k()),
+                (3, delaying, 210, 4, 7_000, k()),
             ]
         );
     }
@@ -803,18 +812,7 @@ mod tests {
             })
             .collect();
         c.update_rows(&updates).expect("update");
-        let back: Vec<(i64, i16, i64, i32, i64, Option<String>)> = message::table
-            .select((
-                message::id,
-                message::status,
-                message::updated_time,
-                message::attempts,
-                message::due_time,
-                message::live_biz_key,
-            ))
-            .order(message::id)
-            .load(&mut c)
-            .expect("rows");
+        let back = read_rows(&mut c);
         assert_eq!(back.len(), n as usize);
         for (id, status, at, attempts, due, key) in back {
             let want = match id % 3 {
