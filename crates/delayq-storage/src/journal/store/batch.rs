@@ -172,12 +172,11 @@ fn shape_update(shape: &Shape, source: &str) -> String {
             not_older(status, delivery.then_some(V_DELIVERY), at)
         )
     };
+    // When the row takes the count (a shape with one).
     let count = attempts.then(|| {
-        let a = V_ATTEMPTS;
-        let when = format!(
-            "(attempts < {a} AND (occurrence IS NULL OR occurrence <= 1 OR updated_time <= {at} OR {takes}))"
-        );
-        (a, when)
+        format!(
+            "(attempts < {V_ATTEMPTS} AND (occurrence IS NULL OR occurrence <= 1 OR updated_time <= {at} OR {takes}))"
+        )
     });
     // Without a count every row the WHERE picks takes the status; with one,
     // a row may be picked for its count alone.
@@ -192,10 +191,10 @@ fn shape_update(shape: &Shape, source: &str) -> String {
         set(&status.code().to_string(), "status"),
         set(at, "updated_time")
     );
-    if let Some((a, when)) = &count {
+    if let Some(when) = &count {
         let _ = write!(
             sql,
-            ", attempts = CASE WHEN {when} THEN {a} ELSE attempts END"
+            ", attempts = CASE WHEN {when} THEN {V_ATTEMPTS} ELSE attempts END"
         );
     }
     if status.is_terminal() {
@@ -206,7 +205,7 @@ fn shape_update(shape: &Shape, source: &str) -> String {
     let _ = write!(sql, " FROM {source} WHERE message.id = v.v_id AND ");
     match &count {
         None => sql.push_str(&takes),
-        Some((_, when)) => {
+        Some(when) => {
             let _ = write!(sql, "({takes} OR {when})");
         }
     }
