@@ -371,3 +371,27 @@ pick_port() {
     done
     die "no free port found between 10000 and 31999"
 }
+
+# cpu_ticks PID: the CPU time (user + system, 1/100 s) a process used.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# thread_ticks PID: the CPU time (1/100 s) of a process's threads, summed
+# by thread name: one "name ticks" line each (the HTTP workers, the
+# journal's writers, ...).
+thread_ticks() {
+    local t stat name
+    for t in /proc/"$1"/task/*; do
+        name=$(tr ' ' _ <"$t/comm" 2>/dev/null) || continue
+        stat=$(cat "$t/stat" 2>/dev/null) || continue
+        # The fields after the name: utime and stime are the 12th and 13th.
+        awk -v n="$name" '{print n, $12 + $13}' <<<"${stat##*) }"
+    done | awk '{a[$1] += $2} END {for (k in a) print k, a[k]}'
+}
+
+# thread_seconds BEFORE AFTER: from two thread_ticks listings, a JSON
+# object of the CPU seconds each thread name used between them.
+thread_seconds() {
+    (echo "$1" | sed 's/^/0 /'; echo "$2" | sed 's/^/1 /') |
+        awk '{d[$2] += ($1 == 1 ? $3 : -$3)} END {for (k in d) if (d[k] > 0) print k, d[k]}' |
+        jq -Rn '[inputs | split(" ") | {(.[0]): ((.[1] | tonumber) / 100)}] | add // {}'
+}

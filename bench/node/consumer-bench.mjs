@@ -5,6 +5,7 @@
 //
 //   node bench/node/consumer-bench.mjs spread|burst|push [--url=http://127.0.0.1:7070]
 //        [--count=20000] [--loops=4] [--ack=batch|per-message|none] [--background-push]
+//        [--window-ms=N] [--lead-ms=N] [--wait-ms=36000]
 //
 // --ack=batch        each loop acks its previous batch in the request that polls
 //                    for the next (POST /get/{topic} {"ack": [...], "count": 100});
@@ -12,9 +13,14 @@
 //                    message, one at a time per loop (what most clients do first);
 // --ack=none         hand-out alone.
 //
-// spread: messages due uniformly 1-6 s after the push; burst: all due at one
-// instant 3 s + count/5 ms after the push starts. Lateness = receive time minus
-// the message's dueTime. push: pushes alone (batches of 500, one at a time,
+// spread: messages due uniformly 1-6 s after the push (--window-ms sets the
+// width: 20,000 over --window-ms=4000 is 5,000 due per second); burst: all due
+// at one instant 3 s + count/5 ms after the push starts (--lead-ms sets that
+// lead, --window-ms spreads the burst uniformly over a window from that
+// instant: a million due within one second is --count=1000000 --window-ms=1000).
+// Lateness = receive time minus the message's dueTime. The run waits for the
+// last delivery until --wait-ms after the last due time (those left are
+// reported missing). push: pushes alone (batches of 500, one at a time,
 // due in 10 minutes), nothing consumed: the push rate.
 // --background-push: a second producer pushes batches of 500 (to another
 // topic, due in 10 minutes) at full speed from the first push of the scenario
@@ -25,13 +31,18 @@ import { flags, requester } from './http.mjs';
 const args = flags(process.argv.slice(3));
 const scenario = process.argv[2];
 if (!['spread', 'burst', 'push'].includes(scenario)) {
-  console.error('usage: consumer-bench.mjs spread|burst|push [--url=] [--count=] [--loops=] [--ack=batch|per-message|none] [--background-push]');
+  console.error(
+    'usage: consumer-bench.mjs spread|burst|push [--url=] [--count=] [--loops=] [--ack=batch|per-message|none] [--background-push] [--window-ms=] [--lead-ms=] [--wait-ms=]',
+  );
   process.exit(2);
 }
 const base = new URL(args.url ?? 'http://127.0.0.1:7070');
 const count = Number(args.count ?? 20000);
 const loops = Number(args.loops ?? 4);
 const ackMode = args.ack ?? 'batch';
+const windowMs = Number(args['window-ms'] ?? (scenario === 'spread' ? 5000 : 0));
+const leadMs = Number(args['lead-ms'] ?? 3000 + Math.floor(count / 5));
+const waitMs = Number(args['wait-ms'] ?? 36000);
 const agent = new http.Agent({ keepAlive: true, maxSockets: loops + 8 });
 const topic = `node-${scenario}-${Date.now()}`;
 
@@ -87,7 +98,7 @@ function percentiles(values) {
   if (values.length === 0) return null;
   values.sort((a, b) => a - b);
   const rank = (p) => values[Math.min(values.length, Math.max(1, Math.ceil((p / 100) * values.length))) - 1];
-  return { p50: rank(50), p90: rank(90), p99: rank(99), max: rank(100) };
+  return { p50: rank(50), p90: rank(90), p99: rank(99), 'p99.9': rank(99.9), max: rank(100) };
 }
 
 function batchOf(t, n, make) {
@@ -125,24 +136,26 @@ if (args['background-push'] === 'true') {
 
 const consumers = Array.from({ length: loops }, loop);
 const started = Date.now();
-const deliverAt = started + 3000 + Math.floor(count / 5);
+const deliverAt = started + leadMs;
 const ids = [];
+const due = (k) =>
+  scenario === 'spread'
+    ? { delay: 1000 + Math.floor(Math.random() * windowMs) }
+    : { deliverAt: deliverAt + (windowMs > 0 ? Math.floor((k * windowMs) / count) : 0) };
 for (let i = 0; i < count; i += 500) {
   const messages = [];
   for (let k = i; k < Math.min(count, i + 500); k++) {
-    messages.push(
-      scenario === 'spread'
-        ? { topic, body: 'x'.repeat(100), delay: 1000 + Math.floor(Math.random() * 5000) }
-        : { topic, body: 'x'.repeat(100), deliverAt },
-    );
+    messages.push({ topic, body: 'x'.repeat(100), ...due(k) });
   }
   const r = await request('POST', '/push/batch', { messages });
   if (r.status !== 200) throw new Error(`push: ${r.status} ${JSON.stringify(r.body)}`);
   ids.push(...r.body.ids);
 }
 const pushedAt = Date.now();
-const deadline = pushedAt + 6000 + 30000;
-while (Date.now() < deadline && ids.some((id) => !first.has(id))) {
+// Every delivery is of this run's topic: once `first` holds as many ids as
+// were pushed, all were delivered.
+const deadline = Math.max(pushedAt, deliverAt) + windowMs + waitMs;
+while (Date.now() < deadline && first.size < ids.length) {
   await new Promise((r) => setTimeout(r, 50));
 }
 stop = true;
@@ -152,7 +165,8 @@ await Promise.all(consumers);
 agent.destroy();
 
 const lateness = ids.filter((id) => first.has(id)).map((id) => first.get(id).at - first.get(id).due);
-const last = Math.max(...ids.filter((id) => first.has(id)).map((id) => first.get(id).at));
+let last = -Infinity;
+for (const id of ids) if (first.has(id)) last = Math.max(last, first.get(id).at);
 const out = {
   scenario,
   client: 'node:http',
@@ -175,6 +189,7 @@ if (background) {
 }
 if (scenario === 'burst') {
   out.push_margin_ms = deliverAt - pushedAt;
+  out.window_ms = windowMs;
   out.last_handout_ms = last - deliverAt;
 }
 console.log(JSON.stringify(out));
