@@ -25,10 +25,13 @@ use crate::metrics::metrics;
 use crate::notify::Topics;
 use crate::redis::schedule::{AfterFailure, RedisSchedule, TickResult};
 
-/// Messages moved per script call: one shard promotes 100,000 due
-/// messages at 198-202k/s with 4,000 a call, 159-174k/s with 1,000
-/// (scripts/bench-promotion); a call of 4,000 holds Redis for about 20 ms.
-pub const BATCH: usize = 4_000;
+/// Messages moved per script call. A call of 4,000 held Redis for about
+/// 20 ms on a quiet machine and for 51 ms on a busy one (a million due
+/// within one second, scripts/bench-million), over the 50 ms no command
+/// may take; with 2,000 one shard promotes 100,000 due messages as fast
+/// as with 4,000 (116-128k/s against 114-152k/s in the same hour,
+/// scripts/bench-promotion).
+pub const BATCH: usize = 2_000;
 /// Longest sleep: a safety net for changes this node was not told about
 /// (another process restoring into Redis, a lost wake-up).
 const MAX_SLEEP_MS: i64 = 1_000;
