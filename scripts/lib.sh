@@ -389,9 +389,11 @@ thread_ticks() {
 }
 
 # thread_seconds BEFORE AFTER: from two thread_ticks listings, a JSON
-# object of the CPU seconds each thread name used between them.
+# object of the CPU seconds each thread name used between them. A name
+# listed more than once (several processes' listings put together) counts
+# as their sum; blank lines are skipped.
 thread_seconds() {
     (echo "$1" | sed 's/^/0 /'; echo "$2" | sed 's/^/1 /') |
-        awk '{d[$2] += ($1 == 1 ? $3 : -$3)} END {for (k in d) if (d[k] > 0) print k, d[k]}' |
+        awk 'NF == 3 {d[$2] += ($1 == 1 ? $3 : -$3)} END {for (k in d) if (d[k] > 0) print k, d[k]}' |
         jq -Rn '[inputs | split(" ") | {(.[0]): ((.[1] | tonumber) / 100)}] | add // {}'
 }
