@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use delayq_proto::{
     AckAndGetRequest, AckBatchReply, AckRequest, CancelBizKey, CancelIds, CancelPrefix,
-    CancelRequest, ErrorBody, NackBatchReply, NackRequest, PauseState, PrefixCounts,
+    CancelRequest, Dst, ErrorBody, NackBatchReply, NackRequest, PauseState, PrefixCounts,
     PushBatchReply, RescheduleRequest, TopicList,
 };
 use reqwest::Method;
@@ -632,12 +632,14 @@ fn encode(value: &str) -> String {
 }
 
 /// Where [`Client::reschedule_ids`] and [`Client::reschedule_biz_key`]
-/// move messages: a new time (a delay from now, or a time), a new
-/// priority, or both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// move messages: a new time (a delay from now, a time, or a local
+/// wall-clock time in a zone), a new priority, or both.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Reschedule {
     delay: Option<Duration>,
     at: Option<SystemTime>,
+    /// Wall-clock time, IANA zone, and the rule for a DST gap or fold.
+    local: Option<(String, String, Dst)>,
     priority: Option<u8>,
     series: bool,
 }
@@ -655,6 +657,17 @@ impl Reschedule {
     pub fn at(at: SystemTime) -> Self {
         Reschedule {
             at: Some(at),
+            ..Self::default()
+        }
+    }
+
+    /// Due at a local wall-clock time (`"2027-03-28T09:00:00"`, no offset)
+    /// in an IANA zone (`"Europe/Berlin"`), read by the server; `dst` says
+    /// which instant a time the zone's clock jumps over or passes twice
+    /// means ([`Dst::Reject`]: refused with `invalid_delay`).
+    pub fn local(wall: impl Into<String>, tz: impl Into<String>, dst: Dst) -> Self {
+        Reschedule {
+            local: Some((wall.into(), tz.into(), dst)),
             ..Self::default()
         }
     }
@@ -687,6 +700,13 @@ impl Reschedule {
         RescheduleRequest {
             delay: self.delay.map(millis),
             deliver_at: self.at.map(epoch_ms),
+            deliver_at_local: self.local.as_ref().map(|l| l.0.clone()),
+            tz: self.local.as_ref().map(|l| l.1.clone()),
+            dst: self
+                .local
+                .as_ref()
+                .map(|l| l.2)
+                .filter(|d| *d != Dst::Reject),
             priority: self.priority.map(i64::from),
             series: self.series.then_some(true),
             ..RescheduleRequest::default()

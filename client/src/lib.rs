@@ -50,7 +50,7 @@ pub use error::{Error, ErrorCode};
 // `message::Message` (the bare message, without its status and receipt)
 // is left out here on purpose: a delivery is a `MessageView`.
 pub use message::{
-    Backoff, Delivery, MessageId, MessageView, Misfire, NewMessage, Occurrence, PushRequest,
+    Backoff, Delivery, Dst, MessageId, MessageView, Misfire, NewMessage, Occurrence, PushRequest,
     Repeat, RetryPolicy, RetryRequest, Status,
 };
 pub use reply::{

@@ -5,7 +5,7 @@
 //! push and [`Delivery`], what an ack or nack names.
 
 pub use delayq_proto::{
-    Backoff, BadMessageId, Delivery, Message, MessageId, MessageView, Misfire, Occurrence,
+    Backoff, BadMessageId, Delivery, Dst, Message, MessageId, MessageView, Misfire, Occurrence,
     PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
 };
 

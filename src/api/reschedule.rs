@@ -18,7 +18,7 @@ use crate::queue::reschedule::{self, MoveOutcome, NewSchedule};
 pub const MAX_RESCHEDULE_IDS: usize = 1_000;
 
 /// The selector's fields (see [`select`]) and where to.
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 12] = [
     select::FIELDS[0],
     select::FIELDS[1],
     select::FIELDS[2],
@@ -26,6 +26,9 @@ const FIELDS: [&str; 9] = [
     select::FIELDS[4],
     "delay",
     "deliverAt",
+    "deliverAtLocal",
+    "tz",
+    "dst",
     "priority",
     "series",
 ];
@@ -55,7 +58,8 @@ fn report(ids: &[MessageId], outcomes: &[MoveOutcome]) -> RescheduleReply {
 }
 
 /// `POST /reschedule`: `{"ids": [...]}`, `{"topic", "bizKey"}` or
-/// `{"topic", "bizKeyPrefix"}` with `delay` or `deliverAt` and/or
+/// `{"topic", "bizKeyPrefix"}` with `delay`, `deliverAt` or `deliverAtLocal`
+/// (with `tz` and `dst`) and/or
 /// `priority`. A message keeps its id, body and attempts; one handed out
 /// is left alone (`in_flight`).
 #[utoipa::path(
@@ -82,7 +86,7 @@ pub async fn reschedule(
     let body = select::object_of(
         &body,
         &FIELDS,
-        "ids, or topic with bizKey or bizKeyPrefix, and delay or deliverAt and/or priority, and series",
+        "ids, or topic with bizKey or bizKeyPrefix, and delay, deliverAt or deliverAtLocal (with tz, dst) and/or priority, and series",
     )?;
     let (due, priority) = parse_new_schedule(body, now_ms())?;
     let series = match body.get("series") {
@@ -98,7 +102,7 @@ pub async fn reschedule(
     if series && due.is_none() {
         return Err(ApiError::invalid(
             ErrorCode::InvalidBody,
-            "series moves a recurring series to a new time: give delay or deliverAt",
+            "series moves a recurring series to a new time: give delay, deliverAt or deliverAtLocal",
         ));
     }
     let to = NewSchedule {

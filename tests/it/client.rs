@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
-    CancelOutcome, Client, Consumer, ConsumerStats, Error, ErrorCode, MessageId, MessageView,
+    CancelOutcome, Client, Consumer, ConsumerStats, Dst, Error, ErrorCode, MessageId, MessageView,
     NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, RetryRequest, Search,
 };
 use serde_json::json;
@@ -303,6 +303,34 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::InvalidDelay));
+
+    // Local wall-clock times: Berlin's 02:30 on the day its clock jumps
+    // over it is refused unless the rule says which instant it means.
+    let gap =
+        NewMessage::new("orders", "local").deliver_at_local("2027-03-28T02:30:00", "Europe/Berlin");
+    let err = client.push(&gap).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidDelay), "{err}");
+    let later = client.push(&gap.clone().dst(Dst::Later)).await.unwrap().id;
+    let shown = env.message(&later.to_string()).await;
+    // 03:30 +02:00.
+    assert_eq!(shown["message"]["dueTime"], 1_806_197_400_000_i64);
+    let moved = client
+        .reschedule_ids(
+            &[later],
+            &Reschedule::local("2027-10-31T02:30:00", "Europe/Berlin", Dst::Earlier),
+        )
+        .await
+        .unwrap();
+    // 02:30 +02:00, the fold's first pass.
+    assert_eq!(moved.results[0].due_time, Some(1_824_942_600_000));
+    let err = client
+        .reschedule_ids(
+            &[later],
+            &Reschedule::local("2027-10-31T02:30:00", "Europe/Berlin", Dst::Reject),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidDelay), "{err}");
 }
 
 async fn a_consumer_handles_every_message_once_and_acks_it(b: Backend) {

@@ -27,6 +27,7 @@ mod input;
 mod journal;
 mod journal_faults;
 mod limit;
+mod local_time;
 mod loss;
 mod metrics;
 mod openapi;

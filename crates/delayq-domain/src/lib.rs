@@ -29,6 +29,7 @@ pub mod faults;
 pub mod ids;
 pub mod input;
 pub mod limit;
+pub mod local;
 pub mod message;
 pub mod redact;
 pub mod repeat;

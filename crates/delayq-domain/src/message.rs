@@ -17,6 +17,7 @@ pub use crate::input::{
     valid_topic, whole_number, Invalid, DEFAULT_TTL_MS, MAX_BIZ_KEY_LEN, MAX_DELAY_MS,
     MAX_TOPIC_LEN, MAX_TTL_MS, MIN_TTL_MS,
 };
+use crate::local::{self, Dst};
 use crate::repeat::{parse_repeat, Occurrence, Repeat, Series};
 use crate::retry::{parse_max_attempts, parse_policy, AfterFailure, RetryPolicy};
 pub use delayq_proto::{ErrorCode, Message, MessageView, Status};
@@ -120,17 +121,27 @@ pub struct Draft {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum When {
     Delay(i64),
+    /// `deliverAt`, epoch ms.
     At(i64),
+    /// `deliverAtLocal` read in its zone, epoch ms.
+    Local(i64),
+}
+
+impl When {
+    /// The due time it gives at `now`: an instant past is due now.
+    pub fn due(self, now: i64) -> i64 {
+        match self {
+            When::Delay(d) => now + d,
+            When::At(at) | When::Local(at) => at.max(now),
+        }
+    }
 }
 
 impl Draft {
     /// Gives the draft its id and times. A `deliverAt` in the past is due
     /// now. A cron series starts at its first time at or after that.
     pub fn into_message(self, id: MessageId, now: i64) -> Message {
-        let mut due_time = match self.when {
-            When::Delay(d) => now + d,
-            When::At(at) => at.max(now),
-        };
+        let mut due_time = self.when.due(now);
         let occurrence = self.repeat.as_ref().map(|r| {
             due_time = r.first(due_time).unwrap_or(due_time);
             Occurrence {
@@ -161,6 +172,9 @@ const FIELDS: &[&str] = &[
     "bizKey",
     "delay",
     "deliverAt",
+    "deliverAtLocal",
+    "tz",
+    "dst",
     "priority",
     "ttl",
     "body",
@@ -168,6 +182,95 @@ const FIELDS: &[&str] = &[
     "retry",
     "repeat",
 ];
+
+/// The fields that say when, as one choice: `delay` (ms from `now`),
+/// `deliverAt` (epoch ms) or `deliverAtLocal` with `tz` and `dst` (a
+/// wall-clock time in a zone, see [`crate::local`]); `None` when none is
+/// given. Bounds are checked by the caller.
+fn parse_when(obj: &Map<String, Value>) -> Result<Option<When>, Invalid> {
+    let delay = int_field(obj, "delay")?;
+    let at = int_field(obj, "deliverAt")?;
+    let local = parse_local(obj)?;
+    match (delay, at, local) {
+        (None, None, None) => Ok(None),
+        (Some(d), None, None) => Ok(Some(When::Delay(d))),
+        (None, Some(at), None) => Ok(Some(When::At(at))),
+        (None, None, Some(at)) => Ok(Some(When::Local(at))),
+        _ => Err(invalid(
+            ErrorCode::InvalidDelay,
+            "give one of delay, deliverAt or deliverAtLocal, not two",
+        )),
+    }
+}
+
+/// `deliverAtLocal` read in `tz` under `dst`: the instant (epoch ms), or
+/// `None` when none of the three is given.
+fn parse_local(obj: &Map<String, Value>) -> Result<Option<i64>, Invalid> {
+    let text = |name: &str| match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(other) => Err(invalid(
+            ErrorCode::InvalidDelay,
+            format!("{name} must be a string, got {}", json_type(other)),
+        )),
+    };
+    let (wall, tz, dst) = (text("deliverAtLocal")?, text("tz")?, text("dst")?);
+    let Some(wall) = wall else {
+        if tz.is_some() || dst.is_some() {
+            return Err(invalid(
+                ErrorCode::InvalidDelay,
+                "tz and dst go with deliverAtLocal (a series' zone is repeat.tz)",
+            ));
+        }
+        return Ok(None);
+    };
+    let wall = local::parse_wall(wall)
+        .map_err(|e| invalid(ErrorCode::InvalidDelay, format!("deliverAtLocal {e}")))?;
+    let tz = tz.ok_or_else(|| {
+        invalid(
+            ErrorCode::InvalidDelay,
+            "deliverAtLocal needs tz, an IANA time zone (e.g. Europe/Berlin)",
+        )
+    })?;
+    let tz = local::zone(tz).map_err(|e| invalid(ErrorCode::InvalidDelay, format!("tz {e}")))?;
+    let dst = match dst {
+        None | Some("reject") => Dst::Reject,
+        Some("earlier") => Dst::Earlier,
+        Some("later") => Dst::Later,
+        Some(other) => {
+            return Err(invalid(
+                ErrorCode::InvalidDelay,
+                format!(
+                    "dst must be \"reject\" (the default), \"earlier\" or \"later\", got {other:?}"
+                ),
+            ))
+        }
+    };
+    local::resolve(wall, tz, dst)
+        .map(Some)
+        .map_err(|e| invalid(ErrorCode::InvalidDelay, local::explain(wall, tz, e)))
+}
+
+/// A due time from [`parse_when`], checked against its bounds: a delay of 0
+/// to 10 years, an instant from the epoch to 10 years ahead (one past is
+/// due now).
+fn bounded(when: When, now: i64) -> Result<When, Invalid> {
+    match when {
+        When::Delay(d) if !(0..=MAX_DELAY_MS).contains(&d) => Err(invalid(
+            ErrorCode::InvalidDelay,
+            format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
+        )),
+        When::At(at) if at < 0 || at > now + MAX_DELAY_MS => Err(invalid(
+            ErrorCode::InvalidDelay,
+            format!("deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"),
+        )),
+        When::Local(at) if at > now + MAX_DELAY_MS => Err(invalid(
+            ErrorCode::InvalidDelay,
+            "deliverAtLocal must be no more than 10 years ahead",
+        )),
+        w => Ok(w),
+    }
+}
 
 /// A reschedule's new time and priority from its request: `delay` (ms
 /// from `now`) or `deliverAt` (epoch ms; in the past means now), and/or
@@ -186,30 +289,9 @@ pub fn parse_new_schedule(
             ));
         }
     }
-    let due = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                "give either delay or deliverAt, not both",
-            ))
-        }
-        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => Some(now + d),
-        (Some(d), None) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
-            ))
-        }
-        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => Some(at.max(now)),
-        (None, Some(at)) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                format!(
-                    "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
-                ),
-            ))
-        }
-        (None, None) => None,
+    let due = match parse_when(obj)? {
+        None => None,
+        Some(w) => Some(bounded(w, now)?.due(now)),
     };
     let priority = match int_field(obj, "priority")? {
         None => None,
@@ -224,7 +306,7 @@ pub fn parse_new_schedule(
     if due.is_none() && priority.is_none() {
         return Err(invalid(
             ErrorCode::InvalidDelay,
-            "give the new time (delay or deliverAt), the new priority, or both",
+            "give the new time (delay, deliverAt or deliverAtLocal), the new priority, or both",
         ));
     }
     Ok((due, priority))
@@ -341,30 +423,9 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         }
     };
 
-    let when = match (int_field(obj, "delay")?, int_field(obj, "deliverAt")?) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                "give either delay or deliverAt, not both",
-            ))
-        }
-        (Some(d), None) if (0..=MAX_DELAY_MS).contains(&d) => When::Delay(d),
-        (Some(d), None) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                format!("delay must be 0 to {MAX_DELAY_MS} ms (10 years), got {d}"),
-            ))
-        }
-        (None, Some(at)) if at >= 0 && at <= now + MAX_DELAY_MS => When::At(at),
-        (None, Some(at)) => {
-            return Err(invalid(
-                ErrorCode::InvalidDelay,
-                format!(
-                    "deliverAt must be an epoch time in ms no more than 10 years ahead, got {at}"
-                ),
-            ))
-        }
-        (None, None) => When::Delay(0),
+    let when = match parse_when(obj)? {
+        None => When::Delay(0),
+        Some(w) => bounded(w, now)?,
     };
 
     let priority = match int_field(obj, "priority")? {
@@ -427,10 +488,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         (_, w) => w,
     };
     if let Some(r) = &repeat {
-        let earliest = match when {
-            When::Delay(d) => now + d,
-            When::At(at) => at.max(now),
-        };
+        let earliest = when.due(now);
         if r.first(earliest).is_none() {
             return Err(invalid(
                 ErrorCode::InvalidRepeat,
@@ -529,6 +587,99 @@ mod tests {
         );
         let m = d.into_message(MessageId(7), NOW);
         assert_eq!((m.due_time, m.delay), (NOW + 5, 5));
+    }
+
+    #[test]
+    fn local_wall_clock_times_follow_their_dst_rule() {
+        let berlin = |wall: &str, dst: Option<&str>| {
+            let mut v =
+                json!({"topic": "t", "body": "x", "deliverAtLocal": wall, "tz": "Europe/Berlin"});
+            if let Some(d) = dst {
+                v["dst"] = json!(d);
+            }
+            parse(v)
+        };
+        let at = |s: &str| {
+            chrono::DateTime::parse_from_rfc3339(s)
+                .unwrap()
+                .timestamp_millis()
+        };
+        assert_eq!(
+            berlin("2027-03-28T04:00:00", None).unwrap().when,
+            When::Local(at("2027-03-28T04:00:00+02:00"))
+        );
+        // A gap: refused by default, the answer naming both readings.
+        let e = berlin("2027-03-28T02:30:00", None).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidDelay);
+        assert!(
+            e.message.contains("does not exist in Europe/Berlin"),
+            "{}",
+            e.message
+        );
+        assert!(berlin("2027-03-28T02:30:00", Some("reject")).is_err());
+        for (dst, want) in [
+            ("earlier", "2027-03-28T01:30:00+01:00"),
+            ("later", "2027-03-28T03:30:00+02:00"),
+        ] {
+            let d = berlin("2027-03-28T02:30:00", Some(dst)).unwrap();
+            assert_eq!(d.when, When::Local(at(want)), "{dst}");
+        }
+        // A fold: refused by default; earlier is the first pass.
+        let e = berlin("2027-10-31T02:30:00", None).unwrap_err();
+        assert!(e.message.contains("happens twice"), "{}", e.message);
+        for (dst, want) in [
+            ("earlier", "2027-10-31T02:30:00+02:00"),
+            ("later", "2027-10-31T02:30:00+01:00"),
+        ] {
+            let d = berlin("2027-10-31T02:30:00", Some(dst)).unwrap();
+            assert_eq!(d.when, When::Local(at(want)), "{dst}");
+        }
+        // A local time past is due now, like deliverAt.
+        let d = berlin("2020-01-01T00:00:00", None).unwrap();
+        assert_eq!(d.into_message(MessageId(1), NOW).due_time, NOW);
+        // What is refused, and why.
+        for (bad, says) in [
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2027-03-28T04:00:00"}),
+                "needs tz",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "tz": "Europe/Berlin"}),
+                "go with deliverAtLocal",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "dst": "later"}),
+                "go with deliverAtLocal",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2027-03-28T04:00:00", "tz": "Mars/Olympus"}),
+                "not an IANA",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2027-03-28T04:00:00Z", "tz": "UTC"}),
+                "carries an offset",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2027-03-28T04:00:00", "tz": "UTC", "dst": "first"}),
+                "dst must be",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2027-03-28T04:00:00", "tz": "UTC", "delay": 5}),
+                "not two",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": 5, "tz": "UTC"}),
+                "must be a string",
+            ),
+            (
+                json!({"topic": "t", "body": "x", "deliverAtLocal": "2099-01-01T00:00:00", "tz": "UTC"}),
+                "10 years",
+            ),
+        ] {
+            let e = parse(bad.clone()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidDelay, "{bad}");
+            assert!(e.message.contains(says), "{bad}: {}", e.message);
+        }
     }
 
     #[test]

@@ -57,8 +57,8 @@ pub use journal::{
     RestoreProgress, RestoreReport, RestoreState,
 };
 pub use message::{
-    epoch_ms, millis, Backoff, BadMessageId, Message, MessageId, MessageView, Misfire, Occurrence,
-    Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
+    epoch_ms, millis, Backoff, BadMessageId, Dst, Message, MessageId, MessageView, Misfire,
+    Occurrence, Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
 };
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
 pub use reconcile::{Difference, ReconcileReport, Repair, Sample};

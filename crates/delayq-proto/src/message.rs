@@ -283,6 +283,29 @@ pub enum Misfire {
     Unknown,
 }
 
+/// Which instant a local wall-clock time means when the zone's clock jumps
+/// over it (a gap) or passes it twice (a fold), as JavaScript's `Temporal`
+/// names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Dst {
+    /// Refuse the time (400 `invalid_delay`, the answer naming both
+    /// readings).
+    #[default]
+    Reject,
+    /// The earlier instant: a fold's first pass; a gap time read with the
+    /// offset after the jump (Berlin's 02:30 on its spring day is 01:30
+    /// +01:00).
+    Earlier,
+    /// The later instant: a fold's second pass; a gap time read with the
+    /// offset before the jump (03:30 +02:00).
+    Later,
+    /// A rule this reader does not know (a newer server's); never sent.
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
 /// Which occurrence of its series a recurring message is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]

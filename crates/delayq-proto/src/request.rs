@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{epoch_ms, millis, Backoff, MessageId, MessageView, Repeat, RetryPolicy};
+use crate::message::{epoch_ms, millis, Backoff, Dst, MessageId, MessageView, Repeat, RetryPolicy};
 
 /// A message to push. Unknown fields are refused, so a typo does not
 /// silently mean something else.
@@ -54,6 +54,28 @@ pub struct PushRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 0))]
     pub deliver_at: Option<i64>,
+    /// A local wall-clock time, `YYYY-MM-DDTHH:MM:SS` (seconds and `.fff`
+    /// optional, no offset), read in `tz`: delivered then. Not with `delay`
+    /// or `deliverAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            example = "2027-03-28T09:00:00",
+            pattern = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?$"
+        )
+    )]
+    pub deliver_at_local: Option<String>,
+    /// The IANA zone `deliverAtLocal` is read in (e.g. `Europe/Berlin`);
+    /// only with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(example = "Europe/Berlin"))]
+    pub tz: Option<String>,
+    /// Which instant `deliverAtLocal` means when the clock jumps over it or
+    /// passes it twice (default `reject`: a 400 naming both readings);
+    /// only with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<Dst>,
     /// Higher first among messages due at the same instant (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 255))]
@@ -84,6 +106,9 @@ impl PushRequest {
             body: body.into(),
             delay: None,
             deliver_at: None,
+            deliver_at_local: None,
+            tz: None,
+            dst: None,
             priority: None,
             ttl: None,
             max_attempts: None,
@@ -95,17 +120,44 @@ impl PushRequest {
     /// Due this long after the server accepts it (up to 10 years; sent in
     /// whole milliseconds). Replaces a [`deliver_at`](Self::deliver_at).
     pub fn delay(mut self, delay: Duration) -> Self {
+        self.clear_when();
         self.delay = Some(millis(delay));
-        self.deliver_at = None;
         self
     }
 
     /// Due at this time (a time past is now). Replaces a
     /// [`delay`](Self::delay).
     pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.clear_when();
         self.deliver_at = Some(epoch_ms(at));
-        self.delay = None;
         self
+    }
+
+    /// Due at a local wall-clock time (`"2027-03-28T09:00:00"`, no offset)
+    /// in an IANA zone (`"Europe/Berlin"`), read by the server at the push.
+    /// A time the zone's clock jumps over or passes twice is refused unless
+    /// [`dst`](Self::dst) says which instant it means. Replaces a delay or
+    /// a delivery time.
+    pub fn deliver_at_local(mut self, wall: impl Into<String>, tz: impl Into<String>) -> Self {
+        self.clear_when();
+        self.deliver_at_local = Some(wall.into());
+        self.tz = Some(tz.into());
+        self
+    }
+
+    /// With [`deliver_at_local`](Self::deliver_at_local): which instant a
+    /// time in a daylight-saving gap or fold means.
+    pub fn dst(mut self, dst: Dst) -> Self {
+        self.dst = Some(dst);
+        self
+    }
+
+    fn clear_when(&mut self) {
+        self.delay = None;
+        self.deliver_at = None;
+        self.deliver_at_local = None;
+        self.tz = None;
+        self.dst = None;
     }
 
     /// 0 to 255 (default 0): higher first among messages due at the same
@@ -379,8 +431,8 @@ pub struct CancelPrefix {
 }
 
 /// `POST /reschedule`: which messages (`ids`, `id`, or `topic` with `bizKey` or
-/// `bizKeyPrefix`) and where to (`delay` or `deliverAt`, and/or
-/// `priority`).
+/// `bizKeyPrefix`) and where to (`delay`, `deliverAt` or `deliverAtLocal`
+/// with `tz`, and/or `priority`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -413,12 +465,34 @@ pub struct RescheduleRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 0))]
     pub deliver_at: Option<i64>,
+    /// A local wall-clock time, `YYYY-MM-DDTHH:MM:SS` (seconds and `.fff`
+    /// optional, no offset), read in `tz`: delivered then. Not with `delay`
+    /// or `deliverAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            example = "2027-03-28T09:00:00",
+            pattern = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?$"
+        )
+    )]
+    pub deliver_at_local: Option<String>,
+    /// The IANA zone `deliverAtLocal` is read in (e.g. `Europe/Berlin`);
+    /// only with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(example = "Europe/Berlin"))]
+    pub tz: Option<String>,
+    /// Which instant `deliverAtLocal` means when the clock jumps over it or
+    /// passes it twice (default `reject`: a 400 naming both readings);
+    /// only with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<Dst>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 255))]
     pub priority: Option<i64>,
     /// A recurring message's whole series moves: the occurrences after the
     /// pending one follow from its new time (`every` from it, `cron` from
-    /// its first time after it). Needs `delay` or `deliverAt`; a message
+    /// its first time after it). Needs a new time; a message
     /// that is not recurring moves as without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<bool>,
@@ -483,6 +557,20 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&at).unwrap(),
             json!({"topic": "t", "body": "b", "deliverAt": 42})
+        );
+        // A local time replaces an instant, and the reverse.
+        let local = at
+            .clone()
+            .deliver_at_local("2027-03-28T02:30:00", "Europe/Berlin")
+            .dst(Dst::Later);
+        assert_eq!(
+            serde_json::to_value(&local).unwrap(),
+            json!({"topic": "t", "body": "b", "deliverAtLocal": "2027-03-28T02:30:00",
+                   "tz": "Europe/Berlin", "dst": "later"})
+        );
+        assert_eq!(
+            serde_json::to_value(local.delay(Duration::from_millis(5))).unwrap(),
+            json!({"topic": "t", "body": "b", "delay": 5})
         );
         assert!(serde_json::from_value::<PushRequest>(
             json!({"topic": "t", "body": "b", "dealy": 5})
