@@ -503,6 +503,45 @@ func TestCancelRescheduleAndErrorCodes(t *testing.T) {
 	}
 }
 
+func TestLocalWallClockTimes(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
+	const topic = "go-local"
+	// Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does
+	// not exist, and is refused unless DST says which instant it means.
+	gap := delayq.Message{Topic: topic, Body: "x", DeliverAtLocal: "2027-03-28T02:30:00", TZ: "Europe/Berlin"}
+	_, err := c.Push(ctx, gap)
+	if e := apiError(t, err); e.Status != 400 || e.Code != delayq.CodeInvalidDelay {
+		t.Fatalf("a time in a gap without DST: %v", e)
+	}
+	gap.DST = delayq.DSTLater
+	p, err := c.Push(ctx, gap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Message(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 03:30 +02:00.
+	if info.Message.DueTime != 1806197400000 {
+		t.Fatalf("dueTime %d, want 1806197400000 (03:30 +02:00)", info.Message.DueTime)
+	}
+	// 2027-10-31 02:30 happens twice in Berlin; DSTEarlier is its first
+	// pass, 02:30 +02:00.
+	r, err := c.Reschedule(ctx, delayq.RescheduleRequest{IDs: []string{p.ID},
+		DeliverAtLocal: "2027-10-31T02:30:00", TZ: "Europe/Berlin", DST: delayq.DSTEarlier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 1 || r.Results[0].Result != "rescheduled" || r.Results[0].DueTime != 1824942600000 {
+		t.Fatalf("reschedule to a fold's first pass: %+v, want dueTime 1824942600000", r)
+	}
+	if _, err := c.Cancel(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestADeadLetterIsRequeued(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
@@ -681,6 +720,9 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	if _, err := c.Push(ctx, delayq.Message{Topic: "t", Body: "b", Delay: 1500 * time.Millisecond, Retry: &delayq.Retry{Delay: 0}}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.Push(ctx, delayq.Message{Topic: "t", Body: "b", DeliverAtLocal: "2027-03-28T09:00", TZ: "Europe/Berlin", DST: delayq.DSTLater}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Poll(ctx, "t", delayq.PollRequest{Count: 10, Wait: 1500 * time.Millisecond, Ack: []delayq.Delivery{{ID: "5", Receipt: "1-2"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -697,6 +739,7 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	defer n.mu.Unlock()
 	want := []struct{ method, uri, auth, body string }{
 		{"POST", "/push", "Bearer adm", `{"topic":"t","body":"b","delay":1500,"retry":{"delay":0}}`},
+		{"POST", "/push", "Bearer adm", `{"topic":"t","body":"b","deliverAtLocal":"2027-03-28T09:00","tz":"Europe/Berlin","dst":"later"}`},
 		{"POST", "/get/t?timeout=2", "", `{"ack":[{"id":"5","receipt":"1-2"}],"count":10}`},
 		{"GET", "/topics", "Bearer rd", ``},
 		{"POST", "/ack/5?receipt=1-2", "", ``},

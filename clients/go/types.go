@@ -19,6 +19,18 @@ type Message struct {
 	Delay time.Duration
 	// DeliverAt delivers the message at this time (in the past means now).
 	DeliverAt time.Time
+	// DeliverAtLocal delivers the message at a wall-clock time,
+	// "YYYY-MM-DDTHH:MM[:SS[.fff]]" with no offset (e.g.
+	// "2027-03-28T09:00:00"), read by the server in the IANA zone TZ. Not
+	// with Delay or DeliverAt.
+	DeliverAtLocal string
+	// TZ is the IANA zone of DeliverAtLocal (e.g. "Europe/Berlin"); only
+	// with it. A recurring message's own zone is Repeat.TZ.
+	TZ string
+	// DST says which instant DeliverAtLocal means when the zone's clock
+	// jumps over it or passes it twice: DSTReject (the default when
+	// empty), DSTEarlier or DSTLater. Only with DeliverAtLocal.
+	DST string
 	// BizKey is the producer's business key: unique per topic among live
 	// messages. Pushing it again answers the live message's id with
 	// Pushed.Duplicate set, which makes the push idempotent: the client
@@ -42,18 +54,22 @@ type Message struct {
 // fields not set.
 func (m Message) MarshalJSON() ([]byte, error) {
 	type wire struct {
-		Topic       string  `json:"topic"`
-		BizKey      string  `json:"bizKey,omitempty"`
-		Body        string  `json:"body"`
-		Delay       *int64  `json:"delay,omitempty"`
-		DeliverAt   *int64  `json:"deliverAt,omitempty"`
-		Priority    *int    `json:"priority,omitempty"`
-		TTL         *int64  `json:"ttl,omitempty"`
-		MaxAttempts *int    `json:"maxAttempts,omitempty"`
-		Retry       *Retry  `json:"retry,omitempty"`
-		Repeat      *Repeat `json:"repeat,omitempty"`
+		Topic          string  `json:"topic"`
+		BizKey         string  `json:"bizKey,omitempty"`
+		Body           string  `json:"body"`
+		Delay          *int64  `json:"delay,omitempty"`
+		DeliverAt      *int64  `json:"deliverAt,omitempty"`
+		DeliverAtLocal string  `json:"deliverAtLocal,omitempty"`
+		TZ             string  `json:"tz,omitempty"`
+		DST            string  `json:"dst,omitempty"`
+		Priority       *int    `json:"priority,omitempty"`
+		TTL            *int64  `json:"ttl,omitempty"`
+		MaxAttempts    *int    `json:"maxAttempts,omitempty"`
+		Retry          *Retry  `json:"retry,omitempty"`
+		Repeat         *Repeat `json:"repeat,omitempty"`
 	}
-	w := wire{Topic: m.Topic, BizKey: m.BizKey, Body: m.Body, Retry: m.Retry, Repeat: m.Repeat}
+	w := wire{Topic: m.Topic, BizKey: m.BizKey, Body: m.Body, DeliverAtLocal: m.DeliverAtLocal, TZ: m.TZ, DST: m.DST,
+		Retry: m.Retry, Repeat: m.Repeat}
 	if m.Delay != 0 {
 		w.Delay = msOf(m.Delay)
 	}
@@ -72,6 +88,20 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(w)
 }
+
+// DST values of Message.DST and RescheduleRequest.DST: which instant a
+// local time means when its zone's clock jumps over it (a gap) or passes
+// it twice (a fold).
+const (
+	// DSTReject refuses such a time with 400 invalid_delay (the default).
+	DSTReject = "reject"
+	// DSTEarlier is a fold's first pass, or a gap time read with the offset
+	// after the jump (Berlin's 02:30 on its spring day is 01:30 +01:00).
+	DSTEarlier = "earlier"
+	// DSTLater is a fold's second pass, or a gap time read with the offset
+	// before the jump (03:30 +02:00).
+	DSTLater = "later"
+)
 
 // Backoff values of Retry.
 const (
@@ -398,8 +428,8 @@ func (r *CancelReply) UnmarshalJSON(b []byte) error {
 }
 
 // RescheduleRequest says which messages move (IDs, or Topic with BizKey
-// or BizKeyPrefix) and where to (Delay or DeliverAt, and/or Priority).
-// Messages not handed out yet move and keep their ids.
+// or BizKeyPrefix) and where to (Delay, DeliverAt or DeliverAtLocal, and/or
+// Priority). Messages not handed out yet move and keep their ids.
 type RescheduleRequest struct {
 	IDs          []string
 	Topic        string
@@ -410,25 +440,36 @@ type RescheduleRequest struct {
 	Delay time.Duration
 	// DeliverAt moves them to this time (in the past means now).
 	DeliverAt time.Time
+	// DeliverAtLocal moves them to a wall-clock time in the zone TZ, with
+	// DST for a time the clock jumps over or passes twice, as
+	// Message.DeliverAtLocal.
+	DeliverAtLocal string
+	TZ             string
+	DST            string
 	// Priority re-ranks them (nil: unchanged).
 	Priority *int
-	// Series moves a recurring message's whole series (with Delay or DeliverAt).
+	// Series moves a recurring message's whole series (with Delay, DeliverAt or
+	// DeliverAtLocal).
 	Series bool
 }
 
 // MarshalJSON writes the request as POST /reschedule takes it.
 func (r RescheduleRequest) MarshalJSON() ([]byte, error) {
 	type wire struct {
-		IDs          []string `json:"ids,omitempty"`
-		Topic        string   `json:"topic,omitempty"`
-		BizKey       string   `json:"bizKey,omitempty"`
-		BizKeyPrefix string   `json:"bizKeyPrefix,omitempty"`
-		Delay        *int64   `json:"delay,omitempty"`
-		DeliverAt    *int64   `json:"deliverAt,omitempty"`
-		Priority     *int     `json:"priority,omitempty"`
-		Series       bool     `json:"series,omitempty"`
+		IDs            []string `json:"ids,omitempty"`
+		Topic          string   `json:"topic,omitempty"`
+		BizKey         string   `json:"bizKey,omitempty"`
+		BizKeyPrefix   string   `json:"bizKeyPrefix,omitempty"`
+		Delay          *int64   `json:"delay,omitempty"`
+		DeliverAt      *int64   `json:"deliverAt,omitempty"`
+		DeliverAtLocal string   `json:"deliverAtLocal,omitempty"`
+		TZ             string   `json:"tz,omitempty"`
+		DST            string   `json:"dst,omitempty"`
+		Priority       *int     `json:"priority,omitempty"`
+		Series         bool     `json:"series,omitempty"`
 	}
-	w := wire{IDs: r.IDs, Topic: r.Topic, BizKey: r.BizKey, BizKeyPrefix: r.BizKeyPrefix, Priority: r.Priority, Series: r.Series}
+	w := wire{IDs: r.IDs, Topic: r.Topic, BizKey: r.BizKey, BizKeyPrefix: r.BizKeyPrefix,
+		DeliverAtLocal: r.DeliverAtLocal, TZ: r.TZ, DST: r.DST, Priority: r.Priority, Series: r.Series}
 	if r.Delay != 0 {
 		w.Delay = msOf(r.Delay)
 	}

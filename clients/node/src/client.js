@@ -16,8 +16,12 @@ import { ApiError, TransportError } from './errors.js';
 const SKIP_STATUS = new Set([502, 504]);
 const SKIP_CODES = new Set(['node_stalled', 'node_unavailable']);
 
-// The fields of a message as POST /push takes them.
-const MESSAGE_FIELDS = ['delay', 'deliverAt', 'bizKey', 'priority', 'ttl', 'maxAttempts', 'retry', 'repeat'];
+// The fields of a message as POST /push takes them. The due time is one of
+// `delay` (ms from now), `deliverAt` (Unix ms) or `deliverAtLocal` (a
+// wall-clock time, no offset) with `tz` (its IANA zone) and `dst`.
+const MESSAGE_FIELDS = [
+  'delay', 'deliverAt', 'deliverAtLocal', 'tz', 'dst', 'bizKey', 'priority', 'ttl', 'maxAttempts', 'retry', 'repeat',
+];
 
 /**
  * A message as POST /push takes it; options left out (or undefined) take
@@ -240,11 +244,18 @@ export class Client {
     return this.request('POST', '/cancel', { topic, bizKeyPrefix }, { token: this.adminToken });
   }
 
-  /** POST /reschedule: messages not handed out yet move and keep their ids. */
-  reschedule(ids, { delay, deliverAt, priority } = {}) {
+  /**
+   * POST /reschedule: messages not handed out yet move and keep their ids.
+   * The new time is `delay`, `deliverAt`, or `deliverAtLocal` with `tz` and
+   * `dst` (as a push takes them); each result that moved has its `dueTime`.
+   */
+  reschedule(ids, { delay, deliverAt, deliverAtLocal, tz, dst, priority } = {}) {
     const body = { ids: [...ids] };
     if (delay !== undefined) body.delay = delay;
     if (deliverAt !== undefined) body.deliverAt = deliverAt;
+    if (deliverAtLocal !== undefined) body.deliverAtLocal = deliverAtLocal;
+    if (tz !== undefined) body.tz = tz;
+    if (dst !== undefined) body.dst = dst;
     if (priority !== undefined) body.priority = priority;
     return this.request('POST', '/reschedule', body, { token: this.adminToken });
   }

@@ -58,12 +58,32 @@ export interface Repeat {
   misfire?: 'one' | 'all' | 'skip';
 }
 
-/** What POST /push takes beside topic and body; left out: the server's defaults. */
-export interface MessageOptions {
+/**
+ * Which instant a local time means when its zone's clock jumps over it (a
+ * gap) or passes it twice (a fold): `reject` (the default) refuses it with
+ * 400 `invalid_delay`; `earlier` is a fold's first pass, or a gap time read
+ * with the offset after the jump (Berlin's 02:30 on its spring day is 01:30
+ * +01:00); `later` is a fold's second pass, or a gap time read with the
+ * offset before the jump (03:30 +02:00).
+ */
+export type Dst = 'reject' | 'earlier' | 'later';
+
+/** A new time (one of `delay`, `deliverAt`, `deliverAtLocal`), as a push or a reschedule takes it. */
+export interface TimeOptions {
   /** ms from now */
   delay?: number;
-  /** Unix ms */
+  /** Unix ms (in the past: now) */
   deliverAt?: number;
+  /** a wall-clock time `YYYY-MM-DDTHH:MM[:SS[.fff]]`, no offset, read in `tz` by the server */
+  deliverAtLocal?: string;
+  /** the IANA zone of `deliverAtLocal` (e.g. `Europe/Berlin`); only with it */
+  tz?: string;
+  /** only with `deliverAtLocal` */
+  dst?: Dst;
+}
+
+/** What POST /push takes beside topic and body; left out: the server's defaults. */
+export interface MessageOptions extends TimeOptions {
   bizKey?: string;
   priority?: number;
   /** ms a delivery has to be acked in before it is handed out again */
@@ -268,7 +288,7 @@ export declare class Client {
   cancelIds(ids: Iterable<string>): Promise<CancelEach>;
   cancelBizKey(topic: string, bizKey: string): Promise<CancelEach>;
   cancelPrefix(topic: string, bizKeyPrefix: string): Promise<CancelCounts>;
-  reschedule(ids: Iterable<string>, to: { delay?: number; deliverAt?: number; priority?: number }): Promise<RescheduleEach>;
+  reschedule(ids: Iterable<string>, to: TimeOptions & { priority?: number }): Promise<RescheduleEach>;
 
   message(id: string): Promise<MessageReply>;
   search(topic: string, params?: SearchParams): Promise<MessagePage>;

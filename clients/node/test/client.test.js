@@ -147,6 +147,21 @@ describe('against one node', () => {
     assert.equal((await client.resume('node-manage')).paused, false);
   });
 
+  test('local wall-clock times: a DST gap refused by default, read by dst', async () => {
+    // Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does
+    // not exist, and is refused unless dst says which instant it means.
+    const gap = { deliverAtLocal: '2027-03-28T02:30:00', tz: 'Europe/Berlin' };
+    await assert.rejects(client.push('node-local', 'x', gap), (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_delay');
+    const { id } = await client.push('node-local', 'x', { ...gap, dst: 'later' });
+    // 03:30 +02:00.
+    assert.equal((await client.message(id)).message.dueTime, 1806197400000);
+    // 2027-10-31 02:30 happens twice in Berlin; earlier is its first pass, 02:30 +02:00.
+    const r = await client.reschedule([id], { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'earlier' });
+    assert.equal(r.results[0].result, 'rescheduled');
+    assert.equal(r.results[0].dueTime, 1824942600000);
+    await client.cancel(id);
+  });
+
   test('dead letters and requeue', async () => {
     const { id } = await client.push('node-dead', 'x', { maxAttempts: 1 });
     const { messages: [d] } = await client.poll('node-dead', { timeout: 5 });

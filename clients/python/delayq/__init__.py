@@ -8,7 +8,7 @@ acks in its next poll. Standard library only.
     Consumer(c, "sms", lambda m: print(m.body)).run()
 """
 
-from .client import Client, Delivery, Pushed, message
+from .client import DST_EARLIER, DST_LATER, DST_REJECT, Client, Delivery, Pushed, message
 from .codes import ERROR_CODES
 from .consumer import Consumer
 from .errors import ApiError, DelayqError, TransportError
@@ -17,6 +17,9 @@ __all__ = [
     "ApiError",
     "Client",
     "Consumer",
+    "DST_EARLIER",
+    "DST_LATER",
+    "DST_REJECT",
     "DelayqError",
     "ERROR_CODES",
     "Delivery",

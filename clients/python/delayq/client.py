@@ -63,6 +63,17 @@ class Delivery:
         )
 
 
+#: ``dst`` values: which instant a local time means when the zone's clock
+#: jumps over it (a gap) or passes it twice (a fold). Reject (the default)
+#: refuses such a time with 400 ``invalid_delay``; earlier is a fold's first
+#: pass, or a gap time read with the offset after the jump (Berlin's 02:30
+#: on its spring day is 01:30 +01:00); later is a fold's second pass, or a
+#: gap time read with the offset before the jump (03:30 +02:00).
+DST_REJECT = "reject"
+DST_EARLIER = "earlier"
+DST_LATER = "later"
+
+
 @dataclass
 class Pushed:
     id: str
@@ -76,6 +87,9 @@ def message(
     *,
     delay_ms: Optional[int] = None,
     deliver_at: Optional[int] = None,
+    deliver_at_local: Optional[str] = None,
+    tz: Optional[str] = None,
+    dst: Optional[str] = None,
     biz_key: Optional[str] = None,
     priority: Optional[int] = None,
     ttl_ms: Optional[int] = None,
@@ -83,11 +97,22 @@ def message(
     retry: Optional[dict] = None,
     repeat: Optional[dict] = None,
 ) -> dict:
-    """A message as ``POST /push`` takes it (fields left out take the server's defaults)."""
+    """A message as ``POST /push`` takes it (fields left out take the server's defaults).
+
+    The due time is one of ``delay_ms`` (ms from now), ``deliver_at`` (epoch
+    ms) or ``deliver_at_local`` (a wall-clock time ``YYYY-MM-DDTHH:MM[:SS[.fff]]``,
+    no offset) with ``tz`` (its IANA zone, e.g. ``Europe/Berlin``) and
+    ``dst``: which instant a time means when the zone's clock jumps over it
+    or passes it twice, :data:`DST_REJECT` (the default: 400
+    ``invalid_delay``), :data:`DST_EARLIER` or :data:`DST_LATER`.
+    """
     m: dict[str, Any] = {"topic": topic, "body": body}
     for key, value in (
         ("delay", delay_ms),
         ("deliverAt", deliver_at),
+        ("deliverAtLocal", deliver_at_local),
+        ("tz", tz),
+        ("dst", dst),
         ("bizKey", biz_key),
         ("priority", priority),
         ("ttl", ttl_ms),
@@ -306,11 +331,26 @@ class Client:
         *,
         delay_ms: Optional[int] = None,
         deliver_at: Optional[int] = None,
+        deliver_at_local: Optional[str] = None,
+        tz: Optional[str] = None,
+        dst: Optional[str] = None,
         priority: Optional[int] = None,
     ) -> dict:
-        """``POST /reschedule``: messages not handed out yet move and keep their ids."""
+        """``POST /reschedule``: messages not handed out yet move and keep their ids.
+
+        The new time as :func:`message` takes it (``delay_ms``, ``deliver_at``,
+        or ``deliver_at_local`` with ``tz`` and ``dst``), and/or a new
+        ``priority``; each result that moved carries its new ``dueTime``.
+        """
         body: dict[str, Any] = {"ids": list(ids)}
-        for key, value in (("delay", delay_ms), ("deliverAt", deliver_at), ("priority", priority)):
+        for key, value in (
+            ("delay", delay_ms),
+            ("deliverAt", deliver_at),
+            ("deliverAtLocal", deliver_at_local),
+            ("tz", tz),
+            ("dst", dst),
+            ("priority", priority),
+        ):
             if value is not None:
                 body[key] = value
         return self._request("POST", "/reschedule", body, token=self.admin_token)

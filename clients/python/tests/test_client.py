@@ -21,7 +21,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from delayq import ERROR_CODES, ApiError, Client, Consumer, TransportError, message  # noqa: E402
+from delayq import DST_EARLIER, DST_LATER, ERROR_CODES, ApiError, Client, Consumer, TransportError, message  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -240,6 +240,23 @@ class ClientTest(unittest.TestCase):
             self.client.push("py-manage", "x", delay_ms=-1)
         self.assertEqual(e.exception.code, "invalid_delay")
         self.assertIn("py-manage", [t["topic"] for t in self.client.topics()])
+
+    def test_local_wall_clock_times_and_dst(self):
+        # Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does
+        # not exist, and is refused unless dst says which instant it means.
+        gap = {"deliver_at_local": "2027-03-28T02:30:00", "tz": "Europe/Berlin"}
+        with self.assertRaises(ApiError) as e:
+            self.client.push("py-local", "x", **gap)
+        self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_delay"))
+        p = self.client.push("py-local", "x", dst=DST_LATER, **gap)
+        # 03:30 +02:00.
+        self.assertEqual(self.client.message(p.id)["message"]["dueTime"], 1806197400000)
+        # 2027-10-31 02:30 happens twice in Berlin; earlier is its first pass, 02:30 +02:00.
+        r = self.client.reschedule(
+            [p.id], deliver_at_local="2027-10-31T02:30:00", tz="Europe/Berlin", dst=DST_EARLIER)
+        self.assertEqual(r["results"][0]["result"], "rescheduled")
+        self.assertEqual(r["results"][0]["dueTime"], 1824942600000)
+        self.client.cancel(p.id)
 
     def test_a_second_url_serves_when_the_first_does_not_answer(self):
         dead = f"http://127.0.0.1:{free_port()}"

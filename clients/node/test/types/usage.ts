@@ -12,6 +12,9 @@ async function main(): Promise<void> {
   const status: 'WaitPut' | 'Delaying' | 'Ready' | 'Consuming' | 'Consumed' | 'Deleted' | 'Dead' = view.message.status;
   const counts = (await client.topics())[0].counts.ready;
   await client.reschedule([id], { delay: 1000 });
+  await client.push('orders', 'b', { deliverAtLocal: '2027-03-28T09:00:00', tz: 'Europe/Berlin', dst: 'later' });
+  const moved = await client.reschedule([id], { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'earlier', priority: 1 });
+  const due: number | null | undefined = moved.results[0].dueTime;
   const { messages } = await client.poll('orders', { count: 10, timeout: 5 });
   const first: Delivery | undefined = messages[0];
   if (first) await client.ack(first);
@@ -29,10 +32,14 @@ async function main(): Promise<void> {
     if (e instanceof ApiError && e.code === 'not_found') console.log(e.status, e.detail);
   }
   const code: ErrorCode = ERROR_CODES[0];
-  console.log(dup, status, counts, code);
+  console.log(dup, status, counts, code, due);
 
   // @ts-expect-error: a misspelt option is a compile error
   await client.push('orders', 'x', { dealy: 5 });
+  // @ts-expect-error: dst is reject, earlier or later
+  await client.push('orders', 'x', { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'first' });
+  // @ts-expect-error: a local time is a string, not a Date
+  await client.reschedule([id], { deliverAtLocal: new Date(), tz: 'Europe/Berlin' });
   // @ts-expect-error: bodies are strings
   await client.push('orders', { id: 1 });
 }

@@ -2,6 +2,8 @@ package io.delayq.client;
 
 import java.time.Duration;
 import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.ZoneId;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
@@ -23,6 +25,9 @@ public final class Message {
     private final String body;
     private final Long delayMs;
     private final Long deliverAt;
+    private final String deliverAtLocal;
+    private final String tz;
+    private final Dst dst;
     private final String bizKey;
     private final Integer priority;
     private final Long ttlMs;
@@ -35,6 +40,9 @@ public final class Message {
         this.body = b.body;
         this.delayMs = b.delayMs;
         this.deliverAt = b.deliverAt;
+        this.deliverAtLocal = b.deliverAtLocal;
+        this.tz = b.tz;
+        this.dst = b.dst;
         this.bizKey = b.bizKey;
         this.priority = b.priority;
         this.ttlMs = b.ttlMs;
@@ -71,6 +79,21 @@ public final class Message {
         return deliverAt;
     }
 
+    /** The local wall-clock time it is due at, or null when not set. */
+    public String deliverAtLocal() {
+        return deliverAtLocal;
+    }
+
+    /** The IANA zone of {@link #deliverAtLocal()}, or null when not set. */
+    public String tz() {
+        return tz;
+    }
+
+    /** The rule for a {@link #deliverAtLocal()} in a DST gap or fold, or null when not set. */
+    public Dst dst() {
+        return dst;
+    }
+
     /** The bizKey, or null: a push is sent to a second node only with one. */
     public String bizKey() {
         return bizKey;
@@ -103,6 +126,9 @@ public final class Message {
         m.put("body", body);
         putIf(m, "delay", delayMs);
         putIf(m, "deliverAt", deliverAt);
+        putIf(m, "deliverAtLocal", deliverAtLocal);
+        putIf(m, "tz", tz);
+        putIf(m, "dst", dst == null ? null : dst.wire());
         putIf(m, "bizKey", bizKey);
         putIf(m, "priority", priority);
         putIf(m, "ttl", ttlMs);
@@ -129,6 +155,9 @@ public final class Message {
         private final String body;
         private Long delayMs;
         private Long deliverAt;
+        private String deliverAtLocal;
+        private String tz;
+        private Dst dst;
         private String bizKey;
         private Integer priority;
         private Long ttlMs;
@@ -160,6 +189,29 @@ public final class Message {
 
         public Builder deliverAt(Instant at) {
             return deliverAt(at.toEpochMilli());
+        }
+
+        /**
+         * Due at a local wall-clock time, {@code YYYY-MM-DDTHH:MM[:SS[.fff]]} with no offset
+         * ({@code "2027-03-28T09:00:00"}), read by the server in the IANA zone {@code tz}
+         * ({@code "Europe/Berlin"}); not with {@link #delayMs} or {@link #deliverAt}. A time the
+         * zone's clock jumps over or passes twice is refused ({@code invalid_delay}) unless
+         * {@link #dst} says which instant it means.
+         */
+        public Builder deliverAtLocal(String wall, String tz) {
+            this.deliverAtLocal = Objects.requireNonNull(wall, "wall");
+            this.tz = Objects.requireNonNull(tz, "tz");
+            return this;
+        }
+
+        public Builder deliverAtLocal(LocalDateTime wall, ZoneId zone) {
+            return deliverAtLocal(wall.toString(), zone.getId());
+        }
+
+        /** With {@link #deliverAtLocal}: which instant a time in a DST gap or fold means. */
+        public Builder dst(Dst dst) {
+            this.dst = dst;
+            return this;
         }
 
         /**

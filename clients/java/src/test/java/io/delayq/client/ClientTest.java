@@ -298,6 +298,28 @@ class ClientTest {
     }
 
     @Test
+    void localWallClockTimesAndDst() {
+        String topic = "java-local";
+        // Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does not exist, and is
+        // refused unless dst says which instant it means.
+        ApiException gap = assertThrows(ApiException.class, () -> client.push(
+                Message.builder(topic, "x").deliverAtLocal("2027-03-28T02:30:00", "Europe/Berlin").build()));
+        assertEquals(400, gap.status());
+        assertEquals(Optional.of(ErrorCode.INVALID_DELAY), gap.errorCode());
+        String id = client.push(Message.builder(topic, "x").deliverAtLocal("2027-03-28T02:30:00", "Europe/Berlin")
+                .dst(Dst.LATER).build()).id();
+        // 03:30 +02:00.
+        assertEquals(1806197400000L, Json.object(client.message(id).get("message")).get("dueTime"));
+        // 2027-10-31 02:30 happens twice in Berlin; EARLIER is its first pass, 02:30 +02:00.
+        Map<String, Object> r = client.reschedule(List.of(id),
+                Reschedule.local("2027-10-31T02:30:00", "Europe/Berlin", Dst.EARLIER));
+        Map<String, Object> one = Json.object(Json.list(r.get("results")).get(0));
+        assertEquals("rescheduled", one.get("result"));
+        assertEquals(1824942600000L, one.get("dueTime"));
+        client.cancel(id);
+    }
+
+    @Test
     void batchesByIdsAndByPrefix() {
         String topic = "java-batch";
         List<Pushed> pushed = client.pushBatch(List.of(

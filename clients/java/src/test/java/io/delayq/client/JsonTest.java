@@ -4,6 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import java.math.BigInteger;
+import java.time.LocalDateTime;
+import java.time.ZoneId;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -65,5 +67,13 @@ class JsonTest {
                 + "\"priority\":3,\"ttl\":10000,\"maxAttempts\":5,"
                 + "\"retry\":{\"backoff\":\"exponential\",\"delay\":100,\"max\":5000},"
                 + "\"repeat\":{\"every\":60000,\"times\":3}}", Json.write(m));
+        Message local = Message.builder("sms", "hi")
+                .deliverAtLocal(LocalDateTime.of(2027, 3, 28, 2, 30), ZoneId.of("Europe/Berlin")).dst(Dst.LATER)
+                .build();
+        assertEquals("{\"topic\":\"sms\",\"body\":\"hi\",\"deliverAtLocal\":\"2027-03-28T02:30\","
+                + "\"tz\":\"Europe/Berlin\",\"dst\":\"later\"}", Json.write(local));
+        assertEquals("{\"deliverAtLocal\":\"2027-10-31T02:30:00\",\"tz\":\"Europe/Berlin\",\"dst\":\"earlier\","
+                + "\"priority\":4}", Json.write(Reschedule.local("2027-10-31T02:30:00", "Europe/Berlin",
+                        Dst.EARLIER).withPriority(4).toMap()));
     }
 }
