@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::Value;
 
 use super::body::JsonBody;
-use super::schema::{PushBatchReply, PushBatchRequest, PushReply, PushRequest};
+use super::schema::{DuplicateUpdate, PushBatchReply, PushBatchRequest, PushReply, PushRequest};
 use super::state::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
@@ -31,9 +31,12 @@ pub async fn push(state: web::Data<AppState>, body: JsonBody) -> Result<HttpResp
     let now = now_ms();
     let draft = parse_draft(&body, state.max_body, now)?;
     let accepted = state.queue.push(vec![draft]).await?;
+    let answer = accepted[0].replaced.map(|r| r.answer());
     Ok(HttpResponse::Ok().json(PushReply {
         id: accepted[0].id,
         duplicate: !accepted[0].fresh,
+        result: answer.map(|a| a.0),
+        due_time: answer.and_then(|a| a.1),
     }))
 }
 
@@ -99,6 +102,22 @@ pub async fn push_batch(
         .filter(|(_, a)| !a.fresh)
         .map(|(i, _)| i)
         .collect();
+    let updates = accepted
+        .iter()
+        .enumerate()
+        .filter_map(|(index, a)| {
+            let (result, due_time) = a.replaced?.answer();
+            Some(DuplicateUpdate {
+                index,
+                result,
+                due_time,
+            })
+        })
+        .collect();
     let ids = accepted.into_iter().map(|a| a.id).collect();
-    Ok(HttpResponse::Ok().json(PushBatchReply { ids, duplicates }))
+    Ok(HttpResponse::Ok().json(PushBatchReply {
+        ids,
+        duplicates,
+        updates,
+    }))
 }

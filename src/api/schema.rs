@@ -12,11 +12,11 @@ pub use delayq_proto::schema::{DeliveryInput, IdInput, RepeatRequest};
 pub use delayq_proto::{
     AckAndGetRequest, AckAndPollReply, AckBatchReply, AckReply, AckRequest, AckResult,
     AssignmentReply, CancelEach, CancelOne, CancelReply, CancelRequest, ClusterReply, DeadMessage,
-    DeadPage, DeleteNotFound, HealthReply, MessagePage, MessageReply, NackBatchReply, NackRequest,
-    NackResult, PollReply, PrefixCounts, PushBatchReply, PushBatchRequest, PushReply, PushRequest,
-    ReadyReply, RequeueOne, RequeueReply, RequeueResult, RequeueTopic, RescheduleEach,
-    RescheduleOne, RescheduleReply, RescheduleRequest, RestoreOneReply, RestoreState, RetryRequest,
-    ShardView,
+    DeadPage, DeleteNotFound, DuplicateUpdate, HealthReply, MessagePage, MessageReply,
+    NackBatchReply, NackRequest, NackResult, PollReply, PrefixCounts, PushBatchReply,
+    PushBatchRequest, PushReply, PushRequest, ReadyReply, RequeueOne, RequeueReply, RequeueResult,
+    RequeueTopic, RescheduleEach, RescheduleOne, RescheduleReply, RescheduleRequest,
+    RestoreOneReply, RestoreState, RetryRequest, ShardView,
 };
 
 /// What a topic looks like (the same rule as [`crate::message::valid_topic`]).

@@ -22,6 +22,7 @@ pub mod error;
 pub mod outcome;
 pub mod produce;
 pub mod read;
+pub mod replace;
 pub mod reschedule;
 pub mod state;
 

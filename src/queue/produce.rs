@@ -3,10 +3,11 @@
 use std::collections::HashSet;
 
 use super::error::QueueError;
+use super::replace::Replaced;
 use super::state::Queue;
 use crate::actors::router::Schedule;
 use crate::journal::InsertOutcome;
-use crate::message::{Draft, Message, MessageId, Status};
+use crate::message::{Draft, Message, MessageId, OnDuplicate, Status};
 
 /// What accepting a message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +16,14 @@ pub struct Accepted {
     pub id: MessageId,
     /// False when the bizKey belonged to a live message already.
     pub fresh: bool,
+    /// A duplicate pushed with `onDuplicate` `replace` or `extend`: what
+    /// it did to the live message.
+    pub replaced: Option<Replaced>,
 }
+
+/// Times a push whose key's holder ended under its `onDuplicate` is
+/// tried again as a new message.
+const REPLACE_ROUNDS: usize = 3;
 
 impl Queue {
     /// Gives checked drafts their ids (from this node's worker id lease;
@@ -23,6 +31,7 @@ impl Queue {
     /// [`Queue::accept`].
     pub async fn push(&self, drafts: Vec<Draft>) -> Result<Vec<Accepted>, QueueError> {
         let mut messages = Vec::with_capacity(drafts.len());
+        let modes: Vec<OnDuplicate> = drafts.iter().map(|d| d.on_duplicate).collect();
         for draft in drafts {
             // A delay counts from the clock of the master that will hold
             // the message (on a Redis Cluster each master's clock is its
@@ -35,7 +44,49 @@ impl Queue {
             }
             messages.push(m);
         }
-        self.accept(messages).await
+        if modes.iter().all(|m| *m == OnDuplicate::Keep) {
+            return self.accept(messages).await;
+        }
+        let mut accepted = self.accept(messages.clone()).await?;
+        // Duplicates with onDuplicate: their holders change, after the
+        // batch's own messages are scheduled (a holder pushed earlier in
+        // the batch is then in Redis, or on its way there).
+        let mut rounds = 0;
+        let mut todo: Vec<usize> = (0..messages.len())
+            .filter(|&i| modes[i] != OnDuplicate::Keep && !accepted[i].fresh)
+            .collect();
+        while !todo.is_empty() {
+            let mut ended = Vec::new();
+            for &i in &todo {
+                let Some(holder) = self.journal.rows_of(vec![accepted[i].id.0]).await?.pop() else {
+                    ended.push(i);
+                    continue;
+                };
+                let outcome = self.replace_holder(&holder, &messages[i], modes[i]).await?;
+                if outcome == Replaced::Ended {
+                    ended.push(i);
+                } else {
+                    accepted[i].replaced = Some(outcome);
+                }
+            }
+            rounds += 1;
+            if ended.is_empty() || rounds == REPLACE_ROUNDS {
+                break;
+            }
+            // Their holders ended: the key is free, so each is pushed as a
+            // new message (or finds the key's new holder).
+            let again = self
+                .accept(ended.iter().map(|&i| messages[i].clone()).collect())
+                .await?;
+            todo.clear();
+            for (&i, a) in ended.iter().zip(again) {
+                accepted[i] = a;
+                if !a.fresh {
+                    todo.push(i);
+                }
+            }
+        }
+        Ok(accepted)
     }
 
     /// Makes messages durable (one group commit, all or none), then
@@ -105,6 +156,7 @@ impl Queue {
                     accepted.push(Accepted {
                         id: m.id,
                         fresh: true,
+                        replaced: None,
                     });
                     seen.insert(m.id);
                     if far {
@@ -118,6 +170,7 @@ impl Queue {
                     accepted.push(Accepted {
                         id: MessageId(row.id),
                         fresh: false,
+                        replaced: None,
                     });
                     // A live message still WaitPut may never have reached
                     // Redis (its push met an outage): schedule it again.

@@ -18,6 +18,7 @@ mod checker;
 mod client;
 mod cluster;
 mod crash;
+mod debounce;
 mod delivery;
 mod first_hour;
 mod forward;

@@ -20,7 +20,7 @@ pub use crate::input::{
 use crate::local::{self, Dst};
 use crate::repeat::{parse_repeat, Occurrence, Repeat, Series};
 use crate::retry::{parse_max_attempts, parse_policy, AfterFailure, RetryPolicy};
-pub use delayq_proto::{ErrorCode, Message, MessageView, Status};
+pub use delayq_proto::{ErrorCode, Message, MessageView, OnDuplicate, Status};
 
 /// A recurring message moved on to its next occurrence: what it becomes
 /// when the current occurrence is acked at `now` (the cluster's clock).
@@ -116,6 +116,8 @@ pub struct Draft {
     pub max_attempts: i32,
     pub retry: Option<RetryPolicy>,
     pub repeat: Option<Repeat>,
+    /// What it does to a live message holding its bizKey.
+    pub on_duplicate: OnDuplicate,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,6 +178,7 @@ const FIELDS: &[&str] = &[
     "tz",
     "dst",
     "priority",
+    "onDuplicate",
     "ttl",
     "body",
     "maxAttempts",
@@ -475,6 +478,25 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         ));
     }
 
+    let on_duplicate = match obj.get("onDuplicate") {
+        None | Some(Value::Null) => OnDuplicate::Keep,
+        Some(Value::String(s)) if s == "keep" => OnDuplicate::Keep,
+        Some(Value::String(s)) if s == "replace" => OnDuplicate::Replace,
+        Some(Value::String(s)) if s == "extend" => OnDuplicate::Extend,
+        Some(other) => {
+            return Err(invalid(
+                ErrorCode::InvalidField,
+                format!("onDuplicate must be \"keep\" (the default), \"replace\" or \"extend\", got {other}"),
+            ))
+        }
+    };
+    if on_duplicate != OnDuplicate::Keep && biz_key.is_none() {
+        return Err(invalid(
+            ErrorCode::InvalidField,
+            "onDuplicate says what a push does to the live message holding its bizKey: give bizKey too",
+        ));
+    }
+
     let max_attempts = parse_max_attempts(obj.get("maxAttempts"))?;
     let retry = parse_policy(obj.get("retry").unwrap_or(&Value::Null))?;
     let repeat = parse_repeat(obj.get("repeat").unwrap_or(&Value::Null), now)?;
@@ -507,6 +529,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         max_attempts,
         retry,
         repeat,
+        on_duplicate,
     })
 }
 

@@ -58,14 +58,15 @@ pub use journal::{
 };
 pub use message::{
     epoch_ms, millis, Backoff, BadMessageId, Dst, Message, MessageId, MessageView, Misfire,
-    Occurrence, Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
+    Occurrence, OnDuplicate, Repeat, RetryPolicy, Status, DEFAULT_MAX_ATTEMPTS, ID_PATTERN,
 };
 pub use outcome::{AckOutcome, CancelOutcome, NackOutcome};
 pub use reconcile::{Difference, ReconcileReport, Repair, Sample};
 pub use reply::{
     AckAndPollReply, AckBatchReply, AckReply, AckResult, CancelEach, CancelOne, CancelReply,
-    DeleteNotFound, MessagePage, NackBatchReply, NackResult, PollReply, PrefixCounts,
-    PushBatchReply, PushReply, RescheduleEach, RescheduleOne, RescheduleOutcome, RescheduleReply,
+    DeleteNotFound, DuplicateOutcome, DuplicateUpdate, MessagePage, NackBatchReply, NackResult,
+    PollReply, PrefixCounts, PushBatchReply, PushReply, RescheduleEach, RescheduleOne,
+    RescheduleOutcome, RescheduleReply,
 };
 pub use request::{
     AckAndGetRequest, AckRequest, CancelBizKey, CancelId, CancelIds, CancelPrefix, CancelRequest,

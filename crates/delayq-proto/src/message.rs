@@ -283,6 +283,25 @@ pub enum Misfire {
     Unknown,
 }
 
+/// What a push whose `(topic, bizKey)` a live message holds does to that
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnDuplicate {
+    /// Nothing: the live message's id is answered (`"duplicate": true`).
+    #[default]
+    Keep,
+    /// Debounce: the live message takes this push's body, due time and
+    /// priority, keeping its id; one handed out already is left alone.
+    Replace,
+    /// Only its due time moves, and only later.
+    Extend,
+    /// A value this reader does not know (a newer server's); never sent.
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
 /// Which instant a local wall-clock time means when the zone's clock jumps
 /// over it (a gap) or passes it twice (a fold), as JavaScript's `Temporal`
 /// names them.

@@ -17,6 +17,67 @@ pub struct PushReply {
     /// A live message of the topic holds the bizKey: its id is answered.
     #[serde(default, skip_serializing_if = "is_false")]
     pub duplicate: bool,
+    /// With `onDuplicate` `replace` or `extend`, a duplicate: what it did
+    /// to the live message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<DuplicateOutcome>,
+    /// With `result`: the live message's due time now (none when it is in
+    /// flight).
+    #[serde(default, rename = "dueTime", skip_serializing_if = "Option::is_none")]
+    pub due_time: Option<i64>,
+}
+
+/// What a push with `onDuplicate` `replace` or `extend` did to the live
+/// message holding its bizKey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateOutcome {
+    /// It took the push's body, due time and priority.
+    Replaced,
+    /// Its due time moved later.
+    Extended,
+    /// `extend` to a time not later than its own: left as it was.
+    NotLater,
+    /// Handed to a consumer: left alone.
+    InFlight,
+    /// An outcome this version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl DuplicateOutcome {
+    /// What the server sends.
+    pub const SENT: [DuplicateOutcome; 4] = [
+        DuplicateOutcome::Replaced,
+        DuplicateOutcome::Extended,
+        DuplicateOutcome::NotLater,
+        DuplicateOutcome::InFlight,
+    ];
+
+    /// The name on the wire: `replaced`, `extended`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DuplicateOutcome::Replaced => "replaced",
+            DuplicateOutcome::Extended => "extended",
+            DuplicateOutcome::NotLater => "not_later",
+            DuplicateOutcome::InFlight => "in_flight",
+            DuplicateOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// What `onDuplicate` did to the live message holding a batch message's
+/// bizKey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct DuplicateUpdate {
+    /// The batch message's position (from 0); its `ids` entry is the live
+    /// message's id.
+    pub index: usize,
+    pub result: DuplicateOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_time: Option<i64>,
 }
 
 /// The batch is accepted and durable: the ids in the order pushed.
@@ -31,6 +92,10 @@ pub struct PushBatchReply {
     #[serde(default)]
     #[cfg_attr(feature = "utoipa", schema(required = true))]
     pub duplicates: Vec<usize>,
+    /// Of those, the ones pushed with `onDuplicate` `replace` or `extend`:
+    /// what each did to the live message (absent when none was).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub updates: Vec<DuplicateUpdate>,
 }
 
 /// Messages handed out, each now `Consuming`; empty when the timeout passed.

@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{epoch_ms, millis, Backoff, Dst, MessageId, MessageView, Repeat, RetryPolicy};
+use crate::message::{
+    epoch_ms, millis, Backoff, Dst, MessageId, MessageView, OnDuplicate, Repeat, RetryPolicy,
+};
 
 /// A message to push. Unknown fields are refused, so a typo does not
 /// silently mean something else.
@@ -80,6 +82,12 @@ pub struct PushRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 255))]
     pub priority: Option<i64>,
+    /// With `bizKey`: what this push does to a live message holding the key
+    /// (default `keep`: nothing, its id answered). `replace` gives it this
+    /// push's body, due time and priority; `extend` moves only its due
+    /// time, and only later. A message handed out is left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_duplicate: Option<OnDuplicate>,
     /// Ms a consumer has to ack (default 30 000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 100, maximum = 86_400_000))]
@@ -110,6 +118,7 @@ impl PushRequest {
             tz: None,
             dst: None,
             priority: None,
+            on_duplicate: None,
             ttl: None,
             max_attempts: None,
             retry: None,
@@ -184,6 +193,13 @@ impl PushRequest {
     /// live, pushing it again answers that message's id (an idempotent push).
     pub fn biz_key(mut self, key: impl Into<String>) -> Self {
         self.biz_key = Some(key.into());
+        self
+    }
+
+    /// With [`biz_key`](Self::biz_key): what this push does to a live
+    /// message holding the key ([`OnDuplicate::Replace`] to debounce).
+    pub fn on_duplicate(mut self, on: OnDuplicate) -> Self {
+        self.on_duplicate = Some(on);
         self
     }
 

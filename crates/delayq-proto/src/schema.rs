@@ -14,7 +14,7 @@ use utoipa::{PartialSchema, ToSchema};
 use crate::error::ErrorCode;
 use crate::message::{MessageId, Status, ID_PATTERN};
 use crate::outcome::{AckOutcome, CancelOutcome, NackOutcome};
-use crate::reply::RescheduleOutcome;
+use crate::reply::{DuplicateOutcome, RescheduleOutcome};
 
 /// A string schema of these names.
 fn names<'a>(names: impl IntoIterator<Item = &'a str>, description: Option<&str>) -> RefOr<Schema> {
@@ -120,6 +120,17 @@ impl PartialSchema for RescheduleOutcome {
 }
 
 impl ToSchema for RescheduleOutcome {}
+
+impl PartialSchema for DuplicateOutcome {
+    fn schema() -> RefOr<Schema> {
+        names(
+            DuplicateOutcome::SENT.iter().map(|o| o.as_str()),
+            Some("What a push with onDuplicate did to the live message holding its bizKey: `not_later` is an extend to a time not later than the message's, `in_flight` a message handed to a consumer, left alone."),
+        )
+    }
+}
+
+impl ToSchema for DuplicateOutcome {}
 
 /// `repeat` as a push gives it: [`crate::Repeat`]'s schema, refusing
 /// unknown fields (a reader of a message keeps taking a newer server's).

@@ -12,8 +12,8 @@ use crate::message::{IdGenerator, MessageId};
 use crate::redis::keys::Keys;
 
 use super::messages::{
-    DeleteDead, InsertMessages, MoveMessages, ProbeWrite, Purge, Read, RecordFlow, RequeueDead,
-    UnlistWaiting,
+    DeleteDead, InsertMessages, MoveMessages, ProbeWrite, Purge, Read, RecordFlow, ReplaceMessage,
+    RequeueDead, UnlistWaiting, Unreplace,
 };
 use super::write_lock::WriteLock;
 
@@ -124,6 +124,41 @@ impl Handler<MoveMessages> for JournalActor {
         let mut conn = self.pool.get()?;
         let _writing = self.writing();
         store::move_messages(&mut conn, &msg.ids, msg.due, msg.priority)
+    }
+}
+
+impl Handler<ReplaceMessage> for JournalActor {
+    type Result = Result<(store::JournalMove, Option<store::RowBefore>), JournalError>;
+
+    fn handle(&mut self, msg: ReplaceMessage, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        // Concurrent pushes of one bizKey lock its row and its key's index
+        // entry; MySQL's deadlock detector may pick this transaction, rolled
+        // back whole: it runs again, as an insert does.
+        let mut tries = 0;
+        loop {
+            match store::replace_message(&mut conn, msg.id, &msg.replacement) {
+                Err(e) if e.is_deadlock() && tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Handler<Unreplace> for JournalActor {
+    type Result = Result<bool, JournalError>;
+
+    fn handle(&mut self, msg: Unreplace, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.writing();
+        let mut tries = 0;
+        loop {
+            match store::unreplace(&mut conn, msg.id, &msg.wrote, &msg.before) {
+                Err(e) if e.is_deadlock() && tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
     }
 }
 

@@ -23,7 +23,8 @@ use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::holds::{Hold, Holds};
 use super::messages::{
-    DeleteDead, LiveByBizKey, MoveMessages, Purge, Read, RequeueDead, UnlistWaiting,
+    DeleteDead, LiveByBizKey, MoveMessages, Purge, Read, ReplaceMessage, RequeueDead,
+    UnlistWaiting, Unreplace,
 };
 use super::write_lock::WriteLock;
 
@@ -453,6 +454,38 @@ impl Journal {
     ) -> Result<Vec<crate::journal::store::JournalMove>, JournalError> {
         self.actor
             .send(MoveMessages { ids, due, priority })
+            .await
+            .map_err(crate::error::journal_unreachable)?
+    }
+
+    /// Replaces what a push's `onDuplicate` names in the live message `id`,
+    /// durably: its move, and the row as it was when it changed.
+    pub async fn replace_message(
+        &self,
+        id: MessageId,
+        replacement: crate::journal::store::Replacement,
+    ) -> Result<
+        (
+            crate::journal::store::JournalMove,
+            Option<crate::journal::store::RowBefore>,
+        ),
+        JournalError,
+    > {
+        self.actor
+            .send(ReplaceMessage { id, replacement })
+            .await
+            .map_err(crate::error::journal_unreachable)?
+    }
+
+    /// Puts a replaced row back while it is as the replacement left it.
+    pub async fn unreplace(
+        &self,
+        id: MessageId,
+        wrote: crate::journal::store::RowBefore,
+        before: crate::journal::store::RowBefore,
+    ) -> Result<bool, JournalError> {
+        self.actor
+            .send(Unreplace { id, wrote, before })
             .await
             .map_err(crate::error::journal_unreachable)?
     }

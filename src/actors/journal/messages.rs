@@ -35,6 +35,26 @@ pub struct MoveMessages {
     pub priority: Option<i32>,
 }
 
+/// Replace what a push's `onDuplicate` names in the live message holding
+/// its key (see [`crate::journal::store::replace_message`]).
+#[derive(Message)]
+#[rtype(
+    result = "Result<(crate::journal::store::JournalMove, Option<crate::journal::store::RowBefore>), JournalError>"
+)]
+pub struct ReplaceMessage {
+    pub id: MessageId,
+    pub replacement: crate::journal::store::Replacement,
+}
+
+/// Put a replaced row back (see [`crate::journal::store::unreplace`]).
+#[derive(Message)]
+#[rtype(result = "Result<bool, JournalError>")]
+pub struct Unreplace {
+    pub id: MessageId,
+    pub wrote: crate::journal::store::RowBefore,
+    pub before: crate::journal::store::RowBefore,
+}
+
 /// Bring a dead message back (see [`crate::journal::store::requeue_dead`]).
 #[derive(Message)]
 #[rtype(result = "Result<RequeueOutcome, JournalError>")]

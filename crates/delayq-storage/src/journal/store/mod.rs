@@ -23,7 +23,7 @@ pub use change::{NodeInfo, StatusChange};
 pub use dead::{dead_page, delete_dead, requeue_dead, DeleteDeadOutcome, RequeueOutcome};
 pub use health::{ping, probe_write};
 pub use insert::InsertOutcome;
-pub use moves::{move_messages, JournalMove};
+pub use moves::{move_messages, replace_message, unreplace, JournalMove, Replacement, RowBefore};
 pub use read::{
     count_live, count_waiting_beyond, find, find_with_history, full_pages, live_by_biz_key,
     live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_known,

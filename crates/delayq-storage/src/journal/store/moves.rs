@@ -25,9 +25,36 @@ pub enum JournalMove {
         /// A recurring message's occurrence, as the row holds it.
         occurrence: Option<i32>,
     },
+    /// Live, in this status, asked to move only later and due then already
+    /// (or later): left as it was.
+    Kept {
+        status: Status,
+        due: i64,
+        priority: i32,
+    },
     /// Ended (Consumed, Deleted, Dead): left alone.
     Ended(Status),
     NotFound,
+}
+
+/// A live message's row as a replacement found it: what [`unreplace`]
+/// puts back when Redis had handed the message out meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowBefore {
+    pub body: String,
+    pub due: i64,
+    pub priority: i32,
+}
+
+/// What a push's `onDuplicate` changes in the live message holding its
+/// key: the body (`replace`), the due time (only later for `extend`), the
+/// priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    pub body: Option<String>,
+    pub due: i64,
+    pub priority: Option<i32>,
+    pub only_later: bool,
 }
 
 /// A row about to move: status, due time, priority, occurrence.
@@ -83,6 +110,113 @@ const MOVE_ROW: (
     message::occurrence,
 );
 
+/// One row's move inside a transaction (`$c`): read locking, then its due
+/// time, priority and body changed when live (`$only_later`: the due time
+/// only when later than the row's), and its waiting-list entry moved.
+/// Gives the move and, when it changed the row, the row as it was.
+macro_rules! move_row {
+    ($c:expr, $id:expr, $due:expr, $priority:expr, $body:expr, $only_later:expr) => {{
+        let (c, id, due, priority, body, only_later): (
+            _,
+            MessageId,
+            Option<i64>,
+            Option<i32>,
+            Option<&str>,
+            bool,
+        ) = (&mut *$c, $id, $due, $priority, $body, $only_later);
+        match c.move_read(id.0)? {
+            None => (JournalMove::NotFound, None),
+            Some((code, _, _, _)) if Status::from_code(code).is_some_and(Status::is_terminal) => (
+                JournalMove::Ended(Status::from_code(code).unwrap_or(Status::WaitPut)),
+                None,
+            ),
+            Some((code, old_due, old_priority, _))
+                if only_later
+                    && due.is_some_and(|d| d <= old_due)
+                    && priority.is_none()
+                    && body.is_none() =>
+            {
+                (
+                    JournalMove::Kept {
+                        status: Status::from_code(code).unwrap_or(Status::WaitPut),
+                        due: old_due,
+                        priority: old_priority,
+                    },
+                    None,
+                )
+            }
+            Some((code, old_due, old_priority, occurrence)) => {
+                let status = Status::from_code(code).unwrap_or(Status::WaitPut);
+                let due = match due {
+                    Some(d) if only_later => Some(d.max(old_due)),
+                    d => d,
+                };
+                let live = message::table
+                    .filter(message::id.eq(id.0))
+                    .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
+                let before = match body {
+                    None => None,
+                    Some(b) => {
+                        let old_body: String = message::table
+                            .filter(message::id.eq(id.0))
+                            .select(message::body)
+                            .first(c)?;
+                        diesel::update(live).set(message::body.eq(b)).execute(c)?;
+                        Some(old_body)
+                    }
+                };
+                match (due, priority) {
+                    (Some(d), Some(p)) => diesel::update(live)
+                        .set((message::due_time.eq(d), message::priority.eq(p)))
+                        .execute(c)?,
+                    (Some(d), None) => diesel::update(live)
+                        .set(message::due_time.eq(d))
+                        .execute(c)?,
+                    (None, Some(p)) => diesel::update(live)
+                        .set(message::priority.eq(p))
+                        .execute(c)?,
+                    (None, None) => 0,
+                };
+                if let Some(d) = due {
+                    let listed =
+                        diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
+                            .set(message_waiting::due_time.eq(d))
+                            .execute(c)?;
+                    // Waiting and not listed (a push due near whose schedule
+                    // never reached Redis): listed at its new time, so the
+                    // horizon loader schedules it as it comes near (at once
+                    // when it is near already); the move alone leaves its
+                    // score in Redis for whatever schedules it next, and
+                    // nothing else would. One Redis holds already is left as
+                    // it is by the loader's schedule.
+                    if listed == 0 && status == Status::WaitPut {
+                        diesel::insert_into(message_waiting::table)
+                            .values((
+                                message_waiting::due_time.eq(d),
+                                message_waiting::id.eq(id.0),
+                            ))
+                            .execute(c)?;
+                    }
+                }
+                let before = before.map(|body| RowBefore {
+                    body,
+                    due: old_due,
+                    priority: old_priority,
+                });
+                (
+                    JournalMove::Moved {
+                        status,
+                        due: due.unwrap_or(old_due),
+                        priority: priority.unwrap_or(old_priority),
+                        occurrence,
+                    },
+                    before,
+                )
+            }
+        }
+    }};
+}
+
 /// Moves each of `ids` that is live to `due` and/or `priority` (`None`
 /// keeps it), in one transaction. A series moved as a whole takes its new
 /// time by the series with the status change that Redis's answer makes
@@ -97,57 +231,65 @@ pub fn move_messages(
     with_conn!(conn, c => c.transaction(|c| {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let row = c.move_read(id.0)?;
-            let Some((code, old_due, old_priority, occurrence)) = row else {
-                out.push(JournalMove::NotFound);
-                continue;
-            };
-            let status = Status::from_code(code).unwrap_or(Status::WaitPut);
-            if status.is_terminal() {
-                out.push(JournalMove::Ended(status));
-                continue;
-            }
-            let live = message::table
-                .filter(message::id.eq(id.0))
-                .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
-            match (due, priority) {
-                (Some(d), Some(p)) => diesel::update(live)
-                    .set((message::due_time.eq(d), message::priority.eq(p)))
-                    .execute(c)?,
-                (Some(d), None) => diesel::update(live).set(message::due_time.eq(d)).execute(c)?,
-                (None, Some(p)) => diesel::update(live).set(message::priority.eq(p)).execute(c)?,
-                (None, None) => 0,
-            };
-            if let Some(d) = due {
-                let listed = diesel::update(
-                    message_waiting::table.filter(message_waiting::id.eq(id.0)),
-                )
-                .set(message_waiting::due_time.eq(d))
-                .execute(c)?;
-                // Waiting and not listed (a push due near whose schedule
-                // never reached Redis): listed at its new time, so the
-                // horizon loader schedules it as it comes near (at once
-                // when it is near already); the move alone leaves its
-                // score in Redis for whatever schedules it next, and
-                // nothing else would. One Redis holds already is left as
-                // it is by the loader's schedule.
-                if listed == 0 && status == Status::WaitPut {
-                    diesel::insert_into(message_waiting::table)
-                        .values((
-                            message_waiting::due_time.eq(d),
-                            message_waiting::id.eq(id.0),
-                        ))
-                        .execute(c)?;
-                }
-            }
-            out.push(JournalMove::Moved {
-                status,
-                due: due.unwrap_or(old_due),
-                priority: priority.unwrap_or(old_priority),
-                occurrence,
-            });
+            out.push(move_row!(c, *id, due, priority, None::<&str>, false).0);
         }
         Ok::<_, diesel::result::Error>(out)
+    }))
+    .map_err(JournalError::from)
+}
+
+/// Replaces what `r` names in the live message `id` (a push's
+/// `onDuplicate`), in one transaction: its move, and the row as it was
+/// when it changed (for [`unreplace`]).
+pub fn replace_message(
+    conn: &mut JournalConn,
+    id: MessageId,
+    r: &Replacement,
+) -> Result<(JournalMove, Option<RowBefore>), JournalError> {
+    with_conn!(conn, c => c.transaction(|c| {
+        Ok::<_, diesel::result::Error>(move_row!(
+            c,
+            id,
+            Some(r.due),
+            r.priority,
+            r.body.as_deref(),
+            r.only_later
+        ))
+    }))
+    .map_err(JournalError::from)
+}
+
+/// Puts back a replaced row (`before`) when Redis had handed the message
+/// out meanwhile, if the row is still live and still as the replacement
+/// left it (`wrote`: its body, due time, priority). Whether it was put
+/// back.
+pub fn unreplace(
+    conn: &mut JournalConn,
+    id: MessageId,
+    wrote: &RowBefore,
+    before: &RowBefore,
+) -> Result<bool, JournalError> {
+    with_conn!(conn, c => c.transaction(|c| {
+        let n = diesel::update(
+            message::table
+                .filter(message::id.eq(id.0))
+                .filter(message::status.lt(Status::FIRST_TERMINAL_CODE))
+                .filter(message::body.eq(&wrote.body))
+                .filter(message::due_time.eq(wrote.due))
+                .filter(message::priority.eq(wrote.priority)),
+        )
+        .set((
+            message::body.eq(&before.body),
+            message::due_time.eq(before.due),
+            message::priority.eq(before.priority),
+        ))
+        .execute(c)?;
+        if n > 0 {
+            diesel::update(message_waiting::table.filter(message_waiting::id.eq(id.0)))
+                .set(message_waiting::due_time.eq(before.due))
+                .execute(c)?;
+        }
+        Ok::<_, diesel::result::Error>(n > 0)
     }))
     .map_err(JournalError::from)
 }
