@@ -21,6 +21,7 @@
 //! | `plant_lost` | one message in 16 handed out is acked instead (a planted bug: it never reaches a consumer) |
 //! | `plant_revived` | one ack in 8 of a message in flight is answered Consumed and not applied (a planted bug: the message comes back after its ttl) |
 //! | `plant_answer` | one cancel in 2 is answered `deleted` and not applied (a planted bug: a waiting message is delivered after it) |
+//! | `plant_stale_body` | a push with `onDuplicate: "replace"` moves the live message's due time and priority in Redis but leaves its body (a planted bug: the answer says `replaced` and the old body is delivered) |
 
 use std::sync::LazyLock;
 
