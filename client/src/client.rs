@@ -688,7 +688,8 @@ impl Reschedule {
 
     /// A recurring message's whole series moves: the occurrences after
     /// the pending one follow from its new time. Only with a new time
-    /// ([`Reschedule::delay`] or [`Reschedule::at`]); the server refuses
+    /// ([`Reschedule::delay`], [`Reschedule::at`] or
+    /// [`Reschedule::local`]); the server refuses
     /// it with a priority alone.
     pub fn series(mut self) -> Self {
         self.series = true;

@@ -50,11 +50,11 @@ pub use error::{Error, ErrorCode};
 // `message::Message` (the bare message, without its status and receipt)
 // is left out here on purpose: a delivery is a `MessageView`.
 pub use message::{
-    Backoff, Delivery, Dst, MessageId, MessageView, Misfire, NewMessage, Occurrence, PushRequest,
-    Repeat, RetryPolicy, RetryRequest, Status,
+    Backoff, Delivery, Dst, MessageId, MessageView, Misfire, NewMessage, Occurrence, OnDuplicate,
+    PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
 };
 pub use reply::{
-    AckAndPollReply, AckOutcome, AckResult, CancelEach, CancelOne, CancelOutcome, MessagePage,
-    NackOutcome, NackResult, PrefixCounts, PushReply, RescheduleEach, RescheduleOne,
-    RescheduleOutcome,
+    AckAndPollReply, AckOutcome, AckResult, CancelEach, CancelOne, CancelOutcome, DuplicateOutcome,
+    DuplicateUpdate, MessagePage, NackOutcome, NackResult, PrefixCounts, PushReply, RescheduleEach,
+    RescheduleOne, RescheduleOutcome,
 };

@@ -6,7 +6,7 @@
 
 pub use delayq_proto::{
     Backoff, BadMessageId, Delivery, Dst, Message, MessageId, MessageView, Misfire, Occurrence,
-    PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
+    OnDuplicate, PushRequest, Repeat, RetryPolicy, RetryRequest, Status,
 };
 
 /// What a producer pushes: the topic and body, and the optional fields, set

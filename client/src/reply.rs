@@ -5,8 +5,11 @@
 
 /// Each message's outcome in these answers, as the server defines it
 /// (`delayq-proto`); one a newer server sends reads as `Unknown`.
-pub use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, RescheduleOutcome};
+pub use delayq_proto::{
+    AckOutcome, CancelOutcome, DuplicateOutcome, NackOutcome, RescheduleOutcome,
+};
 
+pub use delayq_proto::DuplicateUpdate;
 /// The answers themselves are the server's own types too.
 pub use delayq_proto::{
     AckAndPollReply, AckResult, CancelEach, CancelOne, MessagePage, NackResult, PrefixCounts,

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{now_ms, status, wait_every, Backend, Env};
 use delayq_client::{
-    CancelOutcome, Client, Consumer, ConsumerStats, Dst, Error, ErrorCode, MessageId, MessageView,
-    NewMessage, Outcome, Repeat, Reschedule, RescheduleOutcome, RetryRequest, Search,
+    CancelOutcome, Client, Consumer, ConsumerStats, Dst, DuplicateOutcome, Error, ErrorCode,
+    MessageId, MessageView, NewMessage, OnDuplicate, Outcome, Repeat, Reschedule,
+    RescheduleOutcome, RetryRequest, Search,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -122,6 +123,30 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     // The same live bizKey answers the same id.
     let again = client.push(&order).await.unwrap();
     assert_eq!((again.id, again.duplicate), (pushed.id, true));
+    assert_eq!(again.result, None);
+    // With onDuplicate the live message takes the new body (debounce), or
+    // only a later time.
+    let mut changed = order.clone().on_duplicate(OnDuplicate::Replace);
+    changed.body = r#"{"order":43}"#.into();
+    let replaced = client.push(&changed).await.unwrap();
+    assert_eq!(
+        (replaced.id, replaced.duplicate, replaced.result),
+        (pushed.id, true, Some(DuplicateOutcome::Replaced))
+    );
+    let shown = env.message(&pushed.id.to_string()).await;
+    assert_eq!(shown["message"]["body"], r#"{"order":43}"#);
+    assert_eq!(shown["message"]["dueTime"], replaced.due_time.unwrap());
+    let sooner = client
+        .push(
+            &order
+                .clone()
+                .delay(Duration::from_secs(1))
+                .on_duplicate(OnDuplicate::Extend),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sooner.result, Some(DuplicateOutcome::NotLater));
+    assert_eq!(sooner.due_time, replaced.due_time);
 
     // deliverAt and repeat.
     let at = now_ms() + 120_000;
