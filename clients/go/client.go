@@ -301,8 +301,10 @@ func (c *Client) Push(ctx context.Context, m Message) (Pushed, error) {
 }
 
 // PushBatch sends POST /push/batch (1 to 1000 messages): all durable, or
-// none accepted. The answer has one Pushed per message, in order. It is
-// sent to a second node only when every message has a bizKey.
+// none accepted. The answer has one Pushed per message, in order (a
+// duplicate pushed with OnDuplicateReplace or OnDuplicateExtend carries
+// its Result and DueTime). It is sent to a second node only when every
+// message has a bizKey.
 func (c *Client) PushBatch(ctx context.Context, msgs []Message) ([]Pushed, error) {
 	idempotent := len(msgs) > 0
 	for _, m := range msgs {
@@ -316,6 +318,11 @@ func (c *Client) PushBatch(ctx context.Context, msgs []Message) ([]Pushed, error
 	var r struct {
 		IDs        []string `json:"ids"`
 		Duplicates []int    `json:"duplicates"`
+		Updates    []struct {
+			Index   int    `json:"index"`
+			Result  string `json:"result"`
+			DueTime int64  `json:"dueTime"`
+		} `json:"updates"`
 	}
 	body := struct {
 		Messages []Message `json:"messages"`
@@ -330,6 +337,12 @@ func (c *Client) PushBatch(ctx context.Context, msgs []Message) ([]Pushed, error
 	for _, n := range r.Duplicates {
 		if n >= 0 && n < len(out) {
 			out[n].Duplicate = true
+		}
+	}
+	for _, u := range r.Updates {
+		if u.Index >= 0 && u.Index < len(out) {
+			out[u.Index].Result = u.Result
+			out[u.Index].DueTime = u.DueTime
 		}
 	}
 	return out, nil

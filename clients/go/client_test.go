@@ -542,6 +542,80 @@ func TestLocalWallClockTimes(t *testing.T) {
 	}
 }
 
+func TestOnDuplicateReplaceAndExtend(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
+	const topic = "go-debounce"
+	first, err := c.Push(ctx, delayq.Message{Topic: topic, Body: "v1", Delay: time.Minute, BizKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Duplicate || first.Result != "" || first.DueTime != 0 {
+		t.Fatalf("a first push: %+v", first)
+	}
+	asked := time.Now().UnixMilli()
+	again, err := c.Push(ctx, delayq.Message{Topic: topic, Body: "v2", Delay: 500 * time.Millisecond, BizKey: "k",
+		OnDuplicate: delayq.OnDuplicateReplace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID != first.ID || !again.Duplicate || again.Result != delayq.DuplicateReplaced {
+		t.Fatalf("a replace: %+v, want id %s duplicate replaced", again, first.ID)
+	}
+	if again.DueTime < asked+500 || again.DueTime > time.Now().UnixMilli()+500 {
+		t.Fatalf("a replace's dueTime %d, want 500 ms after %d", again.DueTime, asked)
+	}
+	// The live message now holds v2 under its first id, due in 500 ms.
+	got, err := c.Poll(ctx, topic, delayq.PollRequest{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Messages) != 1 || got.Messages[0].ID != first.ID || got.Messages[0].Body != "v2" {
+		t.Fatalf("poll after a replace: %+v, want %s with v2", got.Messages, first.ID)
+	}
+	if now := time.Now().UnixMilli(); now < again.DueTime {
+		t.Fatalf("delivered at %d, before its dueTime %d", now, again.DueTime)
+	}
+	if acked, err := c.Ack(ctx, got.Messages[0]); err != nil || acked.Status != delayq.StatusConsumed {
+		t.Fatalf("ack: %+v %v", acked, err)
+	}
+	// Extend to a time sooner than the live message's: left as it was.
+	held, err := c.Push(ctx, delayq.Message{Topic: topic, Body: "e", Delay: time.Minute, BizKey: "k-extend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sooner := delayq.Message{Topic: topic, Body: "e", Delay: 100 * time.Millisecond, BizKey: "k-extend",
+		OnDuplicate: delayq.OnDuplicateExtend}
+	kept, err := c.Push(ctx, sooner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Message(ctx, held.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := delayq.Pushed{ID: held.ID, Duplicate: true, Result: delayq.DuplicateNotLater, DueTime: info.Message.DueTime}
+	if kept != want {
+		t.Fatalf("an extend to a sooner time: %+v, want %+v", kept, want)
+	}
+	// A batch answers the same from its updates.
+	batch, err := c.PushBatch(ctx, []delayq.Message{sooner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != 1 || batch[0] != want {
+		t.Fatalf("a batch's extend to a sooner time: %+v, want %+v", batch, want)
+	}
+	// Without a bizKey there is no live message to act on: refused.
+	_, err = c.Push(ctx, delayq.Message{Topic: topic, Body: "x", OnDuplicate: delayq.OnDuplicateReplace})
+	if e := apiError(t, err); e.Status != 400 || e.Code != delayq.CodeInvalidField {
+		t.Fatalf("onDuplicate without a bizKey: %v", e)
+	}
+	if _, err := c.Cancel(ctx, held.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestADeadLetterIsRequeued(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
@@ -723,6 +797,9 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	if _, err := c.Push(ctx, delayq.Message{Topic: "t", Body: "b", DeliverAtLocal: "2027-03-28T09:00", TZ: "Europe/Berlin", DST: delayq.DSTLater}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.Push(ctx, delayq.Message{Topic: "t", Body: "b", BizKey: "k", OnDuplicate: delayq.OnDuplicateReplace}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Poll(ctx, "t", delayq.PollRequest{Count: 10, Wait: 1500 * time.Millisecond, Ack: []delayq.Delivery{{ID: "5", Receipt: "1-2"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -740,6 +817,7 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	want := []struct{ method, uri, auth, body string }{
 		{"POST", "/push", "Bearer adm", `{"topic":"t","body":"b","delay":1500,"retry":{"delay":0}}`},
 		{"POST", "/push", "Bearer adm", `{"topic":"t","body":"b","deliverAtLocal":"2027-03-28T09:00","tz":"Europe/Berlin","dst":"later"}`},
+		{"POST", "/push", "Bearer adm", `{"topic":"t","bizKey":"k","body":"b","onDuplicate":"replace"}`},
 		{"POST", "/get/t?timeout=2", "", `{"ack":[{"id":"5","receipt":"1-2"}],"count":10}`},
 		{"GET", "/topics", "Bearer rd", ``},
 		{"POST", "/ack/5?receipt=1-2", "", ``},

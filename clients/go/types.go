@@ -48,6 +48,11 @@ type Message struct {
 	Retry *Retry
 	// Repeat makes the message recurring.
 	Repeat *Repeat
+	// OnDuplicate says what the push does to a live message of the topic
+	// holding BizKey: OnDuplicateKeep (the default when empty: nothing),
+	// OnDuplicateReplace or OnDuplicateExtend; Pushed.Result says what it
+	// did. Only with BizKey (400 invalid_field otherwise).
+	OnDuplicate string
 }
 
 // MarshalJSON writes the message as POST /push takes it, leaving out the
@@ -67,9 +72,10 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		MaxAttempts    *int    `json:"maxAttempts,omitempty"`
 		Retry          *Retry  `json:"retry,omitempty"`
 		Repeat         *Repeat `json:"repeat,omitempty"`
+		OnDuplicate    string  `json:"onDuplicate,omitempty"`
 	}
 	w := wire{Topic: m.Topic, BizKey: m.BizKey, Body: m.Body, DeliverAtLocal: m.DeliverAtLocal, TZ: m.TZ, DST: m.DST,
-		Retry: m.Retry, Repeat: m.Repeat}
+		Retry: m.Retry, Repeat: m.Repeat, OnDuplicate: m.OnDuplicate}
 	if m.Delay != 0 {
 		w.Delay = msOf(m.Delay)
 	}
@@ -101,6 +107,32 @@ const (
 	// DSTLater is a fold's second pass, or a gap time read with the offset
 	// before the jump (03:30 +02:00).
 	DSTLater = "later"
+)
+
+// OnDuplicate values of Message.OnDuplicate: what a push does to the live
+// message of its topic holding its bizKey.
+const (
+	// OnDuplicateKeep leaves it as it is and answers its id (the default).
+	OnDuplicateKeep = "keep"
+	// OnDuplicateReplace (debounce) gives it the push's body, due time and
+	// priority; it keeps its id. One handed to a consumer is left alone.
+	OnDuplicateReplace = "replace"
+	// OnDuplicateExtend moves only its due time, and only later.
+	OnDuplicateExtend = "extend"
+)
+
+// Pushed.Result values: what a push with OnDuplicateReplace or
+// OnDuplicateExtend did to the live message holding its bizKey.
+const (
+	// DuplicateReplaced: it took the push's body, due time and priority.
+	DuplicateReplaced = "replaced"
+	// DuplicateExtended: its due time moved later.
+	DuplicateExtended = "extended"
+	// DuplicateNotLater: the push's time was not later than its own; it
+	// was left as it was.
+	DuplicateNotLater = "not_later"
+	// DuplicateInFlight: it was handed to a consumer and left alone.
+	DuplicateInFlight = "in_flight"
 )
 
 // Backoff values of Retry.
@@ -240,6 +272,14 @@ type Pushed struct {
 	// Duplicate: a live message of the topic held the bizKey; ID is that
 	// message's, and nothing was pushed.
 	Duplicate bool `json:"duplicate"`
+	// Result, for a duplicate pushed with OnDuplicateReplace or
+	// OnDuplicateExtend, is what it did to the live message:
+	// DuplicateReplaced, DuplicateExtended, DuplicateNotLater or
+	// DuplicateInFlight; empty otherwise.
+	Result string `json:"result"`
+	// DueTime, with Result, is the live message's due time now (Unix ms);
+	// 0 when it is in flight, or without Result.
+	DueTime int64 `json:"dueTime"`
 }
 
 // Occurrence says which occurrence of its series a recurring message is at.

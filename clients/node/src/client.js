@@ -19,8 +19,11 @@ const SKIP_CODES = new Set(['node_stalled', 'node_unavailable']);
 // The fields of a message as POST /push takes them. The due time is one of
 // `delay` (ms from now), `deliverAt` (Unix ms) or `deliverAtLocal` (a
 // wall-clock time, no offset) with `tz` (its IANA zone) and `dst`.
+// `onDuplicate` (with a bizKey) is what the push does to a live message of
+// the topic holding the key: `keep` (the default), `replace` or `extend`.
 const MESSAGE_FIELDS = [
   'delay', 'deliverAt', 'deliverAtLocal', 'tz', 'dst', 'bizKey', 'priority', 'ttl', 'maxAttempts', 'retry', 'repeat',
+  'onDuplicate',
 ];
 
 /**
@@ -48,6 +51,19 @@ const seg = encodeURIComponent;
 
 // A delivery as the ack routes take it: its id, and its receipt when it has one.
 const ref = (d) => (d.receipt ? { id: d.id, receipt: d.receipt } : { id: d.id });
+
+/**
+ * A push's answer: the id, whether a live message held the bizKey, and for
+ * such a duplicate pushed with `onDuplicate` `replace` or `extend` what it
+ * did to that message (`result`) and its due time now (`dueTime`, none when
+ * it is in flight).
+ */
+function pushed(id, duplicate, update) {
+  const p = { id, duplicate: Boolean(duplicate) };
+  if (update?.result !== undefined && update.result !== null) p.result = update.result;
+  if (update?.dueTime !== undefined && update.dueTime !== null) p.dueTime = update.dueTime;
+  return p;
+}
 
 /** A message handed to a consumer, with the receipt that names this delivery. */
 function delivery(m) {
@@ -214,16 +230,21 @@ export class Client {
   async push(topic, body, options = {}) {
     const m = message(topic, body, options);
     const r = await this.request('POST', '/push', m, { token: this.adminToken, idempotent: 'bizKey' in m });
-    return { id: r.id, duplicate: Boolean(r.duplicate) };
+    return pushed(r.id, r.duplicate, r);
   }
 
-  /** POST /push/batch (1 to 1000 messages made by message()): all durable or none. */
+  /**
+   * POST /push/batch (1 to 1000 messages made by message()): all durable or
+   * none. A duplicate pushed with `onDuplicate` `replace` or `extend`
+   * carries its `result` and `dueTime` (the answer's `updates`).
+   */
   async pushBatch(messages) {
     const msgs = [...messages];
     const idempotent = msgs.every((m) => m.bizKey !== undefined && m.bizKey !== null);
     const r = await this.request('POST', '/push/batch', { messages: msgs }, { token: this.adminToken, idempotent });
     const dup = new Set(r.duplicates ?? []);
-    return r.ids.map((id, n) => ({ id, duplicate: dup.has(n) }));
+    const updates = new Map((r.updates ?? []).map((u) => [u.index, u]));
+    return r.ids.map((id, n) => pushed(id, dup.has(n), updates.get(n)));
   }
 
   /** POST /cancel of one message: `{deleted, results: [{id, result}]}`. */

@@ -82,6 +82,23 @@ export interface TimeOptions {
   dst?: Dst;
 }
 
+/**
+ * What a push with a bizKey does to the live message of its topic holding
+ * the key: `keep` (the default) leaves it as it is; `replace` (debounce)
+ * gives it the push's body, due time and priority, keeping its id;
+ * `extend` moves only its due time, and only later.
+ */
+export type OnDuplicate = 'keep' | 'replace' | 'extend';
+
+/**
+ * What a push with `onDuplicate` `replace` or `extend` did to the live
+ * message: `replaced` (it took the push's body, due time and priority),
+ * `extended` (its due time moved later), `not_later` (the push's time was
+ * not later than its own: left as it was), `in_flight` (handed to a
+ * consumer: left alone).
+ */
+export type DuplicateResult = 'replaced' | 'extended' | 'not_later' | 'in_flight';
+
 /** What POST /push takes beside topic and body; left out: the server's defaults. */
 export interface MessageOptions extends TimeOptions {
   bizKey?: string;
@@ -91,6 +108,8 @@ export interface MessageOptions extends TimeOptions {
   maxAttempts?: number;
   retry?: Retry;
   repeat?: Repeat;
+  /** only with `bizKey` (400 `invalid_field` otherwise) */
+  onDuplicate?: OnDuplicate;
 }
 
 export interface NewMessage extends MessageOptions {
@@ -104,6 +123,10 @@ export interface Pushed {
   id: string;
   /** A live message of the topic held the bizKey: `id` is that message's. */
   duplicate: boolean;
+  /** A duplicate pushed with `onDuplicate` `replace` or `extend`: what it did to the live message. */
+  result?: DuplicateResult;
+  /** With `result`: the live message's due time now (absent when `in_flight`). */
+  dueTime?: number;
 }
 
 export interface Occurrence {

@@ -162,6 +162,37 @@ describe('against one node', () => {
     await client.cancel(id);
   });
 
+  test('onDuplicate: replace debounces a live message, extend only moves it later', async () => {
+    const first = await client.push('node-debounce', 'v1', { delay: 60000, bizKey: 'k' });
+    assert.deepEqual(first, { id: first.id, duplicate: false });
+    const asked = Date.now();
+    const again = await client.push('node-debounce', 'v2', { delay: 500, bizKey: 'k', onDuplicate: 'replace' });
+    assert.equal(again.id, first.id);
+    assert.equal(again.duplicate, true);
+    assert.equal(again.result, 'replaced');
+    assert.equal(typeof again.dueTime, 'number');
+    assert.ok(again.dueTime >= asked + 500 && again.dueTime <= Date.now() + 500, `dueTime ${again.dueTime}`);
+    // The live message now holds v2 under its first id, due in 500 ms.
+    const { messages } = await client.poll('node-debounce', { timeout: 5 });
+    assert.deepEqual(messages.map((d) => [d.id, d.body]), [[first.id, 'v2']]);
+    assert.ok(Date.now() >= again.dueTime, 'delivered early');
+    assert.equal((await client.ack(messages[0])).status, 'Consumed');
+    // Extend to a time sooner than the live message's: left as it was.
+    const held = await client.push('node-debounce', 'e', { delay: 60000, bizKey: 'k-extend' });
+    const sooner = await client.push('node-debounce', 'e', { delay: 100, bizKey: 'k-extend', onDuplicate: 'extend' });
+    const due = (await client.message(held.id)).message.dueTime;
+    assert.deepEqual(sooner, { id: held.id, duplicate: true, result: 'not_later', dueTime: due });
+    // A batch answers the same from its updates.
+    const [b] = await client.pushBatch([message('node-debounce', 'e', { delay: 100, bizKey: 'k-extend', onDuplicate: 'extend' })]);
+    assert.deepEqual(b, { id: held.id, duplicate: true, result: 'not_later', dueTime: due });
+    // Without a bizKey there is no live message to act on: refused.
+    await assert.rejects(
+      client.push('node-debounce', 'x', { onDuplicate: 'replace' }),
+      (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_field',
+    );
+    await client.cancel(held.id);
+  });
+
   test('dead letters and requeue', async () => {
     const { id } = await client.push('node-dead', 'x', { maxAttempts: 1 });
     const { messages: [d] } = await client.poll('node-dead', { timeout: 5 });

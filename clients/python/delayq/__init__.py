@@ -8,7 +8,22 @@ acks in its next poll. Standard library only.
     Consumer(c, "sms", lambda m: print(m.body)).run()
 """
 
-from .client import DST_EARLIER, DST_LATER, DST_REJECT, Client, Delivery, Pushed, message
+from .client import (
+    DST_EARLIER,
+    DST_LATER,
+    DST_REJECT,
+    DUPLICATE_EXTENDED,
+    DUPLICATE_IN_FLIGHT,
+    DUPLICATE_NOT_LATER,
+    DUPLICATE_REPLACED,
+    ON_DUPLICATE_EXTEND,
+    ON_DUPLICATE_KEEP,
+    ON_DUPLICATE_REPLACE,
+    Client,
+    Delivery,
+    Pushed,
+    message,
+)
 from .codes import ERROR_CODES
 from .consumer import Consumer
 from .errors import ApiError, DelayqError, TransportError
@@ -20,9 +35,16 @@ __all__ = [
     "DST_EARLIER",
     "DST_LATER",
     "DST_REJECT",
+    "DUPLICATE_EXTENDED",
+    "DUPLICATE_IN_FLIGHT",
+    "DUPLICATE_NOT_LATER",
+    "DUPLICATE_REPLACED",
     "DelayqError",
     "ERROR_CODES",
     "Delivery",
+    "ON_DUPLICATE_EXTEND",
+    "ON_DUPLICATE_KEEP",
+    "ON_DUPLICATE_REPLACE",
     "Pushed",
     "TransportError",
     "message",

@@ -73,12 +73,36 @@ DST_REJECT = "reject"
 DST_EARLIER = "earlier"
 DST_LATER = "later"
 
+#: ``on_duplicate`` values: what a push (with a bizKey) does to the live
+#: message of its topic holding that key. Keep (the default) leaves it as it
+#: is; replace gives it the push's body, due time and priority, keeping its
+#: id (debounce); extend moves only its due time, and only later.
+ON_DUPLICATE_KEEP = "keep"
+ON_DUPLICATE_REPLACE = "replace"
+ON_DUPLICATE_EXTEND = "extend"
+
+#: What a push with ``on_duplicate`` replace or extend did to the live
+#: message (:attr:`Pushed.result`): it took the push's body, time and
+#: priority; its due time moved later; extend to a time not later than its
+#: own left it as it was; it was handed to a consumer and left alone.
+DUPLICATE_REPLACED = "replaced"
+DUPLICATE_EXTENDED = "extended"
+DUPLICATE_NOT_LATER = "not_later"
+DUPLICATE_IN_FLIGHT = "in_flight"
+
 
 @dataclass
 class Pushed:
     id: str
     #: A live message of the topic held the bizKey: ``id`` is that message's.
     duplicate: bool = False
+    #: A duplicate pushed with ``on_duplicate`` replace or extend: what it did
+    #: to the live message (``DUPLICATE_REPLACED``, ``DUPLICATE_EXTENDED``,
+    #: ``DUPLICATE_NOT_LATER``, ``DUPLICATE_IN_FLIGHT``); None otherwise.
+    result: Optional[str] = None
+    #: With ``result``: the live message's due time now (epoch ms); None
+    #: when it is in flight.
+    due_time: Optional[int] = None
 
 
 def message(
@@ -96,6 +120,7 @@ def message(
     max_attempts: Optional[int] = None,
     retry: Optional[dict] = None,
     repeat: Optional[dict] = None,
+    on_duplicate: Optional[str] = None,
 ) -> dict:
     """A message as ``POST /push`` takes it (fields left out take the server's defaults).
 
@@ -105,6 +130,11 @@ def message(
     ``dst``: which instant a time means when the zone's clock jumps over it
     or passes it twice, :data:`DST_REJECT` (the default: 400
     ``invalid_delay``), :data:`DST_EARLIER` or :data:`DST_LATER`.
+
+    ``on_duplicate`` (with ``biz_key`` only; 400 ``invalid_field``
+    otherwise) says what the push does to a live message of the topic
+    holding the key: :data:`ON_DUPLICATE_KEEP` (the default),
+    :data:`ON_DUPLICATE_REPLACE` or :data:`ON_DUPLICATE_EXTEND`.
     """
     m: dict[str, Any] = {"topic": topic, "body": body}
     for key, value in (
@@ -119,6 +149,7 @@ def message(
         ("maxAttempts", max_attempts),
         ("retry", retry),
         ("repeat", repeat),
+        ("onDuplicate", on_duplicate),
     ):
         if value is not None:
             m[key] = value
@@ -301,15 +332,24 @@ class Client:
         """
         m = message(topic, body, **fields)
         r = self._request("POST", "/push", m, token=self.admin_token, idempotent=m.get("bizKey") is not None)
-        return Pushed(r["id"], bool(r.get("duplicate", False)))
+        return Pushed(r["id"], bool(r.get("duplicate", False)), r.get("result"), r.get("dueTime"))
 
     def push_batch(self, messages: Iterable[dict]) -> list[Pushed]:
-        """``POST /push/batch`` (1 to 1000 messages, see :func:`message`): all durable or none."""
+        """``POST /push/batch`` (1 to 1000 messages, see :func:`message`): all durable or none.
+
+        A message answered as a duplicate and pushed with ``on_duplicate``
+        replace or extend carries what it did in ``result`` and ``due_time``
+        (the answer's ``updates``).
+        """
         msgs = list(messages)
         idempotent = bool(msgs) and all(m.get("bizKey") is not None for m in msgs)
         r = self._request("POST", "/push/batch", {"messages": msgs}, token=self.admin_token, idempotent=idempotent)
         dup = set(r.get("duplicates", []))
-        return [Pushed(i, n in dup) for n, i in enumerate(r["ids"])]
+        updates = {u["index"]: u for u in r.get("updates", [])}
+        return [
+            Pushed(i, n in dup, updates.get(n, {}).get("result"), updates.get(n, {}).get("dueTime"))
+            for n, i in enumerate(r["ids"])
+        ]
 
     def cancel(self, id: str) -> dict:
         """``POST /cancel`` of one message: ``{"deleted", "results": [{"id", "result"}]}``."""

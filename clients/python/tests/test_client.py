@@ -21,7 +21,20 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from delayq import DST_EARLIER, DST_LATER, ERROR_CODES, ApiError, Client, Consumer, TransportError, message  # noqa: E402
+from delayq import (  # noqa: E402
+    DST_EARLIER,
+    DST_LATER,
+    DUPLICATE_NOT_LATER,
+    DUPLICATE_REPLACED,
+    ERROR_CODES,
+    ON_DUPLICATE_EXTEND,
+    ON_DUPLICATE_REPLACE,
+    ApiError,
+    Client,
+    Consumer,
+    TransportError,
+    message,
+)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -257,6 +270,38 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(r["results"][0]["result"], "rescheduled")
         self.assertEqual(r["results"][0]["dueTime"], 1824942600000)
         self.client.cancel(p.id)
+
+    def test_on_duplicate_replace_and_extend(self):
+        first = self.client.push("py-debounce", "v1", delay_ms=60_000, biz_key="k")
+        self.assertFalse(first.duplicate)
+        self.assertIsNone(first.result)
+        asked = now_ms()
+        again = self.client.push(
+            "py-debounce", "v2", delay_ms=500, biz_key="k", on_duplicate=ON_DUPLICATE_REPLACE)
+        self.assertEqual((again.id, again.duplicate, again.result), (first.id, True, DUPLICATE_REPLACED))
+        self.assertIsNotNone(again.due_time)
+        self.assertTrue(asked + 500 <= again.due_time <= now_ms() + 500, again)
+        # The live message now holds v2 under its first id, due in 500 ms.
+        _, got = self.client.poll("py-debounce", timeout_s=5)
+        self.assertEqual([(d.id, d.body) for d in got], [(first.id, "v2")])
+        self.assertGreaterEqual(now_ms(), again.due_time)
+        self.assertEqual(self.client.ack(got[0])["status"], "Consumed")
+        # Extend to a time sooner than the live message's: left as it was.
+        held = self.client.push("py-debounce", "e", delay_ms=60_000, biz_key="k-extend")
+        sooner = self.client.push(
+            "py-debounce", "e", delay_ms=100, biz_key="k-extend", on_duplicate=ON_DUPLICATE_EXTEND)
+        self.assertEqual((sooner.id, sooner.duplicate, sooner.result), (held.id, True, DUPLICATE_NOT_LATER))
+        due = self.client.message(held.id)["message"]["dueTime"]
+        self.assertEqual(sooner.due_time, due)
+        # A batch answers the same in its updates.
+        (b,) = self.client.push_batch(
+            [message("py-debounce", "e", delay_ms=100, biz_key="k-extend", on_duplicate=ON_DUPLICATE_EXTEND)])
+        self.assertEqual((b.id, b.duplicate, b.result, b.due_time), (held.id, True, DUPLICATE_NOT_LATER, due))
+        # Without a bizKey there is no live message to act on: refused.
+        with self.assertRaises(ApiError) as e:
+            self.client.push("py-debounce", "x", on_duplicate=ON_DUPLICATE_REPLACE)
+        self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_field"))
+        self.client.cancel(held.id)
 
     def test_a_second_url_serves_when_the_first_does_not_answer(self):
         dead = f"http://127.0.0.1:{free_port()}"

@@ -1,6 +1,8 @@
 // Compiled (not run) by `npm run typecheck`: the declarations in
 // src/index.d.ts take what a TypeScript user writes, and refuse a mistake.
-import { ApiError, Client, Consumer, ERROR_CODES, message, type Delivery, type ErrorCode } from '../../src/index.js';
+import {
+  ApiError, Client, Consumer, ERROR_CODES, message, type Delivery, type DuplicateResult, type ErrorCode, type OnDuplicate,
+} from '../../src/index.js';
 
 async function main(): Promise<void> {
   const client = new Client(['https://a:7070', 'https://b:7070'], { timeout: 5000, caFile: 'ca.pem', adminToken: 't' });
@@ -15,6 +17,12 @@ async function main(): Promise<void> {
   await client.push('orders', 'b', { deliverAtLocal: '2027-03-28T09:00:00', tz: 'Europe/Berlin', dst: 'later' });
   const moved = await client.reschedule([id], { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'earlier', priority: 1 });
   const due: number | null | undefined = moved.results[0].dueTime;
+  const on: OnDuplicate = 'replace';
+  const replaced = await client.push('orders', 'c', { bizKey: 'order-1', delay: 500, onDuplicate: on });
+  const outcome: DuplicateResult | undefined = replaced.result;
+  const replacedDue: number | undefined = replaced.dueTime;
+  const [batched] = await client.pushBatch([message('orders', 'd', { bizKey: 'order-1', onDuplicate: 'extend' })]);
+  if (batched.result === 'not_later' || batched.result === 'in_flight') console.log(batched.dueTime);
   const { messages } = await client.poll('orders', { count: 10, timeout: 5 });
   const first: Delivery | undefined = messages[0];
   if (first) await client.ack(first);
@@ -32,7 +40,7 @@ async function main(): Promise<void> {
     if (e instanceof ApiError && e.code === 'not_found') console.log(e.status, e.detail);
   }
   const code: ErrorCode = ERROR_CODES[0];
-  console.log(dup, status, counts, code, due);
+  console.log(dup, status, counts, code, due, outcome, replacedDue);
 
   // @ts-expect-error: a misspelt option is a compile error
   await client.push('orders', 'x', { dealy: 5 });
@@ -40,6 +48,8 @@ async function main(): Promise<void> {
   await client.push('orders', 'x', { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'first' });
   // @ts-expect-error: a local time is a string, not a Date
   await client.reschedule([id], { deliverAtLocal: new Date(), tz: 'Europe/Berlin' });
+  // @ts-expect-error: onDuplicate is keep, replace or extend
+  await client.push('orders', 'x', { bizKey: 'order-1', onDuplicate: 'merge' });
   // @ts-expect-error: bodies are strings
   await client.push('orders', { id: 1 });
 }

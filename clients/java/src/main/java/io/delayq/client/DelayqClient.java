@@ -111,12 +111,14 @@ public final class DelayqClient {
      * {@code POST /push}: answered once the message is durable. Without a bizKey it goes to the
      * next node only after a 503 {@code node_stalled} / {@code node_unavailable} (nothing
      * applied): when a node fails to answer (or a proxy answers 502/504), the message may or may
-     * not be accepted ({@link TransportException}, {@link ApiException}).
+     * not be accepted ({@link TransportException}, {@link ApiException}). A duplicate pushed with
+     * {@link OnDuplicate#REPLACE} or {@link OnDuplicate#EXTEND} carries what it did to the live
+     * message ({@link Pushed#result()}, {@link Pushed#dueTime()}).
      */
     public Pushed push(Message message) {
         Map<String, Object> r = object(request("POST", "/push", message.toMap(), adminToken, 0,
                 message.bizKey() != null));
-        return new Pushed(Json.string(r, "id"), Boolean.TRUE.equals(r.get("duplicate")));
+        return Pushed.of(Json.string(r, "id"), Boolean.TRUE.equals(r.get("duplicate")), r);
     }
 
     /** A message due now with the server's defaults. */
@@ -127,7 +129,8 @@ public final class DelayqClient {
     /**
      * {@code POST /push/batch} (1 to 1000 messages): all durable, or none accepted. The answers
      * are in the order pushed; a message whose bizKey a live message held is
-     * {@link Pushed#duplicate()}.
+     * {@link Pushed#duplicate()}, and with {@link OnDuplicate#REPLACE} or
+     * {@link OnDuplicate#EXTEND} carries its outcome (the answer's {@code updates}).
      */
     public List<Pushed> pushBatch(List<Message> messages) {
         List<Map<String, Object>> wire = new ArrayList<>(messages.size());
@@ -146,9 +149,20 @@ public final class DelayqClient {
                 dup[i] = true;
             }
         }
+        List<Map<String, Object>> updates = new ArrayList<>();
+        for (int i = 0; i < ids.size(); i++) {
+            updates.add(Map.of());
+        }
+        for (Object u : Json.list(r.get("updates"))) {
+            Map<String, Object> update = Json.object(u);
+            int i = (int) Json.number(update, "index", -1);
+            if (i >= 0 && i < updates.size()) {
+                updates.set(i, update);
+            }
+        }
         List<Pushed> out = new ArrayList<>(ids.size());
         for (int i = 0; i < ids.size(); i++) {
-            out.add(new Pushed(String.valueOf(ids.get(i)), dup[i]));
+            out.add(Pushed.of(String.valueOf(ids.get(i)), dup[i], updates.get(i)));
         }
         return out;
     }

@@ -34,6 +34,7 @@ public final class Message {
     private final Integer maxAttempts;
     private final Retry retry;
     private final Repeat repeat;
+    private final OnDuplicate onDuplicate;
 
     private Message(Builder b) {
         this.topic = b.topic;
@@ -49,6 +50,7 @@ public final class Message {
         this.maxAttempts = b.maxAttempts;
         this.retry = b.retry;
         this.repeat = b.repeat;
+        this.onDuplicate = b.onDuplicate;
     }
 
     /** A message of {@code topic} carrying {@code body} (text; JSON text welcome). */
@@ -119,6 +121,11 @@ public final class Message {
         return repeat;
     }
 
+    /** What the push does to a live message holding its bizKey, or null when not set (keep). */
+    public OnDuplicate onDuplicate() {
+        return onDuplicate;
+    }
+
     /** The JSON object sent: only the fields that are set, under their wire names. */
     public Map<String, Object> toMap() {
         Map<String, Object> m = new LinkedHashMap<>();
@@ -135,6 +142,7 @@ public final class Message {
         putIf(m, "maxAttempts", maxAttempts);
         putIf(m, "retry", retry == null ? null : retry.toMap());
         putIf(m, "repeat", repeat == null ? null : repeat.toMap());
+        putIf(m, "onDuplicate", onDuplicate == null ? null : onDuplicate.wire());
         return m;
     }
 
@@ -164,6 +172,7 @@ public final class Message {
         private Integer maxAttempts;
         private Retry retry;
         private Repeat repeat;
+        private OnDuplicate onDuplicate;
 
         private Builder(String topic, String body) {
             this.topic = Objects.requireNonNull(topic, "topic");
@@ -254,6 +263,17 @@ public final class Message {
         /** Makes it a recurring message: one delivery per occurrence. */
         public Builder repeat(Repeat repeat) {
             this.repeat = repeat;
+            return this;
+        }
+
+        /**
+         * With {@link #bizKey}: what the push does to a live message of the topic holding the key,
+         * {@link OnDuplicate#KEEP} (the default), {@link OnDuplicate#REPLACE} (debounce) or
+         * {@link OnDuplicate#EXTEND}; {@link Pushed#result()} says what it did. Without a bizKey
+         * the push is refused (400 {@code invalid_field}).
+         */
+        public Builder onDuplicate(OnDuplicate onDuplicate) {
+            this.onDuplicate = onDuplicate;
             return this;
         }
 

@@ -320,6 +320,44 @@ class ClientTest {
     }
 
     @Test
+    void onDuplicateReplaceAndExtend() {
+        String topic = "java-debounce";
+        Pushed first = client.push(Message.builder(topic, "v1").delayMs(60_000).bizKey("k").build());
+        assertEquals(new Pushed(first.id(), false, null, null), first);
+        long asked = now();
+        Pushed again = client.push(Message.builder(topic, "v2").delayMs(500).bizKey("k")
+                .onDuplicate(OnDuplicate.REPLACE).build());
+        assertEquals(first.id(), again.id());
+        assertTrue(again.duplicate());
+        assertEquals(DuplicateOutcome.REPLACED, again.result());
+        assertNotNull(again.dueTime());
+        assertTrue(again.dueTime() >= asked + 500 && again.dueTime() <= now() + 500, again.toString());
+        // The live message now holds v2 under its first id, due in 500 ms.
+        List<Delivery> got = client.poll(topic, 1, 5).messages();
+        assertEquals(List.of(first.id() + " v2"), got.stream().map(d -> d.id() + " " + d.body()).toList());
+        assertTrue(now() >= again.dueTime(), "delivered before its dueTime");
+        assertEquals("Consumed", client.ack(got.get(0)).get("status"));
+
+        // Extend to a time sooner than the live message's: left as it was.
+        Pushed held = client.push(Message.builder(topic, "e").delayMs(60_000).bizKey("k-extend").build());
+        Message sooner = Message.builder(topic, "e").delayMs(100).bizKey("k-extend")
+                .onDuplicate(OnDuplicate.EXTEND).build();
+        Pushed kept = client.push(sooner);
+        long due = (Long) Json.object(client.message(held.id()).get("message")).get("dueTime");
+        Pushed want = new Pushed(held.id(), true, DuplicateOutcome.NOT_LATER, due);
+        assertEquals(want, kept);
+        // A batch answers the same from its updates.
+        assertEquals(List.of(want), client.pushBatch(List.of(sooner)));
+
+        // Without a bizKey there is no live message to act on: refused.
+        ApiException noKey = assertThrows(ApiException.class, () -> client.push(
+                Message.builder(topic, "x").onDuplicate(OnDuplicate.REPLACE).build()));
+        assertEquals(400, noKey.status());
+        assertEquals(Optional.of(ErrorCode.INVALID_FIELD), noKey.errorCode());
+        client.cancel(held.id());
+    }
+
+    @Test
     void batchesByIdsAndByPrefix() {
         String topic = "java-batch";
         List<Pushed> pushed = client.pushBatch(List.of(

@@ -72,6 +72,10 @@ class JsonTest {
                 .build();
         assertEquals("{\"topic\":\"sms\",\"body\":\"hi\",\"deliverAtLocal\":\"2027-03-28T02:30\","
                 + "\"tz\":\"Europe/Berlin\",\"dst\":\"later\"}", Json.write(local));
+        assertEquals("{\"topic\":\"sms\",\"body\":\"hi\",\"bizKey\":\"k\",\"onDuplicate\":\"replace\"}",
+                Json.write(Message.builder("sms", "hi").bizKey("k").onDuplicate(OnDuplicate.REPLACE).build()));
+        assertEquals(DuplicateOutcome.NOT_LATER, DuplicateOutcome.of("not_later"));
+        assertEquals(DuplicateOutcome.UNKNOWN, DuplicateOutcome.of("merged"));
         assertEquals("{\"deliverAtLocal\":\"2027-10-31T02:30:00\",\"tz\":\"Europe/Berlin\",\"dst\":\"earlier\","
                 + "\"priority\":4}", Json.write(Reschedule.local("2027-10-31T02:30:00", "Europe/Berlin",
                         Dst.EARLIER).withPriority(4).toMap()));
