@@ -31,7 +31,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
@@ -123,6 +123,11 @@ pub fn parse_wall(s: &str) -> Result<NaiveDateTime, String> {
     }
     for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
         if let Ok(t) = NaiveDateTime::parse_from_str(s, format) {
+            // Years a zone's rules cover; the caller bounds it further
+            // (10 years ahead).
+            if !(1970..=9999).contains(&t.year()) {
+                return Err(format!("{s:?} is out of range: give a year from 1970 to 9999"));
+            }
             return Ok(t);
         }
     }
@@ -184,16 +189,25 @@ pub fn next_wall_time(cron: &Cron, tz: Tz, at: i64, inclusive: bool) -> Option<i
     let keep = |t: i64| if inclusive { t >= at } else { t > at };
     let mut wall = start.and_utc();
     let mut first = true;
+    // The earliest instant found so far, and its own wall-clock reading: a
+    // named time in a gap reads as an instant later than named times after
+    // it on the wall clock (Lord Howe's 02:20 is 02:50 +11:00, after its
+    // 02:40), so the walk goes on to that reading and keeps the earliest.
+    let mut best: Option<(i64, NaiveDateTime)> = None;
     for _ in 0..MAX_STEPS {
         // The wall clock as a calendar without jumps: croner on UTC.
         wall = cron.find_next_occurrence(&wall, first).ok()?;
         first = false;
+        if best.is_some_and(|(_, reading)| wall.naive_utc() > reading) {
+            break;
+        }
         let t = compatible(wall.naive_utc(), tz);
-        if keep(t) {
-            return Some(t);
+        if keep(t) && best.is_none_or(|(b, _)| t < b) {
+            let utc = DateTime::<Utc>::from_timestamp_millis(t)?.naive_utc();
+            best = Some((t, utc + Duration::seconds(offset_at(tz, utc))));
         }
     }
-    None
+    best.map(|(t, _)| t)
 }
 
 #[cfg(test)]
@@ -286,6 +300,10 @@ mod tests {
             "2027-03-28T24:00:00",
             "tomorrow",
             "",
+            "+262142-12-31T23:59:59",
+            "-262143-01-01T00:00:00",
+            "1969-12-31T23:59:59",
+            "10000-01-01T00:00:00",
         ] {
             assert!(parse_wall(bad).is_err(), "{bad}");
         }
@@ -389,6 +407,37 @@ mod tests {
             .collect();
         assert_eq!(spring, ["03-28 03:10 +02:00", "03-28 03:40 +02:00"]);
         assert_eq!(two.len(), 365 * 2);
+    }
+
+    #[test]
+    fn gaps_of_half_an_hour_and_two_hours_skip_nothing() {
+        // Lord Howe jumps from 02:00 to 02:30 (+10:30 to +11:00) on
+        // 2027-10-03: 02:20 comes at 02:50, and 02:40, which exists, at
+        // 02:40, first.
+        let howe = chrono_tz::Australia::Lord_Howe;
+        let day: Vec<String> = year("20,40 2 * * *", howe)
+            .into_iter()
+            .map(|t| local(t, howe))
+            .filter(|l| l.starts_with("10-03"))
+            .collect();
+        assert_eq!(day, ["10-03 02:40 +11:00", "10-03 02:50 +11:00"]);
+        assert_eq!(year("20,40 2 * * *", howe).len(), 365 * 2);
+        // Every 20 minutes: 02:00 and 02:20 come at 02:30 and 02:50, all four
+        // distinct; the half hour passed twice in April names 01:40 once.
+        assert_eq!(year("*/20 * * * *", howe).len(), 365 * 72);
+        // Troll (Antarctica) jumps two hours, from 01:00 to 03:00: 02:00
+        // and 03:00 are both named; 02:00 comes at 04:00, after 03:00.
+        let troll = chrono_tz::Antarctica::Troll;
+        let day: Vec<String> = year("0 1,2,3 * * *", troll)
+            .into_iter()
+            .map(|t| local(t, troll))
+            .filter(|l| l.starts_with("03-28"))
+            .collect();
+        assert_eq!(day, ["03-28 03:00 +02:00", "03-28 04:00 +02:00"], "{day:?}");
+        for (name, tz) in [("Lord_Howe", howe), ("Troll", troll), ("Berlin", BERLIN)] {
+            let all = year("*/10 * * * *", tz);
+            assert!(all.windows(2).all(|w| w[0] < w[1]), "{name}");
+        }
     }
 
     #[test]
