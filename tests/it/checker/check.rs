@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::history::{from_wall_ms, CancelBy, Fault, Got, Op, Res, What};
+use super::history::{from_wall_ms, CancelBy, Fault, Got, OnDuplicate, Op, Pushed, Res, What};
 use super::workload::{CAP, LIMITED, PAUSED};
 
 /// How long before Redis lost its writes an ack answered 200 may still
@@ -160,6 +160,52 @@ struct Push<'a> {
     biz_key: Option<&'a str>,
 }
 
+/// How a push with `onDuplicate` (debounce) may have changed a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    /// Answered ok as `replaced` or `extended` with the message's id.
+    Applied,
+    /// No definite answer (unknown, or failed: counted as maybe applied
+    /// too) on the message's topic and bizKey.
+    Maybe,
+    /// Answered ok as changing nothing of it (`in_flight`, `not_later`)
+    /// or as another message (a fresh push, or the key's other holder):
+    /// what it wrote to the journal can come back only when Redis lost
+    /// its writes (a restore reads the journal).
+    OnlyIfLost,
+    No,
+}
+
+/// What `p` (a push with `onDuplicate` in `op`) may have done to message
+/// `id` of `key` (its topic and bizKey).
+fn touch(op: &Op, p: &Pushed, id: &str, key: Option<(&str, &str)>) -> Touch {
+    let same_key = key.is_some_and(|(t, k)| p.topic == t && p.biz_key.as_deref() == Some(k));
+    if op.res != Res::Ok {
+        return if same_key { Touch::Maybe } else { Touch::No };
+    }
+    if p.duplicate && p.id.as_deref() == Some(id) {
+        if p.answered("replaced") || p.answered("extended") {
+            return Touch::Applied;
+        }
+        return Touch::OnlyIfLost;
+    }
+    if same_key {
+        Touch::OnlyIfLost
+    } else {
+        Touch::No
+    }
+}
+
+/// A change that may have set a message's due time: its push, a
+/// reschedule, a replace or an extend. `at`: the earliest due time it
+/// could set, on the history's scale; `definite`: answered as applied.
+struct Change<'a> {
+    op: &'a Op,
+    at: i64,
+    definite: bool,
+    origin: bool,
+}
+
 /// The violations by invariant: how many, and the first
 /// [`KEPT_EXAMPLES`] of each.
 #[derive(Default)]
@@ -207,8 +253,13 @@ pub fn check(
 ) -> (Violations, Value) {
     let mut v = Violations::default();
     let mut pushes: HashMap<&str, Push> = HashMap::new();
-    // Bodies of pushes that got no definite answer: they may exist.
-    let mut maybe: HashMap<&str, (&Op, i64)> = HashMap::new();
+    // Bodies of pushes that got no definite answer: they may exist (a
+    // replace or extend whose holder ended is a new message too).
+    let mut maybe: HashMap<&str, (&Op, &Pushed)> = HashMap::new();
+    // Pushes with onDuplicate (debounce) by topic and bizKey.
+    let mut debounces: HashMap<(&str, &str), Vec<(&Op, &Pushed)>> = HashMap::new();
+    // The topic and bizKey of each message an answer named.
+    let mut key_of: HashMap<&str, (&str, &str)> = HashMap::new();
     let mut deliveries: Vec<Delivery> = Vec::new();
     // id → (ack op, answered consumed)
     let mut acks: HashMap<&str, Vec<(&Op, bool)>> = HashMap::new();
@@ -225,6 +276,17 @@ pub fn check(
         match &op.what {
             What::Push { msgs } => {
                 for p in msgs {
+                    if let Some(k) = &p.biz_key {
+                        if p.on_duplicate.is_some() {
+                            debounces
+                                .entry((p.topic.as_str(), k.as_str()))
+                                .or_default()
+                                .push((op, p));
+                        }
+                        if let (Some(id), Res::Ok) = (&p.id, op.res) {
+                            key_of.insert(id, (p.topic.as_str(), k.as_str()));
+                        }
+                    }
                     match (&p.id, op.res) {
                         (Some(id), Res::Ok) if !p.duplicate => {
                             pushes.insert(
@@ -239,7 +301,10 @@ pub fn check(
                             );
                         }
                         (_, Res::Unknown) => {
-                            maybe.insert(&p.body, (op, p.delay));
+                            maybe.insert(&p.body, (op, p));
+                        }
+                        (_, Res::Fail) if p.on_duplicate.is_some() => {
+                            maybe.insert(&p.body, (op, p));
                         }
                         _ => {}
                     }
@@ -339,37 +404,153 @@ pub fn check(
     const STALE_WRITE: &str =
         "an ack or cancel a failed-over Redis Cluster master answered after it resumed, lost with its data, before the reconciler's pass";
 
-    // Nothing delivered that was never pushed; bodies intact.
-    let mut bound_of: HashMap<&str, i64> = HashMap::new();
+    // Unknown pushes by topic and bizKey: what may have made a message an
+    // answer named but no push answered.
+    let mut maybe_by_key: HashMap<(&str, &str), Vec<(&Op, &Pushed)>> = HashMap::new();
+    for (op, p) in maybe.values() {
+        if let Some(k) = &p.biz_key {
+            maybe_by_key
+                .entry((p.topic.as_str(), k.as_str()))
+                .or_default()
+                .push((op, p));
+        }
+    }
+    // Each message delivered: the pushes that may have made it (the one
+    // answered with its id, or those that got no definite answer with its
+    // body, or with its topic and bizKey), and its topic and bizKey.
+    let mut origins: HashMap<&str, Vec<(&Op, i64, &str)>> = HashMap::new();
+    let mut keys: HashMap<&str, (&str, &str)> = HashMap::new();
     for d in &deliveries {
         let id = d.got.id.as_str();
+        if origins.contains_key(id) {
+            continue;
+        }
+        let mut list: Vec<(&Op, i64, &str)> = Vec::new();
+        let mut key = key_of.get(id).copied();
         match pushes.get(id) {
-            Some(p) => {
-                if p.body != d.got.body {
-                    v.add(
-                        "body",
-                        format!("{id}: pushed {:?}, delivered {:?}", p.body, d.got.body),
-                    );
+            Some(p) => list.push((p.op, p.op.invoke + p.delay * 1000, p.body)),
+            None => {
+                if let Some((op, p)) = maybe.get(d.got.body.as_str()) {
+                    list.push((op, op.invoke + p.delay * 1000, p.body.as_str()));
+                    if key.is_none() {
+                        key = p.biz_key.as_deref().map(|k| (p.topic.as_str(), k));
+                    }
                 }
-                bound_of.insert(id, p.op.invoke + p.delay * 1000);
+                for (op, p) in key.and_then(|k| maybe_by_key.get(&k)).into_iter().flatten() {
+                    if !list.iter().any(|o| o.2 == p.body) {
+                        list.push((op, op.invoke + p.delay * 1000, p.body.as_str()));
+                    }
+                }
             }
-            None => match maybe.get(d.got.body.as_str()) {
-                Some((op, delay)) => {
-                    bound_of.insert(id, op.invoke + delay * 1000);
-                }
-                None => v.add(
-                    "phantom",
-                    format!("{id} ({:?}) delivered, never pushed", d.got.body),
-                ),
-            },
+        }
+        if let Some(k) = key {
+            keys.insert(id, k);
+        }
+        origins.insert(id, list);
+    }
+    // The pushes with onDuplicate that may have changed message `id`.
+    let touching = |id: &str| -> Vec<(&Op, &Pushed, Touch)> {
+        let key = keys.get(id).copied();
+        key.and_then(|k| debounces.get(&k))
+            .into_iter()
+            .flatten()
+            .map(|(op, p)| (*op, *p, touch(op, p, id, key)))
+            .filter(|t| t.2 != Touch::No)
+            .collect()
+    };
+    let mut excused_by: BTreeMap<&'static str, u64> = BTreeMap::new();
+    const REPLACE_LOST: &str =
+        "a replace lost by Redis, delivered with a former body until a restore reads the journal's";
+
+    // Nothing delivered that was never pushed; bodies intact: a delivered
+    // body is its push's or one of its replaces' (answered replaced, or
+    // with no definite answer), sent before the poll was answered.
+    // Replaced: a poll sent after a replace was answered `replaced` hands
+    // out that replace's body, or that of a replace that may have been
+    // applied after it (not answered before it was sent), unless Redis
+    // lost its writes between (the documented window).
+    for d in &deliveries {
+        let id = d.got.id.as_str();
+        let body = d.got.body.as_str();
+        let origin = &origins[id];
+        if origin.is_empty() {
+            v.add(
+                "phantom",
+                format!("{id} ({body:?}) delivered, never pushed"),
+            );
+            continue;
+        }
+        let touched = touching(id);
+        let replaces: Vec<&(&Op, &Pushed, Touch)> = touched
+            .iter()
+            .filter(|(op, p, _)| {
+                p.on_duplicate == Some(OnDuplicate::Replace) && op.invoke < d.op.complete
+            })
+            .collect();
+        let could = origin.iter().any(|o| o.2 == body)
+            || replaces
+                .iter()
+                .any(|(_, p, t)| *t != Touch::OnlyIfLost && p.body == body);
+        if !could {
+            let lost_replace = replaces.iter().find(|(op, p, t)| {
+                *t == Touch::OnlyIfLost && p.body == body && lost_between(op.invoke, d.op.complete)
+            });
+            if lost_replace.is_some() {
+                *excused_by
+                    .entry("a replace answered in_flight or as another message, its journal row read by a restore after Redis lost its writes")
+                    .or_default() += 1;
+            } else {
+                v.add(
+                    "body",
+                    format!(
+                        "{id}: pushed {:?}, delivered {body:?}, neither its push's nor a replace's that may have been applied ({} replaces sent before the poll was answered)",
+                        origin[0].2,
+                        replaces.len()
+                    ),
+                );
+            }
+            continue;
+        }
+        for (r, rp, _) in replaces.iter().filter(|(op, p, t)| {
+            *t == Touch::Applied && p.answered("replaced") && op.complete < d.op.invoke
+        }) {
+            let later = replaces.iter().any(|(op, p, t)| {
+                *t != Touch::OnlyIfLost && op.complete > r.invoke && p.body == body
+            });
+            if rp.body == body || later {
+                continue;
+            }
+            if lost_between(r.invoke, d.op.complete) {
+                *excused_by.entry(REPLACE_LOST).or_default() += 1;
+            } else {
+                v.add(
+                    "replaced",
+                    format!(
+                        "{id}: delivered {body:?} by a poll at {}..{} ms via :{}, after a replace with {:?} was answered replaced at {}..{} ms via :{} (and no replace that may have come after it has that body)",
+                        ms(d.op.invoke),
+                        ms(d.op.complete),
+                        d.op.node,
+                        rp.body,
+                        ms(r.invoke),
+                        ms(r.complete),
+                        r.node
+                    ),
+                );
+            }
+            break;
         }
     }
 
     // Never early: by the test host's clock, a hand-out arrives no
-    // earlier than the push's invocation plus its delay, or the latest
-    // reschedule's (one that may have been applied counts as early as it
-    // could make the message due).
-    let mut excused_by: BTreeMap<&'static str, u64> = BTreeMap::new();
+    // earlier than the invocation plus the delay of the last change of its
+    // due time: its push, a reschedule, a replace or an extend. Any change
+    // that may have been applied (no definite answer, or answered while
+    // the poll ran) may be that last one, unless one answered as applied
+    // was sent after it was answered and answered before the poll was
+    // sent (and Redis lost nothing between: a lost reschedule or replace
+    // runs at the former time, the documented window). An extend only
+    // moves a due time later, so one with no definite answer changes no
+    // bound.
     let mut lateness_in: Vec<i64> = Vec::new();
     let mut lateness_out: Vec<i64> = Vec::new();
     // The same for messages due by a reschedule: how late its answer's
@@ -379,42 +560,79 @@ pub fn check(
     let mut first_seen: HashSet<&str> = HashSet::new();
     for d in &deliveries {
         let id = d.got.id.as_str();
-        let Some(&pushed) = bound_of.get(id) else {
+        let origin = &origins[id];
+        if origin.is_empty() {
             continue;
-        };
-        let mut bound = pushed;
-        // What the bound would be had no reschedule Redis lost been
-        // lost: such a reschedule runs at the former time until the
-        // reconciler or a restore reads the journal's (docs/src/concepts.md, "What can
-        // still come back"), the documented window.
-        let mut unlost = pushed;
-        // Due by a reschedule answered `rescheduled` before the poll.
-        let mut moved = false;
+        }
+        let pushed = origin.iter().map(|o| o.1).min().unwrap_or(i64::MAX);
+        let mut changes: Vec<Change> = origin
+            .iter()
+            .map(|(op, at, _)| Change {
+                op,
+                at: *at,
+                definite: false,
+                origin: true,
+            })
+            .collect();
         for (r, delay, rescheduled) in reschedules.get(id).into_iter().flatten() {
-            let at = r.invoke + delay * 1000;
-            let lost = lost_between(r.invoke, d.op.complete);
-            if r.complete < d.op.invoke && r.res == Res::Ok && *rescheduled {
-                unlost = at;
-                moved = true;
-                bound = if lost { bound.min(at) } else { at };
-            } else if r.invoke < d.op.complete && r.res == Res::Unknown
-                || (r.invoke < d.op.complete && r.complete >= d.op.invoke && *rescheduled)
-            {
-                bound = bound.min(at);
-                unlost = unlost.min(at);
+            if r.res == Res::Ok && *rescheduled || r.res == Res::Unknown {
+                changes.push(Change {
+                    op: r,
+                    at: r.invoke + delay * 1000,
+                    definite: r.res == Res::Ok,
+                    origin: false,
+                });
             }
         }
+        for (op, p, t) in touching(id) {
+            let replace = p.on_duplicate == Some(OnDuplicate::Replace);
+            if t == Touch::Applied || (t == Touch::Maybe && replace) {
+                changes.push(Change {
+                    op,
+                    at: op.invoke + p.delay * 1000,
+                    definite: t == Touch::Applied,
+                    origin: false,
+                });
+            }
+        }
+        let last = |c: &Change, honour_loss: bool| {
+            c.op.invoke < d.op.complete
+                && !changes.iter().any(|e| {
+                    e.definite
+                        && e.op.complete < d.op.invoke
+                        && e.op.invoke > c.op.complete
+                        && !(honour_loss && lost_between(e.op.invoke, d.op.complete))
+                })
+        };
+        let bound = changes
+            .iter()
+            .filter(|c| last(c, true))
+            .map(|c| c.at)
+            .min()
+            .unwrap_or(pushed);
+        // What the bound would be had no change Redis lost been lost.
+        let unlost = changes
+            .iter()
+            .filter(|c| last(c, false))
+            .map(|c| c.at)
+            .min()
+            .unwrap_or(pushed);
+        // Due by a reschedule, replace or extend answered before the poll.
+        let moved = changes
+            .iter()
+            .any(|c| c.definite && !c.origin && c.op.complete < d.op.invoke);
         if d.op.complete >= bound && d.op.complete < unlost {
             *excused_by
-                .entry("reschedule lost by Redis, delivered at its former time")
+                .entry("a reschedule or replace lost by Redis, delivered at its former time")
                 .or_default() += 1;
         }
         if d.op.complete < bound {
             v.add(
                 "early",
                 format!(
-                    "{id}: arrived {} ms before its due time ({} ms by the push's or reschedule's invocation and delay; poll {}..{} ms via :{})",
+                    "{id}: arrived {} ms before its due time ({} ms by the push's, reschedule's, replace's or extend's invocation and delay; pushed due at {} ms; poll {}..{} ms via :{})",
                     ms(bound - d.op.complete),
+                    ms(bound),
                     ms(pushed),
                     ms(d.op.invoke),
                     ms(d.op.complete),
@@ -475,6 +693,36 @@ pub fn check(
                     ),
                 }
             }
+        }
+    }
+
+    // Answers are true (debounce): a push with onDuplicate answered as a
+    // duplicate says what it did, with the due time it left the message
+    // at, except `in_flight` (nothing changed, no due time).
+    for (op, p) in debounces.values().flatten() {
+        if op.res != Res::Ok || !p.duplicate {
+            continue;
+        }
+        let fits = match (p.on_duplicate, p.result.as_deref()) {
+            (Some(OnDuplicate::Replace), Some("replaced"))
+            | (Some(OnDuplicate::Extend), Some("extended" | "not_later")) => p.due_time.is_some(),
+            (_, Some("in_flight")) => p.due_time.is_none(),
+            _ => false,
+        };
+        if !fits {
+            v.add(
+                "answer",
+                format!(
+                    "{}: a push with onDuplicate {:?} answered duplicate with result {:?} and dueTime {:?} ({}..{} ms via :{})",
+                    p.id.as_deref().unwrap_or_default(),
+                    p.on_duplicate.map_or("", |m| m.name()),
+                    p.result,
+                    p.due_time,
+                    ms(op.invoke),
+                    ms(op.complete),
+                    op.node
+                ),
+            );
         }
     }
 
@@ -725,6 +973,19 @@ pub fn check(
             .entry(op.res.name())
             .or_default() += 1;
     }
+    // Pushes with onDuplicate by mode and answer (`new`: its key's
+    // holder had ended, so it was pushed as a new message).
+    let mut debounced: BTreeMap<String, u64> = BTreeMap::new();
+    for (op, p) in debounces.values().flatten() {
+        let mode = p.on_duplicate.map_or("", |m| m.name());
+        let answer = match (op.res, &p.result) {
+            (Res::Ok, Some(r)) => r.as_str(),
+            (Res::Ok, None) if !p.duplicate => "new",
+            (Res::Ok, None) => "duplicate",
+            (res, _) => res.name(),
+        };
+        *debounced.entry(format!("{mode} {answer}")).or_default() += 1;
+    }
     let mut fault_counts: BTreeMap<&str, u64> = BTreeMap::new();
     for f in faults {
         *fault_counts.entry(f.kind).or_default() += 1;
@@ -739,6 +1000,7 @@ pub fn check(
             "cancelled": deleted_ok.len(),
             "nacked": nacked.len(),
         },
+        "debounce": debounced,
         "faults": fault_counts,
         "violations": violations_json(&v),
         "in_the_documented_windows": excused_by,
@@ -815,6 +1077,127 @@ mod windows {
         // A restart loses what came before it, at once.
         let restart = fault("redis_restart_empty", 467_262, 468_000);
         assert_eq!(lost_at(&restart, &ack), Some(467_262_000));
+    }
+
+    fn pushed(id: Option<&str>, body: &str, delay: i64, on: Option<OnDuplicate>) -> Pushed {
+        Pushed {
+            id: id.map(str::to_string),
+            topic: "chk".into(),
+            body: body.into(),
+            delay,
+            biz_key: Some("k".into()),
+            duplicate: on.is_some() && id.is_some(),
+            on_duplicate: on,
+            result: None,
+            due_time: None,
+        }
+    }
+
+    fn push_op(invoke_ms: i64, complete_ms: i64, res: Res, p: Pushed) -> Op {
+        Op {
+            res,
+            what: What::Push { msgs: vec![p] },
+            ..op(invoke_ms, complete_ms)
+        }
+    }
+
+    fn replace_op(invoke_ms: i64, complete_ms: i64, res: Res, body: &str, result: &str) -> Op {
+        let mut p = pushed(
+            (res == Res::Ok).then_some("1"),
+            body,
+            0,
+            Some(OnDuplicate::Replace),
+        );
+        p.result = (res == Res::Ok).then(|| result.to_string());
+        p.due_time = (res == Res::Ok && result != "in_flight").then_some(0);
+        push_op(invoke_ms, complete_ms, res, p)
+    }
+
+    fn poll_op(invoke_ms: i64, complete_ms: i64, body: &str) -> Op {
+        Op {
+            what: What::Poll {
+                consumer: 0,
+                topic: "chk".into(),
+                got: vec![Got {
+                    id: "1".into(),
+                    topic: "chk".into(),
+                    body: body.into(),
+                    receipt: "r".into(),
+                    ttl: 1_000,
+                }],
+                acks: vec![],
+            },
+            ..op(invoke_ms, complete_ms)
+        }
+    }
+
+    fn found(ops: &[Op], faults: &[Fault]) -> Vec<&'static str> {
+        let (v, _) = check(ops, faults, &HashMap::new(), 0);
+        v.0.keys().copied().filter(|k| *k != "lost").collect()
+    }
+
+    /// A poll sent after a replace was answered `replaced` hands out its
+    /// body, or that of a replace that may have come after it; the
+    /// former body only inside a Redis loss; one answered `in_flight`
+    /// changes nothing; a replace that may have been applied may make the
+    /// message due as early as it says.
+    #[test]
+    fn a_replace_answered_replaced_is_what_is_delivered() {
+        let push = push_op(0, 10, Res::Ok, pushed(Some("1"), "v0", 60_000, None));
+        let replaced = replace_op(100, 110, Res::Ok, "v1", "replaced");
+        // Its own body, due at once: not early.
+        let ops = vec![push.clone(), replaced.clone(), poll_op(200, 210, "v1")];
+        assert_eq!(found(&ops, &[]), Vec::<&str>::new());
+        // The push's body after the answer: a stale body.
+        let ops = vec![push.clone(), replaced.clone(), poll_op(200, 210, "v0")];
+        assert_eq!(found(&ops, &[]), vec!["replaced"]);
+        // Unless Redis lost its writes between: the former body, at the
+        // replace's time or the former one.
+        let loss = vec![fault("redis_restart_empty", 150, 160)];
+        assert_eq!(found(&ops, &loss), Vec::<&str>::new());
+        // A poll sent before the answer may get either, as early as the
+        // replace made it due.
+        let ops = vec![push.clone(), replaced.clone(), poll_op(105, 120, "v0")];
+        assert_eq!(found(&ops, &[]), Vec::<&str>::new());
+        // A later replace with no answer may be what the poll got, and
+        // may have made it due at once.
+        let ops = vec![
+            push.clone(),
+            replaced.clone(),
+            replace_op(150, 20_000, Res::Unknown, "v2", ""),
+            poll_op(200, 210, "v2"),
+        ];
+        assert_eq!(found(&ops, &[]), Vec::<&str>::new());
+        // A replace answered before the one answered replaced was sent
+        // is not.
+        let ops = vec![
+            push.clone(),
+            replace_op(20, 30, Res::Ok, "v2", "replaced"),
+            replaced.clone(),
+            poll_op(200, 210, "v2"),
+        ];
+        assert_eq!(found(&ops, &[]), vec!["replaced"]);
+        // One answered in_flight changes nothing: its body is not the
+        // message's, and its delay does not make it due.
+        let ops = vec![
+            push.clone(),
+            replace_op(100, 110, Res::Ok, "v3", "in_flight"),
+            poll_op(200, 210, "v3"),
+        ];
+        assert_eq!(found(&ops, &[]), vec!["body", "early"]);
+        let ops = vec![
+            push.clone(),
+            replace_op(100, 110, Res::Ok, "v3", "in_flight"),
+            poll_op(200, 210, "v0"),
+        ];
+        assert_eq!(found(&ops, &[]), vec!["early"]);
+        // An answer `replaced` says the due time it set; `in_flight` none.
+        let mut no_due = replaced.clone();
+        if let What::Push { msgs } = &mut no_due.what {
+            msgs[0].due_time = None;
+        }
+        let ops = vec![push.clone(), no_due, poll_op(200, 210, "v1")];
+        assert_eq!(found(&ops, &[]), vec!["answer"]);
     }
 
     /// The stale master's lost acks are excused until the reconciler's

@@ -68,6 +68,37 @@ pub struct Pushed {
     pub biz_key: Option<String>,
     /// Answered with the id of a live message of the same bizKey.
     pub duplicate: bool,
+    /// Debounce: a push again on a bizKey pushed before, with
+    /// `onDuplicate` `replace` (a new body and delay) or `extend` (a new
+    /// delay).
+    pub on_duplicate: Option<OnDuplicate>,
+    /// Its answer when it was a duplicate: `replaced`, `extended`,
+    /// `not_later` or `in_flight`, and the due time answered (wall ms)
+    /// with the first three.
+    pub result: Option<String>,
+    pub due_time: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDuplicate {
+    Replace,
+    Extend,
+}
+
+impl OnDuplicate {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnDuplicate::Replace => "replace",
+            OnDuplicate::Extend => "extend",
+        }
+    }
+}
+
+impl Pushed {
+    /// Answered ok as the given result on a live message (the answer's id).
+    pub fn answered(&self, result: &str) -> bool {
+        self.duplicate && self.result.as_deref() == Some(result)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +184,12 @@ impl What {
     pub fn kind(&self) -> &'static str {
         match self {
             What::Push { msgs } if msgs.len() > 1 => "push_batch",
+            What::Push { msgs } if msgs[0].on_duplicate == Some(OnDuplicate::Replace) => {
+                "push_replace"
+            }
+            What::Push { msgs } if msgs[0].on_duplicate == Some(OnDuplicate::Extend) => {
+                "push_extend"
+            }
             What::Push { .. } => "push",
             What::Poll { acks, .. } if !acks.is_empty() => "poll_with_acks",
             What::Poll { .. } => "poll",

@@ -12,8 +12,10 @@
 //! - [`workload`]: pushes (single and batch, with bizKeys) to three topics
 //!   (one paused and resumed now and then, one with a rate limit and a
 //!   concurrency cap), cancels by id, by bizKey and by bizKey prefix after a tenth of the
-//!   pushes, reschedules, consumers acking alone or in their next poll,
-//!   nacking, and stalling past the ttl to come back late.
+//!   pushes, reschedules, debounce (a push again on a recent bizKey with
+//!   `onDuplicate` `replace`, a new body and delay, or `extend`, a new
+//!   delay), consumers acking alone or in their next poll, nacking, and
+//!   stalling past the ttl to come back late.
 //! - [`series`]: recurring messages (`repeat: {every, times: 3}`) on a
 //!   topic of their own, with their own record and invariants (each
 //!   occurrence never early, none handed out again after its ack, one
@@ -26,18 +28,23 @@
 //!   node and Redis, the database or ZooKeeper, the database out of reach
 //!   of every node, and (PostgreSQL) the database refusing every write.
 //! - [`check`]: the invariants, from the history alone (the server's state
-//!   only as a final read): never early (by the host's clock), nothing
-//!   lost, nothing revived (outside the documented window, which it
-//!   names), one consumer at a time, the cap never exceeded, answers true
-//!   (cancels, pauses), nothing phantom, bodies intact.
+//!   only as a final read): never early (by the host's clock, from the
+//!   earliest due time any push, reschedule, replace or extend that may
+//!   have been applied last could set), nothing lost, nothing revived
+//!   (outside the documented window, which it names), one consumer at a
+//!   time, the cap never exceeded, answers true (cancels, pauses),
+//!   nothing phantom, bodies intact (the push's or a replace's), and
+//!   replaced (a poll sent after a replace was answered `replaced` hands
+//!   out its body or that of a replace that may have come after it; one
+//!   answered `in_flight` changes nothing).
 //!
 //! `DELAYQ_CHECKER_SEED` (a fresh random seed when unset, printed so a
 //! failure can be replayed), `DELAYQ_CHECKER_SECS` (how long the nemesis
 //! runs), `DELAYQ_CHECKER_CONFIG` (`single-mariadb`, `single-postgres`,
 //! `cluster-mariadb`, `cluster-postgres`; by the seed when unset) and
 //! `DELAYQ_CHECKER_PLANT` (`early`, `lost`, `revived`, `doubled`,
-//! `answer`: a planted bug the checker must catch). `scripts/check-faults`
-//! runs it long.
+//! `answer`, `stale`: a planted bug the checker must catch).
+//! `scripts/check-faults` runs it long.
 
 mod check;
 mod history;
@@ -61,12 +68,13 @@ use workload::{World, LIMITED, MAIN, PAUSED};
 
 /// The planted bugs, each with the invariant it must break and the fault
 /// that plants it in the nodes.
-pub const PLANTS: [(&str, &str, &str); 5] = [
+pub const PLANTS: [(&str, &str, &str); 6] = [
     ("early", "early", "plant_early"),
     ("lost", "lost", "plant_lost"),
     ("revived", "revived", "plant_revived"),
     ("doubled", "doubled", "ignore_receipts"),
     ("answer", "answer", "plant_answer"),
+    ("stale", "replaced", "plant_stale_body"),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -428,9 +436,22 @@ fn explain(
             let id = first.split(':').next().unwrap_or_default().trim();
             let _ = writeln!(out, "checker: {invariant}: {first}");
             let mut around = (i64::MAX, i64::MIN);
+            // Its topic and bizKey: a push with onDuplicate on it may have
+            // changed it.
+            let key = ops.iter().find_map(|op| match &op.what {
+                What::Push { msgs } => msgs
+                    .iter()
+                    .find(|p| p.id.as_deref() == Some(id) && p.biz_key.is_some())
+                    .map(|p| (p.topic.clone(), p.biz_key.clone())),
+                _ => None,
+            });
             for op in ops {
                 let names = match &op.what {
-                    What::Push { msgs } => msgs.iter().any(|p| p.id.as_deref() == Some(id)),
+                    What::Push { msgs } => msgs.iter().any(|p| {
+                        p.id.as_deref() == Some(id)
+                            || p.on_duplicate.is_some()
+                                && key.as_ref() == Some(&(p.topic.clone(), p.biz_key.clone()))
+                    }),
                     What::Poll { got, acks, .. } => {
                         got.iter().any(|g| g.id == id) || acks.iter().any(|a| a.0 == id)
                     }

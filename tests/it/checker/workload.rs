@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::history::{now, CancelBy, Got, History, Pushed, Res, What};
+use super::history::{now, CancelBy, Got, History, OnDuplicate, Pushed, Res, What};
 
 /// The topics: the main one, one paused and resumed now and then, one
 /// with a rate limit and a concurrency cap.
@@ -22,6 +22,9 @@ pub const CAP: usize = 4;
 const RECENT: usize = 60;
 /// One delivery in this many stalls past its ttl before its ack or nack.
 const STALL_ONE_IN: u8 = 10;
+/// Of a hundred messages pushed, this many push again on a recent bizKey
+/// with `onDuplicate` (debounce).
+const DEBOUNCE_PERCENT: u8 = 8;
 
 pub struct World {
     pub ports: RwLock<Vec<Option<u16>>>,
@@ -86,11 +89,28 @@ impl World {
         let recent = self.recent.lock().unwrap();
         (!recent.is_empty()).then(|| recent[rng.usize(..recent.len())].clone())
     }
+
+    /// The topic and bizKey of a recent push answered ok that had one.
+    fn pick_recent_key(&self, rng: &mut fastrand::Rng) -> Option<(String, String)> {
+        let recent = self.recent.lock().unwrap();
+        let keyed: Vec<(&String, &String)> = recent
+            .iter()
+            .filter_map(|(_, topic, key)| Some((topic, key.as_ref()?)))
+            .collect();
+        (!keyed.is_empty()).then(|| {
+            let (topic, key) = keyed[rng.usize(..keyed.len())];
+            (topic.clone(), key.clone())
+        })
+    }
 }
 
 /// Pushes (one at a time or in batches, with a bizKey or without) to the
 /// three topics; a tenth of them are followed by a cancel of a recent
-/// message, by id, by bizKey or by bizKey prefix.
+/// message, by id, by bizKey or by bizKey prefix. Some messages
+/// ([`DEBOUNCE_PERCENT`]) push again on the bizKey of a recent push
+/// answered ok, with `onDuplicate` `replace` (a new body, a new delay) or
+/// `extend` (a new delay); every body is new, so a delivered body names
+/// the push or replace it came from.
 pub async fn producer(w: Arc<World>, me: u64) {
     let mut rng = fastrand::Rng::with_seed(w.seed * 1_000 + me);
     let mut n = 0u64;
@@ -107,6 +127,28 @@ pub async fn producer(w: Arc<World>, me: u64) {
         let msgs: Vec<Pushed> = (0..count)
             .map(|_| {
                 n += 1;
+                let body = format!("b{}-{me}-{n}", w.seed);
+                let delay = rng.i64(0..3_000);
+                if rng.u8(..100) < DEBOUNCE_PERCENT {
+                    if let Some((topic, key)) = w.pick_recent_key(&mut rng) {
+                        let mode = if rng.bool() {
+                            OnDuplicate::Replace
+                        } else {
+                            OnDuplicate::Extend
+                        };
+                        return Pushed {
+                            id: None,
+                            topic,
+                            body,
+                            delay,
+                            biz_key: Some(key),
+                            duplicate: false,
+                            on_duplicate: Some(mode),
+                            result: None,
+                            due_time: None,
+                        };
+                    }
+                }
                 let topic = match rng.u8(..10) {
                     0 => PAUSED,
                     1 => LIMITED,
@@ -115,10 +157,13 @@ pub async fn producer(w: Arc<World>, me: u64) {
                 Pushed {
                     id: None,
                     topic: topic.to_string(),
-                    body: format!("b{}-{me}-{n}", w.seed),
-                    delay: rng.i64(0..3_000),
+                    body,
+                    delay,
                     biz_key: rng.bool().then(|| format!("k{}-{me}-{n}", w.seed)),
                     duplicate: false,
+                    on_duplicate: None,
+                    result: None,
+                    due_time: None,
                 }
             })
             .collect();
@@ -129,6 +174,9 @@ pub async fn producer(w: Arc<World>, me: u64) {
             });
             if let Some(k) = &p.biz_key {
                 m["bizKey"] = json!(k);
+            }
+            if let Some(mode) = p.on_duplicate {
+                m["onDuplicate"] = json!(mode.name());
             }
             m
         };
@@ -184,8 +232,34 @@ pub async fn producer(w: Arc<World>, me: u64) {
                     })
                     .unwrap_or_default()
             };
+            // What a push with onDuplicate did to the live message:
+            // index → (result, dueTime).
+            let updates: Vec<(usize, String, Option<i64>)> = if single {
+                v["result"]
+                    .as_str()
+                    .map(|r| (0, r.to_string(), v["dueTime"].as_i64()))
+                    .into_iter()
+                    .collect()
+            } else {
+                v["updates"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|u| {
+                        Some((
+                            u["index"].as_u64()? as usize,
+                            u["result"].as_str()?.to_string(),
+                            u["dueTime"].as_i64(),
+                        ))
+                    })
+                    .collect()
+            };
             for (i, (p, id)) in msgs.iter_mut().zip(ids).enumerate() {
                 p.duplicate = dups.contains(&i);
+                if let Some((_, result, due)) = updates.iter().find(|u| u.0 == i) {
+                    p.result = Some(result.clone());
+                    p.due_time = *due;
+                }
                 if !p.duplicate {
                     w.remember(id.clone(), p.topic.clone(), p.biz_key.clone());
                 }
