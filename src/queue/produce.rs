@@ -7,7 +7,7 @@ use super::replace::Replaced;
 use super::state::Queue;
 use crate::actors::router::Schedule;
 use crate::journal::InsertOutcome;
-use crate::message::{Draft, Message, MessageId, OnDuplicate, Status};
+use crate::message::{Draft, Message, MessageId, OnDuplicate, Status, When};
 
 /// What accepting a message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,7 @@ impl Queue {
     pub async fn push(&self, drafts: Vec<Draft>) -> Result<Vec<Accepted>, QueueError> {
         let mut messages = Vec::with_capacity(drafts.len());
         let modes: Vec<OnDuplicate> = drafts.iter().map(|d| d.on_duplicate).collect();
+        let whens: Vec<When> = drafts.iter().map(|d| d.when).collect();
         for draft in drafts {
             // A delay counts from the clock of the master that will hold
             // the message (on a Redis Cluster each master's clock is its
@@ -62,7 +63,14 @@ impl Queue {
                     ended.push(i);
                     continue;
                 };
-                let outcome = self.replace_holder(&holder, &messages[i], modes[i]).await?;
+                // Its delay counts from the clock of the master holding
+                // the live message (its shard's), not the new id's.
+                let mut m = messages[i].clone();
+                if m.repeat.is_none() {
+                    let shard = self.redis.keys().shard_of(accepted[i].id);
+                    m.due_time = whens[i].due(crate::clock::now_ms_for(shard));
+                }
+                let outcome = self.replace_holder(&holder, &m, modes[i]).await?;
                 if outcome == Replaced::Ended {
                     ended.push(i);
                 } else {

@@ -74,10 +74,20 @@ struct Target {
     priority: u8,
 }
 
+impl Target {
+    fn of(row: &RowBefore) -> Target {
+        Target {
+            body: row.body.clone(),
+            due: row.due,
+            priority: row.priority.clamp(0, 255) as u8,
+        }
+    }
+}
+
 impl Queue {
     /// Applies `m`'s `onDuplicate` (`replace` or `extend`) to `holder`, the
     /// live message of its `(topic, bizKey)` as the journal's insert found
-    /// it.
+    /// it. `m`'s due time is counted on the clock of the holder's shard.
     pub(super) async fn replace_holder(
         &self,
         holder: &MessageRow,
@@ -85,61 +95,60 @@ impl Queue {
         mode: OnDuplicate,
     ) -> Result<Replaced, QueueError> {
         let id = MessageId(holder.id);
-        let (replacement, outcome) = match mode {
-            OnDuplicate::Replace => (
-                Replacement {
-                    body: Some(m.body.clone()),
-                    due: m.due_time,
-                    priority: Some(i32::from(m.priority)),
-                    only_later: false,
-                },
-                DuplicateOutcome::Replaced,
-            ),
-            _ => (
-                Replacement {
-                    body: None,
-                    due: m.due_time,
-                    priority: None,
-                    only_later: true,
-                },
-                DuplicateOutcome::Extended,
-            ),
+        let extend = mode != OnDuplicate::Replace;
+        let replacement = Replacement {
+            body: (!extend).then(|| m.body.clone()),
+            due: m.due_time,
+            priority: (!extend).then(|| i32::from(m.priority)),
+            only_later: extend,
         };
         let (held, before) = self.journal.replace_message(id, replacement).await?;
-        let (status, due, priority) = match held {
-            JournalMove::Moved {
-                status,
-                due,
-                priority,
-                ..
-            } => (status, due, priority),
-            JournalMove::Kept { due, .. } => return Ok(Replaced::NotLater { due }),
+        let (status, kept) = match held {
+            JournalMove::Moved { status, .. } => (status, false),
+            // Not later than its time: nothing changed in the journal, yet
+            // Redis is still made to hold the journal's row (an earlier
+            // push may have changed the journal and not reached Redis).
+            JournalMove::Kept { status, .. } => (status, true),
             JournalMove::Ended(_) | JournalMove::NotFound => return Ok(Replaced::Ended),
         };
-        let priority = priority.clamp(0, 255) as u8;
-        let (wrote_due, wrote_priority) = (due, priority);
+        let Some(before) = before else {
+            return Ok(Replaced::Ended);
+        };
+        // What this push wrote to the row.
+        let wrote = RowBefore {
+            body: if extend {
+                before.body.clone()
+            } else {
+                m.body.clone()
+            },
+            due: if kept {
+                before.due
+            } else if extend {
+                m.due_time.max(before.due)
+            } else {
+                m.due_time
+            },
+            priority: if extend {
+                before.priority
+            } else {
+                i32::from(m.priority)
+            },
+        };
         let keys = self.redis.keys();
         let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
-        // What Redis is to hold: the journal's row, read after the change.
-        // Two pushes replacing one message at once commit in one order and
-        // may reach Redis in the other; each reads the row again after its
-        // Redis step and goes on until Redis holds what the journal holds,
-        // so the last commit is what is delivered.
-        let mut target = Target {
-            body: m.body.clone(),
-            due,
-            priority,
-        };
-        if mode != OnDuplicate::Replace {
-            match self.live_row(id).await? {
-                Some(t) => target = t,
-                None => return Ok(Replaced::Ended),
-            }
-        }
+        // What Redis is to hold: the journal's row. Two pushes replacing
+        // one message at once commit in one order and may reach Redis in
+        // the other; each reads the row again after its Redis step and
+        // goes on until Redis holds what the journal holds, so the last
+        // commit is what is delivered.
+        let mut target = Target::of(&wrote);
         let mut tries = 0;
         // Scheduled here, the journal's new state, when Redis did not hold
         // it: the next pass swaps whatever record landed first.
         let mut scheduled = false;
+        // A pass of this push changed Redis: its change took effect, even
+        // if the message is handed out, or ends, before a later pass.
+        let mut applied = false;
         let moved = loop {
             let read = self.redis.record_of(id).await?;
             let mut swap = None;
@@ -171,9 +180,13 @@ impl Queue {
                     Some(target.priority),
                     (target.due, target.priority),
                     swap.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                    extend,
                 )
                 .await?;
             tries += 1;
+            if matches!(answer, RedisMove::Moved { .. }) && swap.is_some() {
+                applied = true;
+            }
             match answer {
                 // The record is not the one read (another push swapped it),
                 // or one landed after the read found none (its score moved,
@@ -214,7 +227,21 @@ impl Queue {
                 other => break other,
             }
         };
-        let due = target.due;
+        let changed = |due: i64| {
+            if kept || (extend && due <= before.due) {
+                Replaced::NotLater { due }
+            } else if extend {
+                Replaced::Changed {
+                    outcome: DuplicateOutcome::Extended,
+                    due,
+                }
+            } else {
+                Replaced::Changed {
+                    outcome: DuplicateOutcome::Replaced,
+                    due,
+                }
+            }
+        };
         Ok(match moved {
             RedisMove::Moved { due, ready, at, .. } => {
                 let mut change = StatusChange::scheduled(id, at, shard);
@@ -223,15 +250,16 @@ impl Queue {
                 }
                 change.due = Some(due);
                 self.journal.record(vec![change]);
-                Replaced::Changed { outcome, due }
+                changed(due)
             }
-            RedisMove::InFlight => {
-                self.put_back(id, m, wrote_due, wrote_priority, before)
-                    .await?;
-                Replaced::InFlight
-            }
+            RedisMove::InFlight => self.in_flight(id, &wrote, &before, applied).await?,
+            // Ended after a pass of this push changed it: the change was
+            // delivered (or cancelled with it), and the key is not pushed
+            // again.
+            RedisMove::Finished(_) | RedisMove::Ended if applied => changed(target.due),
             RedisMove::Finished(_) | RedisMove::Ended => Replaced::Ended,
-            RedisMove::Changed => Replaced::Changed { outcome, due },
+            // Another push's pass made Redis hold the journal's state.
+            RedisMove::Changed => changed(target.due),
             // Not in Redis and not to be scheduled here: beyond the
             // horizon (the loader schedules the journal's new state), or
             // lost while scheduled (the reconciler restores it from the
@@ -239,12 +267,51 @@ impl Queue {
             RedisMove::Absent => {
                 if status == Status::WaitPut {
                     let mut change = StatusChange::waiting(id, now_ms(), shard);
-                    change.due = Some(due);
+                    change.due = Some(target.due);
                     self.journal.record(vec![change]);
                 }
-                Replaced::Changed { outcome, due }
+                changed(target.due)
             }
         })
+    }
+
+    /// Redis had handed the message out: what was handed out says whether
+    /// this push's change made it. When it did, the answer is the change's;
+    /// when not, the journal's row is put back to what Redis handed out
+    /// (if the row is still as this push left it), so the journal says
+    /// what was delivered, and the answer is `in_flight`.
+    async fn in_flight(
+        &self,
+        id: MessageId,
+        wrote: &RowBefore,
+        before: &RowBefore,
+        applied: bool,
+    ) -> Result<Replaced, QueueError> {
+        let handed = match self.redis.record_of(id).await? {
+            Some(read) => Some(record::decode(id, &read).map_err(RedisError::BadRecord)?.1),
+            None => None,
+        };
+        let delivered = handed.as_ref().map(|h| RowBefore {
+            body: h.body.clone(),
+            due: h.due_time,
+            priority: i32::from(h.priority),
+        });
+        if delivered.as_ref() == Some(wrote) && (applied || wrote != before) {
+            let outcome = if wrote.body != before.body || wrote.priority != before.priority {
+                DuplicateOutcome::Replaced
+            } else {
+                DuplicateOutcome::Extended
+            };
+            return Ok(Replaced::Changed {
+                outcome,
+                due: wrote.due,
+            });
+        }
+        if wrote != before {
+            let back = delivered.unwrap_or_else(|| before.clone());
+            self.journal.unreplace(id, wrote.clone(), back).await?;
+        }
+        Ok(Replaced::InFlight)
     }
 
     /// The journal's body, due time and priority of `id` while it is live.
@@ -260,27 +327,5 @@ impl Queue {
                 due: row.due_time,
                 priority: row.priority.clamp(0, 255) as u8,
             }))
-    }
-
-    /// A replaced row put back in the journal when Redis had handed the
-    /// message out: the journal says what was delivered.
-    async fn put_back(
-        &self,
-        id: MessageId,
-        m: &Message,
-        due: i64,
-        priority: u8,
-        before: Option<RowBefore>,
-    ) -> Result<(), QueueError> {
-        let Some(before) = before else {
-            return Ok(());
-        };
-        let wrote = RowBefore {
-            body: m.body.clone(),
-            due,
-            priority: i32::from(priority),
-        };
-        self.journal.unreplace(id, wrote, before).await?;
-        Ok(())
     }
 }

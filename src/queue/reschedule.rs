@@ -151,7 +151,7 @@ async fn move_one(
         let series = series.as_ref().map(|(_, a, b)| (a.as_str(), b.as_str()));
         match state
             .redis
-            .reschedule(id, to.due, to.priority, journal, series)
+            .reschedule(id, to.due, to.priority, journal, series, false)
             .await?
         {
             RedisMove::Changed if tries + 1 < SERIES_TRIES => tries += 1,

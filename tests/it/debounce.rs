@@ -166,6 +166,41 @@ async fn a_message_in_flight_is_left_alone(b: Backend) {
     assert_eq!(journaled(&env, &id), ("v1".to_string(), due));
     let shown = env.message(&id).await;
     assert_eq!(shown["message"]["body"], "v1", "{shown}");
+    // An extend leaves it alone too, its time included.
+    let r = push(
+        &env,
+        json!({"topic": "fl", "bizKey": "job-3", "body": "v3", "delay": 3_600_000,
+               "onDuplicate": "extend"}),
+    )
+    .await;
+    assert_eq!(r["result"], "in_flight", "{r}");
+    assert_eq!(journaled(&env, &id), ("v1".to_string(), due));
+
+    // A nack's retry wait, set in Redis: an extend to a time before it
+    // does not cut it short, whatever the journal has heard yet.
+    let nacked = env
+        .send(env.http.post(env.url(&format!("/nack/{id}?delay=2500"))))
+        .await;
+    nacked.assert_ok();
+    let retry_at = now_ms() + 2_300;
+    let r = push(
+        &env,
+        json!({"topic": "fl", "bizKey": "job-3", "body": "v4", "delay": 500,
+               "onDuplicate": "extend"}),
+    )
+    .await;
+    assert!(
+        r["dueTime"].as_i64().is_some_and(|d| d >= retry_at),
+        "an extend to 500 ms answered {r}, the retry is due at {retry_at} or later"
+    );
+    let again = env.receive_one("fl").await;
+    assert_eq!(again.id(), id);
+    assert!(
+        again.at >= retry_at,
+        "handed out again at {}, before {retry_at}",
+        again.at
+    );
+    assert_eq!(again.msg["body"], "v1");
     env.ack(&id).await.assert_ok();
     env.assert_nothing("fl", 1).await;
 }

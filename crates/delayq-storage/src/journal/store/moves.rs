@@ -115,15 +115,24 @@ const MOVE_ROW: (
 /// only when later than the row's), and its waiting-list entry moved.
 /// Gives the move and, when it changed the row, the row as it was.
 macro_rules! move_row {
-    ($c:expr, $id:expr, $due:expr, $priority:expr, $body:expr, $only_later:expr) => {{
-        let (c, id, due, priority, body, only_later): (
+    ($c:expr, $id:expr, $due:expr, $priority:expr, $body:expr, $only_later:expr, $want_before:expr) => {{
+        let (c, id, due, priority, body, only_later, want_before): (
             _,
             MessageId,
             Option<i64>,
             Option<i32>,
             Option<&str>,
             bool,
-        ) = (&mut *$c, $id, $due, $priority, $body, $only_later);
+            bool,
+        ) = (
+            &mut *$c,
+            $id,
+            $due,
+            $priority,
+            $body,
+            $only_later,
+            $want_before,
+        );
         match c.move_read(id.0)? {
             None => (JournalMove::NotFound, None),
             Some((code, _, _, _)) if Status::from_code(code).is_some_and(Status::is_terminal) => (
@@ -136,13 +145,26 @@ macro_rules! move_row {
                     && priority.is_none()
                     && body.is_none() =>
             {
+                let before = if want_before {
+                    let old_body: String = message::table
+                        .filter(message::id.eq(id.0))
+                        .select(message::body)
+                        .first(c)?;
+                    Some(RowBefore {
+                        body: old_body,
+                        due: old_due,
+                        priority: old_priority,
+                    })
+                } else {
+                    None
+                };
                 (
                     JournalMove::Kept {
                         status: Status::from_code(code).unwrap_or(Status::WaitPut),
                         due: old_due,
                         priority: old_priority,
                     },
-                    None,
+                    before,
                 )
             }
             Some((code, old_due, old_priority, occurrence)) => {
@@ -154,17 +176,18 @@ macro_rules! move_row {
                 let live = message::table
                     .filter(message::id.eq(id.0))
                     .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
-                let before = match body {
-                    None => None,
-                    Some(b) => {
-                        let old_body: String = message::table
-                            .filter(message::id.eq(id.0))
-                            .select(message::body)
-                            .first(c)?;
-                        diesel::update(live).set(message::body.eq(b)).execute(c)?;
-                        Some(old_body)
-                    }
+                let before = if body.is_some() || want_before {
+                    let old_body: String = message::table
+                        .filter(message::id.eq(id.0))
+                        .select(message::body)
+                        .first(c)?;
+                    Some(old_body)
+                } else {
+                    None
                 };
+                if let Some(b) = body {
+                    diesel::update(live).set(message::body.eq(b)).execute(c)?;
+                }
                 match (due, priority) {
                     (Some(d), Some(p)) => diesel::update(live)
                         .set((message::due_time.eq(d), message::priority.eq(p)))
@@ -231,7 +254,7 @@ pub fn move_messages(
     with_conn!(conn, c => c.transaction(|c| {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push(move_row!(c, *id, due, priority, None::<&str>, false).0);
+            out.push(move_row!(c, *id, due, priority, None::<&str>, false, false).0);
         }
         Ok::<_, diesel::result::Error>(out)
     }))
@@ -240,7 +263,7 @@ pub fn move_messages(
 
 /// Replaces what `r` names in the live message `id` (a push's
 /// `onDuplicate`), in one transaction: its move, and the row as it was
-/// when it changed (for [`unreplace`]).
+/// (for [`unreplace`]; also when nothing changed).
 pub fn replace_message(
     conn: &mut JournalConn,
     id: MessageId,
@@ -253,7 +276,8 @@ pub fn replace_message(
             Some(r.due),
             r.priority,
             r.body.as_deref(),
-            r.only_later
+            r.only_later,
+            true
         ))
     }))
     .map_err(JournalError::from)

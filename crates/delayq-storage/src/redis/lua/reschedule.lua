@@ -8,7 +8,10 @@
 -- (due time and priority, for one Redis does not hold), ARGV[7] and
 -- ARGV[8] ('' for neither): a recurring series moved as a whole, the
 -- record as the caller read it and the record to put in its place (the
--- occurrence's own due time moved: later occurrences follow from it)
+-- occurrence's own due time moved: later occurrences follow from it),
+-- ARGV[9] '1': the due time moves only later than the one the zset holds
+-- (a push's onDuplicate "extend"; a retry's wait the journal has not heard
+-- of yet is never cut short), '' or absent: to ARGV[3] as given
 -- The message keeps its id, record and attempts; its score (due time, then
 -- priority) changes in its record and in the zset that holds it (whose
 -- score is the truth: a failed delivery's retry time is there alone). One
@@ -34,7 +37,10 @@ local now = now_ms()
 local function new_score(old)
   local due = math.floor(old / 256)
   local priority = 255 - (old % 256)
-  if ARGV[3] ~= '' then due = tonumber(ARGV[3]) end
+  if ARGV[3] ~= '' then
+    local asked = tonumber(ARGV[3])
+    if (ARGV[9] or '') ~= '1' or asked > due then due = asked end
+  end
   if ARGV[4] ~= '' then priority = tonumber(ARGV[4]) end
   return due * 256 + (255 - priority), due, priority
 end

@@ -63,6 +63,7 @@ impl RedisSchedule {
         priority: Option<u8>,
         journal: (i64, u8),
         series: Option<(&str, &str)>,
+        only_later: bool,
     ) -> Result<RedisMove, RedisError> {
         let k = &self.keys;
         let shard = k.shard_of(id);
@@ -87,6 +88,7 @@ impl RedisSchedule {
                 (crate::redis::keys::score(journal.0, journal.1) as i64).to_string(),
                 read.to_string(),
                 replace.to_string(),
+                if only_later { "1" } else { "" }.to_string(),
             ],
         );
         let reply: Vec<Value> = self
