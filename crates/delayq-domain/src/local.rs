@@ -126,7 +126,9 @@ pub fn parse_wall(s: &str) -> Result<NaiveDateTime, String> {
             // Years a zone's rules cover; the caller bounds it further
             // (10 years ahead).
             if !(1970..=9999).contains(&t.year()) {
-                return Err(format!("{s:?} is out of range: give a year from 1970 to 9999"));
+                return Err(format!(
+                    "{s:?} is out of range: give a year from 1970 to 9999"
+                ));
             }
             return Ok(t);
         }
