@@ -34,7 +34,7 @@ use crate::journal::store::{JournalMove, Replacement, RowBefore};
 use crate::journal::StatusChange;
 use crate::message::{now_ms, Message, MessageId, OnDuplicate, Status};
 use crate::redis::record;
-use crate::redis::schedule::RedisMove;
+use crate::redis::schedule::{RecordChange, RedisMove};
 
 /// Reads of a record before a replacement gives up on one that keeps
 /// changing under it.
@@ -171,6 +171,15 @@ impl Queue {
                 message.priority = target.priority;
                 swap = Some((read, record::encode(&message, attempts)));
             }
+            // Not held: the record it is to have when whatever is
+            // scheduling it from an older reading of the journal lands.
+            let coming = swap.is_none().then(|| {
+                let mut next = holder.message();
+                next.body = target.body.clone();
+                next.priority = target.priority;
+                next.due_time = target.due;
+                record::encode(&next, holder.attempts)
+            });
             let again = tries + 1 < TRIES;
             let answer = self
                 .redis
@@ -179,8 +188,11 @@ impl Queue {
                     Some(target.due),
                     Some(target.priority),
                     (target.due, target.priority),
-                    swap.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-                    extend,
+                    RecordChange {
+                        swap: swap.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                        only_later: extend,
+                        absent: coming.as_deref(),
+                    },
                 )
                 .await?;
             tries += 1;

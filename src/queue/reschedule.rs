@@ -22,7 +22,7 @@ use crate::journal::store::JournalMove;
 use crate::journal::StatusChange;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::record;
-use crate::redis::schedule::RedisMove;
+use crate::redis::schedule::{RecordChange, RedisMove};
 use crate::repeat::Occurrence;
 
 /// Moves per journal transaction.
@@ -151,7 +151,16 @@ async fn move_one(
         let series = series.as_ref().map(|(_, a, b)| (a.as_str(), b.as_str()));
         match state
             .redis
-            .reschedule(id, to.due, to.priority, journal, series, false)
+            .reschedule(
+                id,
+                to.due,
+                to.priority,
+                journal,
+                RecordChange {
+                    swap: series,
+                    ..RecordChange::default()
+                },
+            )
             .await?
         {
             RedisMove::Changed if tries + 1 < SERIES_TRIES => tries += 1,

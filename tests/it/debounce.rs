@@ -318,3 +318,53 @@ async fn replace_works_on_a_redis_cluster() {
         replace_round(&env).await;
     }
 }
+
+/// A message Redis does not hold when a push replaces it (lost, here; or
+/// beyond the horizon, or its push's schedule still on its way): whatever
+/// schedules it from a reading of the journal older than the replace (the
+/// horizon loader, a restore, the reconciler) brings the new body, at the
+/// new time, not the one it read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_from_a_reading_before_the_replace_brings_the_new_body() {
+    use delayq::redis::schedule::RedisSchedule;
+
+    let env = Env::start(Backend::Sqlite).await;
+    let con = delayq::redis::connect(&env.redis.url()).await.unwrap();
+    let redis = RedisSchedule::new(con, env.keys.clone(), "test")
+        .await
+        .unwrap();
+    let first = push(
+        &env,
+        json!({"topic": "old", "bizKey": "k", "body": "v1", "delay": 60_000}),
+    )
+    .await;
+    let id = first["id"].as_str().unwrap().to_string();
+    env.wait_scheduled(&id).await;
+    // A reading of the journal from before the replace.
+    let read_at = now_ms();
+    let old = env.journal.row(&id).unwrap();
+    // Redis loses the message; the replace finds it absent.
+    env.redis.wipe_schedule(&env.keys);
+    let r = push(
+        &env,
+        json!({"topic": "old", "bizKey": "k", "body": "v2", "delay": 500,
+               "onDuplicate": "replace"}),
+    )
+    .await;
+    assert_eq!(r["result"], "replaced", "{r}");
+    let due = r["dueTime"].as_i64().unwrap();
+    // The old reading lands.
+    redis
+        .schedule(&[(old.message(), old.attempts)], read_at)
+        .await
+        .unwrap();
+    let got = env.receive_one("old").await;
+    assert_eq!(got.id(), id);
+    assert!(got.at >= due, "delivered at {} before {due}", got.at);
+    assert_eq!(
+        (&got.msg["body"], &got.msg["dueTime"]),
+        (&json!("v2"), &json!(due)),
+        "{}",
+        got.msg
+    );
+}

@@ -766,7 +766,8 @@ async fn a_move_is_left_only_for_a_message_on_its_way_and_not_for_long() {
     .await;
     let due = now_ms() + 60_000;
     let new_score = score(due, 0) as i64;
-    let move_to_due = |id: MessageId| redis.reschedule(id, Some(due), None, (due, 0), None, false);
+    let move_to_due =
+        |id: MessageId| redis.reschedule(id, Some(due), None, (due, 0), Default::default());
     let moves_of = |con: &mut redis::Connection, shard: u32| -> Vec<String> {
         redis::cmd("HKEYS").arg(k.moved(shard)).query(con).unwrap()
     };

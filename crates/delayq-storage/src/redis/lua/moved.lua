@@ -1,6 +1,7 @@
 -- Prepended to the scripts that leave or take the new score of a message
 -- rescheduled while its shard did not hold it (reschedule.lua,
--- schedule.lua). The moved hash keeps 'score|at' per id for MOVE_MS, the
+-- schedule.lua). The moved hash keeps 'score|at' per id (or
+-- 'score|R<record>|at' with the record it is to have) for MOVE_MS, the
 -- time a caller holding a reading of the journal from before the move can
 -- take to schedule it (every caller reading the journal later reads the
 -- moved row); its index, a zset, holds the same ids scored by `at`, so the

@@ -11,7 +11,11 @@
 -- occurrence's own due time moved: later occurrences follow from it),
 -- ARGV[9] '1': the due time moves only later than the one the zset holds
 -- (a push's onDuplicate "extend"; a retry's wait the journal has not heard
--- of yet is never cut short), '' or absent: to ARGV[3] as given
+-- of yet is never cut short), '' or absent: to ARGV[3] as given,
+-- ARGV[10] ('' for none): the whole record a message Redis does not hold
+-- is to have when it comes (a push's onDuplicate "replace": its body
+-- changed), left with its move as 'score|R<record>|at', so whatever
+-- schedules it from an older reading of the journal schedules this one
 -- The message keeps its id, record and attempts; its score (due time, then
 -- priority) changes in its record and in the zset that holds it (whose
 -- score is the truth: a failed delivery's retry time is there alone). One
@@ -57,7 +61,11 @@ if not rec then
     return { 'finished', '' }
   end
   drop_old_moves(KEYS[5], KEYS[6], now)
-  redis.call('HSET', KEYS[5], id, ARGV[6] .. '|' .. string.format('%d', now))
+  local with = ''
+  if (ARGV[10] or '') ~= '' then
+    with = '|R' .. ARGV[10]
+  end
+  redis.call('HSET', KEYS[5], id, ARGV[6] .. with .. '|' .. string.format('%d', now))
   redis.call('ZADD', KEYS[6], now, id)
   redis.call('PEXPIRE', KEYS[5], MOVE_MS)
   redis.call('PEXPIRE', KEYS[6], MOVE_MS)
@@ -77,6 +85,11 @@ local ready = ARGV[2] .. string.match(head, '^([^|]*)|')
 local delaying = redis.call('ZSCORE', KEYS[1], id)
 local waiting = (not delaying) and redis.call('ZSCORE', ready, id)
 if not delaying and not waiting then
+  -- Held, yet in no zset (Redis lost the key that placed it): the record
+  -- changes all the same, for the reconciler that puts it back.
+  if (ARGV[7] or '') ~= '' then
+    redis.call('HSET', KEYS[2], id, rec)
+  end
   return { 'absent' }
 end
 local new, due, priority = new_score(tonumber(delaying or waiting))

@@ -20,7 +20,9 @@
 -- A message rescheduled while Redis did not hold it (reschedule.lua) is
 -- added at the score the move left in the moved hash, not the one given,
 -- which its caller may have read from the journal before the move; the
--- move is taken (it leaves the hash). A move older than MOVE_MS is stale
+-- move is taken (it leaves the hash); a move that carries a whole record
+-- ('score|R<record>|at', a replaced body) puts that record in place of
+-- the one given. A move older than MOVE_MS is stale
 -- (every caller reading the journal since read the moved row): it is not
 -- taken, and leaves the hash all the same.
 -- A reading older than ARGV[4] fails the call with 'STALE_READING <age>'
@@ -91,8 +93,12 @@ if #records > 0 and redis.call('HLEN', KEYS[5]) > 0 then
   for k, m in ipairs(moved) do
     if m then
       local score, at = string.match(m, '^([^|]*)|(%d+)$')
+      local carried = nil
+      if not score then
+        score, carried, at = string.match(m, '^([^|]*)|R(.*)|(%d+)$')
+      end
       if score and now - tonumber(at) < MOVE_MS then
-        local rec = records[2 * k]
+        local rec = carried or records[2 * k]
         local head, old = string.match(rec, '^([^|]*|%d+|%d+|)([^|]*)|')
         if head then
           records[2 * k] = head .. score .. string.sub(rec, #head + #old + 1)

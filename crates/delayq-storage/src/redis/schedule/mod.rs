@@ -31,7 +31,7 @@ pub use handle::{
     TOMBSTONE_MS,
 };
 pub use journal_sync::JournalSync;
-pub use moves::RedisMove;
+pub use moves::{RecordChange, RedisMove};
 pub use outcomes::*;
 pub use ownership::Ownership;
 pub use records::Records;

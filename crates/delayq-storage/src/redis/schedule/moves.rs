@@ -53,21 +53,19 @@ impl RedisSchedule {
     /// Gives message `id` a new due time and/or priority (`None` keeps
     /// it) unless it is handed out.
     /// `journal`: the due time and priority the journal holds now (after
-    /// the move), for a message Redis does not hold yet. `series`: the
-    /// record as read, and the one to put in its place, for a recurring
-    /// series moved as a whole.
+    /// the move), for a message Redis does not hold yet. `record`: what
+    /// else changes (see [`RecordChange`]).
     pub async fn reschedule(
         &self,
         id: MessageId,
         due: Option<i64>,
         priority: Option<u8>,
         journal: (i64, u8),
-        series: Option<(&str, &str)>,
-        only_later: bool,
+        record: RecordChange<'_>,
     ) -> Result<RedisMove, RedisError> {
         let k = &self.keys;
         let shard = k.shard_of(id);
-        let (read, replace) = series.unwrap_or(("", ""));
+        let (read, replace) = record.swap.unwrap_or(("", ""));
         let cmd = evalsha(
             &self.scripts.reschedule,
             &[
@@ -88,7 +86,8 @@ impl RedisSchedule {
                 (crate::redis::keys::score(journal.0, journal.1) as i64).to_string(),
                 read.to_string(),
                 replace.to_string(),
-                if only_later { "1" } else { "" }.to_string(),
+                if record.only_later { "1" } else { "" }.to_string(),
+                record.absent.unwrap_or_default().to_string(),
             ],
         );
         let reply: Vec<Value> = self
@@ -114,4 +113,18 @@ impl RedisSchedule {
             _ => return Err(bad()),
         })
     }
+}
+
+/// What a reschedule changes beside the score.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordChange<'a> {
+    /// The record as read, and the one to put in its place (a recurring
+    /// series moved as a whole, a replaced body); refused (`Changed`) when
+    /// the record is not the one read.
+    pub swap: Option<(&'a str, &'a str)>,
+    /// The due time moves only later than the one Redis holds.
+    pub only_later: bool,
+    /// For a message Redis does not hold: the record it is to have when it
+    /// comes (left with its move).
+    pub absent: Option<&'a str>,
 }
