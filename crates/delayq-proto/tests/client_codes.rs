@@ -145,7 +145,7 @@ fn quoted_words(path: &str, from: &str, to: &str, quote: char) -> Vec<String> {
 /// order; the others read them as strings.
 #[test]
 fn typed_clients_name_every_status_and_outcome_and_no_other() {
-    use delayq_proto::{AckOutcome, CancelOutcome, NackOutcome, Status};
+    use delayq_proto::{AckOutcome, CancelOutcome, DuplicateOutcome, NackOutcome, Status};
     let statuses: Vec<String> = Status::ALL.iter().map(|s| s.to_string()).collect();
     let ack = AckOutcome::SENT
         .iter()
@@ -159,10 +159,15 @@ fn typed_clients_name_every_status_and_outcome_and_no_other() {
         .iter()
         .map(|o| o.as_str().to_string())
         .collect::<Vec<_>>();
+    let duplicate = DuplicateOutcome::SENT
+        .iter()
+        .map(|o| o.as_str().to_string())
+        .collect::<Vec<_>>();
     let dts = "clients/node/src/index.d.ts";
     let checks = [
         (dts, "export type Status =", ";", '\'', &statuses),
         (dts, "export type CancelResult =", ";", '\'', &cancel),
+        (dts, "export type DuplicateResult =", ";", '\'', &duplicate),
         (dts, "export interface AckResult {", "\n}", '\'', &ack),
         (dts, "export interface NackReply {", "\n}", '\'', &nack),
         ("clients/go/types.go", "StatusWaitPut", ")", '"', &statuses),
