@@ -408,10 +408,23 @@ async fn a_planted_bug_is_caught() {
         .find(|p| p.0 == plant)
         .unwrap_or_else(|| panic!("DELAYQ_CHECKER_PLANT={plant}: not a plant"))
         .1;
-    let (violations, _) = run(seed, secs, Some(&plant)).await;
+    let (mut violations, _) = run(seed, secs, Some(&plant)).await;
+    // A plant whose symptom needs a rare interleaving (`doubled`: a late
+    // consumer's ack landing while the next delivery is still in flight)
+    // can go unseen in a short run under heavy faults: one more run, with
+    // the next seed, before it counts as missed.
+    let mut seeds = vec![seed];
+    if !violations.0.contains_key(invariant) {
+        eprintln!(
+            "checker: seed {seed}: {plant} unseen in {secs} s; once more with seed {}",
+            seed + 1
+        );
+        seeds.push(seed + 1);
+        violations = run(seed + 1, secs, Some(&plant)).await.0;
+    }
     assert!(
         violations.0.contains_key(invariant),
-        "seed {seed}: the planted bug {plant} went unseen (no {invariant} violation); found {:?}",
+        "seeds {seeds:?}: the planted bug {plant} went unseen (no {invariant} violation); found {:?}",
         violations.0.keys().collect::<Vec<_>>()
     );
     eprintln!(
