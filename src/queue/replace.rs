@@ -75,6 +75,16 @@ struct Target {
 }
 
 impl Target {
+    /// The holder's message as the journal read it, with this body, due
+    /// time and priority.
+    fn on(&self, holder: &MessageRow) -> Message {
+        let mut next = holder.message();
+        next.body = self.body.clone();
+        next.priority = self.priority;
+        next.due_time = self.due;
+        next
+    }
+
     fn of(row: &RowBefore) -> Target {
         Target {
             body: row.body.clone(),
@@ -103,36 +113,36 @@ impl Queue {
             only_later: extend,
         };
         let (held, before) = self.journal.replace_message(id, replacement).await?;
-        let (status, kept) = match held {
-            JournalMove::Moved { status, .. } => (status, false),
+        // What this push left in the row: the journal's answer (an extend
+        // keeps the body and priority, and the later of the two times).
+        let (status, kept, due, priority) = match held {
+            JournalMove::Moved {
+                status,
+                due,
+                priority,
+                ..
+            } => (status, false, due, priority),
             // Not later than its time: nothing changed in the journal, yet
             // Redis is still made to hold the journal's row (an earlier
             // push may have changed the journal and not reached Redis).
-            JournalMove::Kept { status, .. } => (status, true),
+            JournalMove::Kept {
+                status,
+                due,
+                priority,
+            } => (status, true, due, priority),
             JournalMove::Ended(_) | JournalMove::NotFound => return Ok(Replaced::Ended),
         };
         let Some(before) = before else {
             return Ok(Replaced::Ended);
         };
-        // What this push wrote to the row.
         let wrote = RowBefore {
             body: if extend {
                 before.body.clone()
             } else {
                 m.body.clone()
             },
-            due: if kept {
-                before.due
-            } else if extend {
-                m.due_time.max(before.due)
-            } else {
-                m.due_time
-            },
-            priority: if extend {
-                before.priority
-            } else {
-                i32::from(m.priority)
-            },
+            due,
+            priority,
         };
         let keys = self.redis.keys();
         let shard: Arc<str> = keys.delay(keys.shard_of(id)).into();
@@ -173,13 +183,9 @@ impl Queue {
             }
             // Not held: the record it is to have when whatever is
             // scheduling it from an older reading of the journal lands.
-            let coming = swap.is_none().then(|| {
-                let mut next = holder.message();
-                next.body = target.body.clone();
-                next.priority = target.priority;
-                next.due_time = target.due;
-                record::encode(&next, holder.attempts)
-            });
+            let coming = swap
+                .is_none()
+                .then(|| record::encode(&target.on(holder), holder.attempts));
             let again = tries + 1 < TRIES;
             let answer = self
                 .redis
@@ -218,13 +224,9 @@ impl Queue {
                         && !self.redis.beyond_horizon(target.due, now_ms())
                         && again =>
                 {
-                    let mut next = holder.message();
-                    next.body = target.body.clone();
-                    next.priority = target.priority;
-                    next.due_time = target.due;
                     self.router
                         .send(Schedule {
-                            batch: vec![(next, holder.attempts)],
+                            batch: vec![(target.on(holder), holder.attempts)],
                             read_at: now_ms(),
                         })
                         .await

@@ -133,9 +133,22 @@ macro_rules! move_row {
             $only_later,
             $want_before,
         );
-        match c.move_read(id.0)? {
+        let row = c.move_read(id.0)?;
+        // The row's body as it was, when the caller changes it or asks.
+        let live = row.is_some_and(|r| !Status::from_code(r.0).is_some_and(Status::is_terminal));
+        let old_body: Option<String> = if live && (body.is_some() || want_before) {
+            Some(
+                message::table
+                    .filter(message::id.eq(id.0))
+                    .select(message::body)
+                    .first(c)?,
+            )
+        } else {
+            None
+        };
+        match row {
             None => (JournalMove::NotFound, None),
-            Some((code, _, _, _)) if Status::from_code(code).is_some_and(Status::is_terminal) => (
+            Some((code, _, _, _)) if !live => (
                 JournalMove::Ended(Status::from_code(code).unwrap_or(Status::WaitPut)),
                 None,
             ),
@@ -145,19 +158,11 @@ macro_rules! move_row {
                     && priority.is_none()
                     && body.is_none() =>
             {
-                let before = if want_before {
-                    let old_body: String = message::table
-                        .filter(message::id.eq(id.0))
-                        .select(message::body)
-                        .first(c)?;
-                    Some(RowBefore {
-                        body: old_body,
-                        due: old_due,
-                        priority: old_priority,
-                    })
-                } else {
-                    None
-                };
+                let before = old_body.map(|body| RowBefore {
+                    body,
+                    due: old_due,
+                    priority: old_priority,
+                });
                 (
                     JournalMove::Kept {
                         status: Status::from_code(code).unwrap_or(Status::WaitPut),
@@ -176,15 +181,7 @@ macro_rules! move_row {
                 let live = message::table
                     .filter(message::id.eq(id.0))
                     .filter(message::status.lt(Status::FIRST_TERMINAL_CODE));
-                let before = if body.is_some() || want_before {
-                    let old_body: String = message::table
-                        .filter(message::id.eq(id.0))
-                        .select(message::body)
-                        .first(c)?;
-                    Some(old_body)
-                } else {
-                    None
-                };
+                let before = old_body;
                 if let Some(b) = body {
                     diesel::update(live).set(message::body.eq(b)).execute(c)?;
                 }
