@@ -29,6 +29,8 @@
 //! | `--metrics-topics` | `DELAYQ_METRICS_TOPICS` | `100` topics with series of their own in `/metrics` |
 //! | `--ui-read-only` | `DELAYQ_UI_READ_ONLY` | off; the dashboard (`/ui`) shows everything and offers no action |
 //! | `--tls-cert`, `--tls-key` | `DELAYQ_TLS_CERT`, `DELAYQ_TLS_KEY` | none: plain HTTP; both: HTTPS, the files read again on SIGHUP |
+//! | `--outbox-url` | `DELAYQ_OUTBOX_URL` | none; the application's database whose outbox table the node pushes from, see [`crate::outbox`] |
+//! | `--outbox-table`, `--outbox-poll`, `--outbox-batch` | `DELAYQ_OUTBOX_TABLE`, `…_POLL`, `…_BATCH` | `delayq_outbox`, `100ms`, `500` |
 //! | `--tls-ca-file` | `DELAYQ_TLS_CA_FILE` | none: the platform's CAs alone; see [`crate::tls`] |
 //! | `--tls-client-cert`, `--tls-client-key` | `DELAYQ_TLS_CLIENT_CERT`, `DELAYQ_TLS_CLIENT_KEY` | none; mutual TLS with Redis, RabbitMQ, NATS and webhooks |
 //!
@@ -177,6 +179,10 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Compare the journal with Redis message by message (and repair), then exit.
     Reconcile(ReconcileCmdArgs),
+    /// Create the outbox table in the application's database (`delayq
+    /// outbox install --database-url …`): rows inserted there in the
+    /// application's transactions are pushed once committed, exactly once.
+    Outbox(OutboxCmdArgs),
     /// Move a stopped deployment's Redis data set to another shard count
     /// (--shards: the new count), then exit.
     #[command(mut_arg("shards", |a| a
@@ -370,6 +376,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
     #[command(flatten)]
+    pub outbox: OutboxArgs,
+    #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]
     pub journal: JournalArgs,
@@ -377,6 +385,46 @@ pub struct ServeArgs {
     pub node: NodeArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// Ingesting an application's outbox table (see [`crate::outbox`]).
+#[derive(Debug, Clone, Args)]
+pub struct OutboxArgs {
+    /// The application's database holding the outbox table
+    /// (postgres://… or mysql://…); none: no outbox is read.
+    #[arg(long, env = "DELAYQ_OUTBOX_URL", hide_env_values = true)]
+    pub outbox_url: Option<String>,
+    /// The outbox table's name (as `delayq outbox install --table` made it).
+    #[arg(long, env = "DELAYQ_OUTBOX_TABLE", default_value = crate::outbox::TABLE, value_parser = crate::outbox::parse_table)]
+    pub outbox_table: String,
+    /// How often the table is read when nothing woke the node (PostgreSQL
+    /// wakes it at each commit of new rows; MySQL/MariaDB is read this often).
+    #[arg(long, env = "DELAYQ_OUTBOX_POLL", default_value = "100ms", value_parser = parse_duration)]
+    pub outbox_poll: Duration,
+    /// Rows taken, pushed and deleted per transaction.
+    #[arg(long, env = "DELAYQ_OUTBOX_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub outbox_batch: u32,
+}
+
+/// What `delayq outbox` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutboxAction {
+    /// Create the outbox table (and what wakes the nodes) if it is not there.
+    Install,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutboxCmdArgs {
+    /// What to do: `install`.
+    #[arg(value_enum)]
+    pub action: OutboxAction,
+    /// The application's database (postgres://… or mysql://…), where the
+    /// outbox table is made: not delayq's journal.
+    #[arg(long, env = "DELAYQ_OUTBOX_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// The outbox table's name.
+    #[arg(long, env = "DELAYQ_OUTBOX_TABLE", default_value = crate::outbox::TABLE, value_parser = crate::outbox::parse_table)]
+    pub table: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -38,8 +38,8 @@ const FLOORS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "the edges: HTTP, forwarding, the process",
-        &["api", "forward", "config", "node", "main"],
+        "the edges: HTTP, forwarding, the outbox, the process",
+        &["api", "forward", "outbox", "config", "node", "main"],
     ),
 ];
 

@@ -20,7 +20,7 @@
 //!   actors, the journal actor, the scan permit and health), [`notify`];
 //! - the engine: [`queue`], [`cluster`], [`restore`], [`reconcile`],
 //!   [`reshard`], [`retention`], [`horizon`];
-//! - the edges: [`api`], [`forward`], [`config`], [`node`];
+//! - the edges: [`api`], [`forward`], [`outbox`], [`config`], [`node`];
 //! - beside them all: [`error`] (the API's error codes), [`stall`],
 //!   [`progress`].
 //!
@@ -95,6 +95,7 @@ pub mod horizon;
 mod layers;
 pub mod node;
 pub mod notify;
+pub mod outbox;
 pub mod progress;
 pub mod queue;
 pub mod reconcile;

@@ -44,6 +44,13 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        Command::Outbox(args) => match args.action {
+            delayq::config::OutboxAction::Install => {
+                let installed = delayq::outbox::table::install(&args.database_url, &args.table)?;
+                println!("{}", serde_json::to_string(&installed)?);
+                Ok(())
+            }
+        },
         Command::Reconcile(args) => {
             let report = actix_web::rt::System::new().block_on(delayq::node::reconcile(args))?;
             println!("{}", serde_json::to_string(&report)?);

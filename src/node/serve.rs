@@ -193,6 +193,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.forward_secret.clone(),
         forwarding_stopped,
     );
+    let outbox = args.outbox.outbox_url.clone().map(|url| {
+        crate::outbox::start(
+            state.queue.clone(),
+            crate::outbox::Settings {
+                url,
+                table: args.outbox.outbox_table.clone(),
+                poll: args.outbox.outbox_poll,
+                batch: args.outbox.outbox_batch,
+                max_body: args.max_body_bytes,
+            },
+        )
+    });
     // The stop signals are caught from before the node listens: one sent
     // as soon as it answers is a graceful stop, never the default action
     // (the process killed outright) while the task below has yet to run.
@@ -215,6 +227,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!("shutting down: stopping forwarders and shard scans, flushing the journal");
     stop_forwarders(stop_forwarding, forwarders).await;
+    if let Some(outbox) = outbox {
+        outbox.stop().await;
+    }
     release(&args, &cluster, &journal, &redis, &ids, &holder, scan).await;
     redis.journal_sync().say_stopped(&node_id).await;
     Ok(())

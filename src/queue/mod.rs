@@ -27,6 +27,7 @@ pub mod reschedule;
 pub mod state;
 
 pub use error::QueueError;
+pub use produce::Accepted;
 pub use state::{PrefixCounts, Queue};
 
 use std::sync::Arc;

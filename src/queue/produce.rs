@@ -6,6 +6,7 @@ use super::error::QueueError;
 use super::replace::Replaced;
 use super::state::Queue;
 use crate::actors::router::Schedule;
+use crate::journal::store::OutboxRows;
 use crate::journal::InsertOutcome;
 use crate::message::{Draft, Message, MessageId, OnDuplicate, Status, When};
 
@@ -46,9 +47,9 @@ impl Queue {
             messages.push(m);
         }
         if modes.iter().all(|m| *m == OnDuplicate::Keep) {
-            return self.accept(messages).await;
+            return self.accept(messages, None).await;
         }
-        let mut accepted = self.accept(messages.clone()).await?;
+        let mut accepted = self.accept(messages.clone(), None).await?;
         // Duplicates with onDuplicate: their holders change, after the
         // batch's own messages are scheduled (a holder pushed earlier in
         // the batch is then in Redis, or on its way there).
@@ -84,7 +85,7 @@ impl Queue {
             // Their holders ended: the key is free, so each is pushed as a
             // new message (or finds the key's new holder).
             let again = self
-                .accept(ended.iter().map(|&i| messages[i].clone()).collect())
+                .accept(ended.iter().map(|&i| messages[i].clone()).collect(), None)
                 .await?;
             todo.clear();
             for (&i, a) in ended.iter().zip(again) {
@@ -97,11 +98,37 @@ impl Queue {
         Ok(accepted)
     }
 
-    /// Makes messages durable (one group commit, all or none), then
+    /// Pushes the messages of an application's outbox rows (one row per
+    /// draft, see [`crate::outbox`]): durable with the record of their
+    /// rows, in one transaction, then scheduled. A row pushed before (its
+    /// node stopped before deleting it) answers with the message it became
+    /// and pushes nothing. Drafts keep the first message of a live bizKey
+    /// (`onDuplicate` `keep`).
+    pub async fn push_outbox(
+        &self,
+        drafts: Vec<Draft>,
+        rows: OutboxRows,
+    ) -> Result<Vec<Accepted>, QueueError> {
+        let mut messages = Vec::with_capacity(drafts.len());
+        for draft in drafts {
+            debug_assert_eq!(draft.on_duplicate, OnDuplicate::Keep);
+            let id = self.ids.next_id()?;
+            let shard_now = crate::clock::now_ms_for(self.redis.keys().shard_of(id));
+            messages.push(draft.into_message(id, shard_now));
+        }
+        self.accept(messages, Some(rows)).await
+    }
+
+    /// Makes messages durable (one group commit, all or none; from an
+    /// outbox, a transaction of their own with their rows' record), then
     /// schedules them. A message whose `(topic, bizKey)` is live already
     /// answers with that message.
     #[tracing::instrument(name = "push", level = "debug", skip_all, fields(messages = messages.len()))]
-    async fn accept(&self, messages: Vec<Message>) -> Result<Vec<Accepted>, QueueError> {
+    async fn accept(
+        &self,
+        messages: Vec<Message>,
+        outbox: Option<OutboxRows>,
+    ) -> Result<Vec<Accepted>, QueueError> {
         // A message due beyond the horizon stays in the journal alone
         // (WaitPut, listed as waiting): the owner of its shard schedules it
         // as it comes near (see crate::horizon). Decided once, here, for
@@ -111,7 +138,14 @@ impl Queue {
             .iter()
             .map(|m| self.redis.beyond_horizon(m.due_time, now))
             .collect();
-        let mut outcomes = self.journal.insert(messages.clone(), far.clone()).await?;
+        let mut outcomes = match &outbox {
+            None => self.journal.insert(messages.clone(), far.clone()).await?,
+            Some(rows) => {
+                self.journal
+                    .insert_outbox(messages.clone(), far.clone(), rows.clone())
+                    .await?
+            }
+        };
         // A bizKey's holder may have ended in Redis (an ack answered before
         // its journal write) with its end still on its way to the journal:
         // it is not live. Its end is written first, then the push is tried
@@ -121,7 +155,7 @@ impl Queue {
             .enumerate()
             .filter_map(|(i, o)| match o {
                 InsertOutcome::Duplicate(row) => Some((i, MessageId(row.id))),
-                InsertOutcome::Inserted => None,
+                InsertOutcome::Inserted | InsertOutcome::OutboxDone(_) => None,
             })
             .collect();
         if !held.is_empty() {
@@ -146,7 +180,16 @@ impl Queue {
                 self.journal.record_durable(changes).await?;
                 let retry: Vec<Message> = again.iter().map(|&i| messages[i].clone()).collect();
                 let retry_far: Vec<bool> = again.iter().map(|&i| far[i]).collect();
-                let redone = self.journal.insert(retry, retry_far).await?;
+                let redone = match &outbox {
+                    None => self.journal.insert(retry, retry_far).await?,
+                    Some(o) => {
+                        let rows = OutboxRows {
+                            source: o.source.clone(),
+                            rows: again.iter().map(|&i| o.rows[i]).collect(),
+                        };
+                        self.journal.insert_outbox(retry, retry_far, rows).await?
+                    }
+                };
                 for (&i, o) in again.iter().zip(redone) {
                     outcomes[i] = o;
                 }
@@ -172,6 +215,14 @@ impl Queue {
                     } else {
                         to_schedule.push((m, 0));
                     }
+                }
+                InsertOutcome::OutboxDone(id) => {
+                    tracing::debug!(id, topic = %m.topic, "its outbox row was pushed before");
+                    accepted.push(Accepted {
+                        id: MessageId(id),
+                        fresh: false,
+                        replaced: None,
+                    });
                 }
                 InsertOutcome::Duplicate(row) => {
                     tracing::debug!(id = row.id, topic = %m.topic, "its bizKey's message is live: answered with it");

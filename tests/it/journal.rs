@@ -351,6 +351,7 @@ fn postgres_push_whose_key_holder_ends_before_it_is_read() {
                 &shard,
                 &pushed,
                 &[false, false],
+                None,
             )
         })
     };
@@ -467,6 +468,7 @@ fn batches_over_the_same_rows(b: Backend) {
         &shard,
         &msgs,
         &vec![false; msgs.len()],
+        None,
     )
     .expect("the messages");
     let all: Arc<Vec<MessageId>> = Arc::new(msgs.iter().map(|m| m.id).collect());

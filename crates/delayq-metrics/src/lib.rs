@@ -25,6 +25,9 @@
 //! | `delayq_reconcile_repaired_total` | counter | kind | differences the reconciler repaired |
 //! | `delayq_forwarded_total` | counter | topic, sink | messages a broker or webhook confirmed (see the server's `forward`) |
 //! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
+//! | `delayq_outbox_pushed_total` | counter | | rows of an application's outbox pushed (see the server's `outbox`) |
+//! | `delayq_outbox_refused_total` | counter | | outbox rows refused (their `error` column says why) |
+//! | `delayq_outbox_lag_seconds` | histogram | | push made durable − the row's `created_at`, per outbox row pushed |
 //! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
 //! | `delayq_journal_batch_size` | histogram | kind (`insert`, `flow`) | rows per group commit |
 //! | `delayq_journal_commit_seconds` | histogram | kind | time per group commit |
@@ -165,6 +168,9 @@ pub struct Metrics {
     pub repaired: Family<KindLabel, Counter>,
     forwarded: Family<ForwardLabels, Counter>,
     forward_failed: Family<ForwardLabels, Counter>,
+    pub outbox_pushed: Counter,
+    pub outbox_refused: Counter,
+    pub outbox_lag: Histogram,
     pub lateness: Histogram,
     /// First deliveries, their lateness summed and the largest (ms), since
     /// the dashboard's sampler last took them.
@@ -223,6 +229,9 @@ impl Metrics {
             repaired: Family::default(),
             forwarded: Family::default(),
             forward_failed: Family::default(),
+            outbox_pushed: Counter::default(),
+            outbox_refused: Counter::default(),
+            outbox_lag: Histogram::new(LATENESS_BUCKETS),
             lateness: Histogram::new(LATENESS_BUCKETS),
             lateness_window: Default::default(),
             journal_batch: Family::new_with_constructor(batch_histogram),
@@ -315,6 +324,21 @@ impl Metrics {
                 "forward_failed",
                 "Forwards that failed (nacked)",
                 m.forward_failed.clone(),
+            );
+            d.register(
+                "outbox_pushed",
+                "Rows of an application's outbox pushed",
+                m.outbox_pushed.clone(),
+            );
+            d.register(
+                "outbox_refused",
+                "Outbox rows refused (their error column says why)",
+                m.outbox_refused.clone(),
+            );
+            d.register(
+                "outbox_lag_seconds",
+                "Push made durable minus the outbox row's created_at, per row pushed",
+                m.outbox_lag.clone(),
             );
             d.register(
                 "lateness_seconds",

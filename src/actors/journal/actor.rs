@@ -74,6 +74,7 @@ impl Handler<InsertMessages> for JournalActor {
                 &shard_name,
                 &msg.0,
                 &msg.1,
+                msg.2.as_ref(),
             ) {
                 Err(e) if e.is_deadlock() && tries < 5 => tries += 1,
                 other => return other,

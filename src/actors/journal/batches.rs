@@ -85,7 +85,7 @@ pub(super) async fn run_inserts(
                 })
                 .collect();
             let (rows, began) = (messages.len(), std::time::Instant::now());
-            let result = match actor.send(InsertMessages(messages, waiting)).await {
+            let result = match actor.send(InsertMessages(messages, waiting, None)).await {
                 Ok(r) => r,
                 Err(e) => Err(crate::error::journal_unreachable(e)),
             };
@@ -105,19 +105,21 @@ pub(super) async fn run_inserts(
                 Err(e) if e.is_refusal() && database_answers(&actor).await => {
                     tracing::warn!(error = %e, pushes = batch.len(), "journal refused a group commit; committing its pushes one by one");
                     for req in batch {
-                        let alone =
-                            match actor.send(InsertMessages(req.messages, req.waiting)).await {
-                                // Refused alone, by a database that takes other
-                                // writes: this push is the trouble.
-                                Ok(Err(e))
-                                    if e.is_refusal()
-                                        && matches!(actor.send(ProbeWrite).await, Ok(Ok(()))) =>
-                                {
-                                    Err(JournalError::Refused(e.to_string()))
-                                }
-                                Ok(r) => r,
-                                Err(e) => Err(crate::error::journal_unreachable(e)),
-                            };
+                        let alone = match actor
+                            .send(InsertMessages(req.messages, req.waiting, None))
+                            .await
+                        {
+                            // Refused alone, by a database that takes other
+                            // writes: this push is the trouble.
+                            Ok(Err(e))
+                                if e.is_refusal()
+                                    && matches!(actor.send(ProbeWrite).await, Ok(Ok(()))) =>
+                            {
+                                Err(JournalError::Refused(e.to_string()))
+                            }
+                            Ok(r) => r,
+                            Err(e) => Err(crate::error::journal_unreachable(e)),
+                        };
                         let _ = req.reply.send(alone.map_err(|e| match e {
                             JournalError::Refused(m) => JournalError::Refused(m),
                             other => JournalError::Unavailable(other.to_string()),

@@ -23,8 +23,8 @@ use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::holds::{Hold, Holds};
 use super::messages::{
-    DeleteDead, LiveByBizKey, MoveMessages, Purge, Read, ReplaceMessage, RequeueDead,
-    UnlistWaiting, Unreplace,
+    DeleteDead, InsertMessages, LiveByBizKey, MoveMessages, Purge, Read, ReplaceMessage,
+    RequeueDead, UnlistWaiting, Unreplace,
 };
 use super::write_lock::WriteLock;
 
@@ -237,6 +237,21 @@ impl Journal {
             })
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
         rx.await
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+    }
+
+    /// Inserts messages pushed from an application's outbox, one row of it
+    /// per message, in a transaction of their own (not grouped with other
+    /// pushes): see [`store::OutboxRows`].
+    pub async fn insert_outbox(
+        &self,
+        messages: Vec<Message>,
+        waiting: Vec<bool>,
+        rows: store::OutboxRows,
+    ) -> Result<Vec<InsertOutcome>, JournalError> {
+        self.actor
+            .send(InsertMessages(messages, waiting, Some(rows)))
+            .await
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
     }
 

@@ -7,13 +7,16 @@ use actix::prelude::*;
 
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
-use crate::journal::store::{DeleteDeadOutcome, InsertOutcome, RequeueOutcome, StatusChange};
+use crate::journal::store::{
+    DeleteDeadOutcome, InsertOutcome, OutboxRows, RequeueOutcome, StatusChange,
+};
 use crate::message::{Message, MessageId, Status};
 
-/// Insert messages as WaitPut in one transaction (a group commit).
+/// Insert messages as WaitPut in one transaction (a group commit); from
+/// an outbox, with the rows they come from.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<InsertOutcome>, JournalError>")]
-pub struct InsertMessages(pub Vec<Message>, pub Vec<bool>);
+pub struct InsertMessages(pub Vec<Message>, pub Vec<bool>, pub Option<OutboxRows>);
 
 /// Write flow rows and status updates in one transaction.
 #[derive(Message)]

@@ -44,4 +44,13 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(message, message_flow, message_waiting);
+diesel::table! {
+    outbox_done (source, row_id) {
+        source -> Varchar,
+        row_id -> BigInt,
+        message_id -> BigInt,
+        done_time -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(message, message_flow, message_waiting, outbox_done);

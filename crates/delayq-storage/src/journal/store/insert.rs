@@ -41,6 +41,22 @@ pub enum InsertOutcome {
     Inserted,
     /// `(topic, bizKey)` belongs to this live message already.
     Duplicate(Box<MessageRow>),
+    /// Its outbox row was pushed before, as this message: the insert that
+    /// did it committed (see [`OutboxRows`]). Nothing was written.
+    OutboxDone(i64),
+}
+
+/// The rows of an application's outbox table that the messages of one
+/// insert come from, one row per message, in order. The insert records
+/// each row in `outbox_done` in its own transaction, and a row recorded
+/// there already is not inserted again: a row is pushed once, whenever the
+/// node that pushed it stopped.
+#[derive(Debug, Clone)]
+pub struct OutboxRows {
+    /// The outbox's id (given by `delayq outbox install`).
+    pub source: String,
+    /// Its rows' ids.
+    pub rows: Vec<i64>,
 }
 
 pub(super) fn is_unique_violation(e: &diesel::result::Error) -> bool {

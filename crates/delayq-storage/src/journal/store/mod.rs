@@ -22,7 +22,7 @@ pub mod write;
 pub use change::{NodeInfo, StatusChange};
 pub use dead::{dead_page, delete_dead, requeue_dead, DeleteDeadOutcome, RequeueOutcome};
 pub use health::{ping, probe_write};
-pub use insert::InsertOutcome;
+pub use insert::{InsertOutcome, OutboxRows};
 pub use moves::{move_messages, replace_message, unreplace, JournalMove, Replacement, RowBefore};
 pub use read::{
     count_live, count_waiting_beyond, find, find_with_history, full_pages, live_by_biz_key,

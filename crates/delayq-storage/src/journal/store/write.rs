@@ -9,14 +9,16 @@ use diesel::prelude::*;
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
 use crate::journal::models::{MessageRow, NewFlow, NewMessage};
-use crate::journal::schema::{message, message_waiting};
+use crate::journal::schema::{message, message_waiting, outbox_done};
 use crate::message::{IdGenerator, Message, MessageId, Status};
 use crate::repeat::Occurrence;
 use crate::with_conn;
 
 use super::batch::{ChangeWriter, Update};
 use super::change::{new_flow, NodeInfo, StatusChange};
-use super::insert::{insert_chunks, is_unique_violation, live_holder, InsertOutcome, INSERT_CHUNK};
+use super::insert::{
+    insert_chunks, is_unique_violation, live_holder, InsertOutcome, OutboxRows, INSERT_CHUNK,
+};
 
 /// How many times one row whose bizKey was taken, then freed before its
 /// holder could be read, is tried again before the batch fails.
@@ -34,6 +36,11 @@ const LIVE_KEY_TRIES: u32 = 8;
 /// When that holder ended meanwhile (a cancel of the key committed between
 /// the refused insert and the read of its holder), the key is free and the
 /// row is tried again, up to [`LIVE_KEY_TRIES`] times.
+///
+/// Messages from an outbox (`outbox`, one row per message) whose row is in
+/// `outbox_done` already answer [`InsertOutcome::OutboxDone`]; the others'
+/// rows are written there in the same transaction, with the message that
+/// took each (its own, or its bizKey's live holder).
 pub fn insert_messages(
     conn: &mut JournalConn,
     ids: &IdGenerator,
@@ -41,7 +48,11 @@ pub fn insert_messages(
     shard_names: &dyn Fn(MessageId) -> Arc<str>,
     msgs: &[Message],
     waiting: &[bool],
+    outbox: Option<&OutboxRows>,
 ) -> Result<Vec<InsertOutcome>, JournalError> {
+    if let Some(o) = outbox {
+        assert_eq!(o.rows.len(), msgs.len(), "one outbox row per message");
+    }
     let mut flow_ids = Vec::with_capacity(msgs.len());
     for _ in msgs {
         flow_ids.push(ids.next_flow_id()?);
@@ -53,7 +64,26 @@ pub fn insert_messages(
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
         let mut rows = Vec::with_capacity(msgs.len());
         let mut row_of = Vec::with_capacity(msgs.len());
+        let done: HashMap<i64, i64> = match outbox {
+            Some(o) => {
+                let mut done = HashMap::new();
+                for chunk in o.rows.chunks(INSERT_CHUNK) {
+                    let found: Vec<(i64, i64)> = outbox_done::table
+                        .filter(outbox_done::source.eq(&o.source))
+                        .filter(outbox_done::row_id.eq_any(chunk))
+                        .select((outbox_done::row_id, outbox_done::message_id))
+                        .load(c)?;
+                    done.extend(found);
+                }
+                done
+            }
+            None => HashMap::new(),
+        };
         for (i, m) in msgs.iter().enumerate() {
+            if let Some(&id) = outbox.and_then(|o| done.get(&o.rows[i])) {
+                outcomes.push(Some(InsertOutcome::OutboxDone(id)));
+                continue;
+            }
             if let Some(key) = m.biz_key.as_deref() {
                 if let Some(&first) = seen.get(&(m.topic.as_str(), key)) {
                     repeats.push((i, first));
@@ -151,6 +181,31 @@ pub fn insert_messages(
             .collect();
         for chunk in listed.chunks(INSERT_CHUNK) {
             diesel::insert_into(message_waiting::table).values(chunk).execute(c)?;
+        }
+        if let Some(o) = outbox {
+            let now = crate::message::now_ms();
+            let pushed: Vec<_> = o
+                .rows
+                .iter()
+                .zip(msgs)
+                .zip(&outcomes)
+                .filter_map(|((row, m), out)| {
+                    let id = match out.as_ref()? {
+                        InsertOutcome::Inserted => m.id.0,
+                        InsertOutcome::Duplicate(holder) => holder.id,
+                        InsertOutcome::OutboxDone(_) => return None,
+                    };
+                    Some((
+                        outbox_done::source.eq(o.source.as_str()),
+                        outbox_done::row_id.eq(*row),
+                        outbox_done::message_id.eq(id),
+                        outbox_done::done_time.eq(now),
+                    ))
+                })
+                .collect();
+            for chunk in pushed.chunks(INSERT_CHUNK) {
+                diesel::insert_into(outbox_done::table).values(chunk).execute(c)?;
+            }
         }
         Ok::<_, diesel::result::Error>(outcomes.into_iter().map(|o| o.expect("every message has an outcome")).collect())
     }))
