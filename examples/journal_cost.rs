@@ -77,7 +77,7 @@ fn main() {
     };
     phase("insert", count, &mut || {
         for chunk in messages.chunks(500) {
-            insert_messages(&mut conn, &ids, &node, &names, chunk, &[]).expect("insert");
+            insert_messages(&mut conn, &ids, &node, &names, chunk, &[], None).expect("insert");
         }
     });
     let at = now + 1;

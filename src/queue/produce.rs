@@ -198,6 +198,26 @@ impl Queue {
         let mut accepted = Vec::with_capacity(messages.len());
         let mut to_schedule = Vec::new();
         let mut seen = HashSet::new();
+        // Outbox rows pushed before by a node that stopped before deleting
+        // them: one that stopped between the journal and Redis left its
+        // messages WaitPut, scheduled here as a repeated bizKey's are.
+        let done: Vec<i64> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                InsertOutcome::OutboxDone(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        if !done.is_empty() {
+            for row in self.journal.rows_of(done).await? {
+                if row.status() == Status::WaitPut
+                    && !self.redis.beyond_horizon(row.due_time, now)
+                    && seen.insert(MessageId(row.id))
+                {
+                    to_schedule.push((row.message(), row.attempts));
+                }
+            }
+        }
         let metrics = crate::metrics::metrics();
         for ((m, outcome), far) in messages.into_iter().zip(outcomes).zip(far) {
             match outcome {

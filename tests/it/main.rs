@@ -34,6 +34,7 @@ mod metrics;
 mod openapi;
 mod ops;
 mod outage;
+mod outbox;
 mod pause;
 mod promises;
 mod property;
