@@ -395,3 +395,32 @@ async fn kill_9_mid_ingestion_loses_and_doubles_nothing_postgres() {
 async fn kill_9_mid_ingestion_loses_and_doubles_nothing_mariadb() {
     kill_9_mid_ingestion_loses_and_doubles_nothing(Backend::Mariadb).await
 }
+
+/// The journal's records of pushed rows go with retention's rounds, once
+/// `--retain-finished` passed (they matter for seconds).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_records_of_pushed_rows_go_with_retention() {
+    let app = App::create(Backend::Postgres);
+    app.install();
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--outbox-url")
+        .arg(&app.db.url)
+        .arg("--retain-finished")
+        .arg("2s")
+        .arg("--retention-interval")
+        .arg("500ms")
+        .start()
+        .await;
+    app.insert(&[json!({"topic": "obr", "body": "r"})], true);
+    wait_until(
+        "the row recorded as pushed",
+        Duration::from_secs(10),
+        || async { (done_rows(&env.journal) == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(drain(&env, "obr").await.len(), 1);
+    wait_until("the record purged", Duration::from_secs(15), || async {
+        (done_rows(&env.journal) == 0).then_some(())
+    })
+    .await;
+}

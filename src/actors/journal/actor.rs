@@ -12,8 +12,8 @@ use crate::message::{IdGenerator, MessageId};
 use crate::redis::keys::Keys;
 
 use super::messages::{
-    DeleteDead, InsertMessages, MoveMessages, ProbeWrite, Purge, Read, RecordFlow, ReplaceMessage,
-    RequeueDead, UnlistWaiting, Unreplace,
+    DeleteDead, InsertMessages, MoveMessages, ProbeWrite, Purge, PurgeOutbox, Read, RecordFlow,
+    ReplaceMessage, RequeueDead, UnlistWaiting, Unreplace,
 };
 use super::write_lock::WriteLock;
 
@@ -192,6 +192,16 @@ impl Handler<Purge> for JournalActor {
         // Bulk work: pushes take SQLite's write lock first.
         let _writing = self.write_lock.as_ref().map(|l| l.after_pushes());
         store::retention::purge(&mut conn, &msg.ids, &msg.statuses, msg.before)
+    }
+}
+
+impl Handler<PurgeOutbox> for JournalActor {
+    type Result = Result<u64, JournalError>;
+
+    fn handle(&mut self, msg: PurgeOutbox, _: &mut Self::Context) -> Self::Result {
+        let mut conn = self.pool.get()?;
+        let _writing = self.write_lock.as_ref().map(|l| l.after_pushes());
+        store::retention::purge_outbox_done(&mut conn, msg.before)
     }
 }
 

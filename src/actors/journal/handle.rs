@@ -23,8 +23,8 @@ use super::backlog::{Backlog, BacklogView, DEFAULT_BACKLOG};
 use super::batches::{run_flows, run_inserts, FlowRequest, InsertRequest};
 use super::holds::{Hold, Holds};
 use super::messages::{
-    DeleteDead, InsertMessages, LiveByBizKey, MoveMessages, Purge, Read, ReplaceMessage,
-    RequeueDead, UnlistWaiting, Unreplace,
+    DeleteDead, InsertMessages, LiveByBizKey, MoveMessages, Purge, PurgeOutbox, Read,
+    ReplaceMessage, RequeueDead, UnlistWaiting, Unreplace,
 };
 use super::write_lock::WriteLock;
 
@@ -418,6 +418,14 @@ impl Journal {
 
     /// Deletes those of `ids` still in one of `statuses` and unchanged
     /// since `before`, with their history; how many.
+    /// Deletes the records of outbox rows pushed before `before`.
+    pub async fn purge_outbox_done(&self, before: i64) -> Result<u64, JournalError> {
+        self.actor
+            .send(PurgeOutbox { before })
+            .await
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+    }
+
     pub async fn purge(
         &self,
         ids: Vec<i64>,

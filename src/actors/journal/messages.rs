@@ -106,6 +106,14 @@ pub struct Purge {
     pub before: i64,
 }
 
+/// Delete the records of outbox rows pushed before `before` (see
+/// [`crate::journal::store::retention::purge_outbox_done`]).
+#[derive(Message)]
+#[rtype(result = "Result<u64, JournalError>")]
+pub struct PurgeOutbox {
+    pub before: i64,
+}
+
 /// A read of the journal: a store function run on a pooled connection on
 /// the journal's threads. Every query that only reads goes through it, so
 /// a new read is a store function and the call that names it.

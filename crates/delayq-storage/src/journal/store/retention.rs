@@ -13,7 +13,7 @@ use diesel::prelude::*;
 
 use crate::error::JournalError;
 use crate::journal::connection::JournalConn;
-use crate::journal::schema::{message, message_flow};
+use crate::journal::schema::{message, message_flow, outbox_done};
 use crate::with_conn;
 
 /// Messages that one of `statuses` ended, from the flow rows with ids in
@@ -83,5 +83,16 @@ pub fn purge(
             .execute(c)?;
         Ok::<_, diesel::result::Error>(deleted)
     }))?;
+    Ok(n as u64)
+}
+
+/// Deletes the records of outbox rows pushed before `before` (epoch ms): a
+/// record matters only while its row may still be in the outbox (its node
+/// stopped between the push and the delete, seconds). Returns how many.
+pub fn purge_outbox_done(conn: &mut JournalConn, before: i64) -> Result<u64, JournalError> {
+    let n = with_conn!(conn, c => diesel::delete(
+        outbox_done::table.filter(outbox_done::done_time.lt(before)),
+    )
+    .execute(c))?;
     Ok(n as u64)
 }
