@@ -13,6 +13,10 @@ use crate::journal::store::OutboxRows;
 use crate::message::{now_ms, parse_draft, Draft, OnDuplicate};
 use crate::queue::{Accepted, Queue, QueueError};
 
+/// Passes run at once, each on a thread and a connection of its own:
+/// while one waits for its push, another takes and deletes its rows
+/// (`SKIP LOCKED` gives each other rows).
+const PASSES: usize = 2;
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How often a PostgreSQL connection is looked at for notifications while
@@ -39,7 +43,7 @@ struct PushAsk {
 /// The running ingester.
 pub struct Ingester {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// Starts the ingester: its thread, and the task on this node's runtime
@@ -53,12 +57,16 @@ pub fn start(queue: Queue, settings: Settings) -> Ingester {
         }
     });
     let stop = Arc::new(AtomicBool::new(false));
-    let stopping = stop.clone();
-    let thread = std::thread::Builder::new()
-        .name("outbox".into())
-        .spawn(move || run(&settings, &tx, &stopping))
-        .expect("a thread for the outbox");
-    Ingester { stop, thread }
+    let threads = (0..PASSES)
+        .map(|i| {
+            let (settings, tx, stopping) = (settings.clone(), tx.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(format!("outbox-{i}"))
+                .spawn(move || run(&settings, &tx, &stopping))
+                .expect("a thread for the outbox")
+        })
+        .collect();
+    Ingester { stop, threads }
 }
 
 impl Ingester {
@@ -67,10 +75,11 @@ impl Ingester {
     pub async fn stop(self) {
         self.stop.store(true, Ordering::Release);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.thread.is_finished() && Instant::now() < deadline {
+        let finished = |t: &[std::thread::JoinHandle<()>]| t.iter().all(|t| t.is_finished());
+        while !finished(&self.threads) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        if !self.thread.is_finished() {
+        if !finished(&self.threads) {
             tracing::warn!("the outbox pass under way did not end in 30 s; its rows stay in the outbox (the transaction rolls back)");
         }
     }
@@ -141,8 +150,10 @@ fn pass(
     s: &Settings,
     pushes: &mpsc::UnboundedSender<PushAsk>,
 ) -> Result<usize, PassError> {
+    let t0 = Instant::now();
     ob.begin()?;
     let rows = ob.take(s.batch)?;
+    let t_take = t0.elapsed();
     if rows.is_empty() {
         ob.commit()?;
         return Ok(0);
@@ -187,6 +198,7 @@ fn pass(
             }
             Err(e) => return Err(PassError::Push(e.to_string())),
         }
+        tracing::debug!(rows = ids.len(), ?t_take, pushed_at = ?t0.elapsed(), "outbox pass: pushed");
         if crate::faults::on("outbox_stop_after_push") {
             tracing::error!(
                 "fault outbox_stop_after_push: stopping between the push and the delete"
@@ -196,6 +208,7 @@ fn pass(
         ob.delete(&ids)?;
     }
     ob.commit()?;
+    tracing::debug!(rows = rows.len(), took = ?t0.elapsed(), "outbox pass: deleted and committed");
     let m = crate::metrics::metrics();
     m.outbox_pushed.inc_by(ids.len() as u64);
     m.outbox_refused.inc_by(refused);

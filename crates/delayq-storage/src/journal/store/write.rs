@@ -66,14 +66,19 @@ pub fn insert_messages(
         let mut row_of = Vec::with_capacity(msgs.len());
         let done: HashMap<i64, i64> = match outbox {
             Some(o) => {
+                // Ranges of row ids, each read through the primary key
+                // (source, row_id) as a range: a list of ids in one
+                // statement (`= ANY`) leaves PostgreSQL reading every row
+                // of the source through the index's first column.
+                let wanted: HashSet<i64> = o.rows.iter().copied().collect();
                 let mut done = HashMap::new();
-                for chunk in o.rows.chunks(INSERT_CHUNK) {
+                for (lo, hi) in id_ranges(&o.rows) {
                     let found: Vec<(i64, i64)> = outbox_done::table
                         .filter(outbox_done::source.eq(&o.source))
-                        .filter(outbox_done::row_id.eq_any(chunk))
+                        .filter(outbox_done::row_id.between(lo, hi))
                         .select((outbox_done::row_id, outbox_done::message_id))
                         .load(c)?;
-                    done.extend(found);
+                    done.extend(found.into_iter().filter(|(row, _)| wanted.contains(row)));
                 }
                 done
             }
@@ -211,6 +216,24 @@ pub fn insert_messages(
     }))
     .map_err(JournalError::from)
 }
+
+/// Row ids gathered into ranges no wider than [`RANGE_SPAN`] (sorted,
+/// each id in one range): a batch taken in id order is one or a few.
+fn id_ranges(ids: &[i64]) -> Vec<(i64, i64)> {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for id in sorted {
+        match out.last_mut() {
+            Some((lo, hi)) if id - *lo < RANGE_SPAN => *hi = id,
+            _ => out.push((id, id)),
+        }
+    }
+    out
+}
+
+/// The widest range of outbox row ids read in one statement.
+const RANGE_SPAN: i64 = 4_096;
 
 fn waiting_row(m: &Message) -> MessageRow {
     let n = NewMessage::waiting(m);
@@ -457,6 +480,20 @@ mod tests {
             series: None,
             kept: false,
         }
+    }
+
+    #[test]
+    fn id_ranges_cover_each_id_once_within_the_span() {
+        assert_eq!(id_ranges(&[]), vec![]);
+        assert_eq!(id_ranges(&[5, 3, 4]), vec![(3, 5)]);
+        assert_eq!(
+            id_ranges(&[1, RANGE_SPAN, RANGE_SPAN + 1, 10 * RANGE_SPAN]),
+            vec![
+                (1, RANGE_SPAN),
+                (RANGE_SPAN + 1, RANGE_SPAN + 1),
+                (10 * RANGE_SPAN, 10 * RANGE_SPAN)
+            ]
+        );
     }
 
     #[test]
