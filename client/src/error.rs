@@ -53,6 +53,9 @@ pub enum Error {
     /// The base URL given to the client is not an http(s) URL.
     #[error("bad delayq URL {url:?}: {reason}")]
     Url { url: String, reason: String },
+    /// A message that cannot be an outbox row (see [`crate::outbox`]).
+    #[error("not an outbox row: {reason}")]
+    Outbox { reason: String },
     /// A CA file given with `tls_ca_file` cannot be used.
     #[error("CA file {path:?}: {reason}")]
     Tls {
@@ -104,7 +107,9 @@ impl Error {
             Error::Api { status, .. } | Error::Status { status, .. } => {
                 *status >= 500 || *status == 429 || *status == 408
             }
-            Error::Decode { .. } | Error::Url { .. } | Error::Tls { .. } => false,
+            Error::Decode { .. } | Error::Url { .. } | Error::Tls { .. } | Error::Outbox { .. } => {
+                false
+            }
         }
     }
 }

@@ -26,6 +26,9 @@
 //!   [`Outcome`].
 //! - [`reply`]: the server's answers: [`PushReply`], [`AckAndPollReply`], a result per
 //!   id for acks, nacks and cancels.
+//! - [`outbox`]: [`outbox::outbox_row`], a message as the `message` column
+//!   of a row the application inserts into its outbox table, in its own
+//!   transaction (transactional enqueue).
 //! - [`error`]: [`Error`], carrying the server's [`ErrorCode`] and message;
 //!   [`Error::is_retryable`] tells an outage from a refusal.
 //!
@@ -41,6 +44,7 @@ pub mod client;
 pub mod consumer;
 pub mod error;
 pub mod message;
+pub mod outbox;
 pub mod reply;
 
 pub use client::{Client, ClientBuilder, Reschedule, Search};

@@ -192,6 +192,32 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
         ],
         false,
     );
+    // A row made by the Rust client's outbox_row, inserted with its SQL.
+    let row = delayq_client::outbox::outbox_row(
+        &delayq_client::NewMessage::new("ob", "from the client")
+            .delay(Duration::from_millis(200))
+            .biz_key("client-row")
+            .priority(3),
+    )
+    .unwrap();
+    let mut conn = app.conn();
+    match &mut conn {
+        JournalConn::Postgres(c) => diesel::sql_query(delayq_client::outbox::INSERT_POSTGRES)
+            .bind::<Text, _>(&row)
+            .execute(c),
+        JournalConn::Mysql(c) => diesel::sql_query(delayq_client::outbox::INSERT_MYSQL)
+            .bind::<Text, _>(&row)
+            .execute(c),
+        JournalConn::Sqlite(_) => unreachable!(),
+    }
+    .unwrap();
+    let replace = delayq_client::NewMessage::new("ob", "r")
+        .biz_key("client-row")
+        .on_duplicate(delayq_client::OnDuplicate::Replace);
+    assert!(matches!(
+        delayq_client::outbox::outbox_row(&replace),
+        Err(delayq_client::Error::Outbox { .. })
+    ));
     // A row the node cannot push is marked and left for the application.
     app.insert(
         &[json!({"topic": "ob", "body": "x", "colour": "red"})],
@@ -226,7 +252,7 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
     committed.join().unwrap();
 
     let bodies = drain(&env, "ob").await;
-    let want: HashMap<String, usize> = ["a", "b", "c", "held, committed"]
+    let want: HashMap<String, usize> = ["a", "b", "c", "held, committed", "from the client"]
         .iter()
         .map(|b| (b.to_string(), 1))
         .collect();
@@ -239,10 +265,10 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
         error.starts_with("unknown_field:") && error.contains("colour"),
         "{error}"
     );
-    assert_eq!(done_rows(&env.journal), 4);
+    assert_eq!(done_rows(&env.journal), 5);
     let metrics = env.get_path("/metrics").await;
     assert!(
-        metrics.text.contains("delayq_outbox_pushed_total 4"),
+        metrics.text.contains("delayq_outbox_pushed_total 5"),
         "{}",
         metrics.text
     );
