@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -612,6 +613,69 @@ func TestOnDuplicateReplaceAndExtend(t *testing.T) {
 		t.Fatalf("onDuplicate without a bizKey: %v", e)
 	}
 	if _, err := c.Cancel(ctx, held.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAnOutboxRowIsWhatPushSends(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	m := delayq.Message{Topic: "go-outbox", Body: `order "42" <é>`, Delay: 10 * time.Minute, BizKey: "order-42",
+		Priority: 3, TTL: 20 * time.Second, MaxAttempts: 4, Retry: &delayq.Retry{Delay: time.Second},
+		OnDuplicate: delayq.OnDuplicateKeep}
+	row, err := delayq.OutboxRow(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The row parses as the JSON of the body Push sends for the message.
+	n := standIn(t, answer(200, `{"id":"7"}`))
+	if _, err := newClient(t, []string{n.URL}).Push(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	sent := n.bodies[0]
+	n.mu.Unlock()
+	var fromRow, fromPush any
+	if err := json.Unmarshal([]byte(row), &fromRow); err != nil {
+		t.Fatalf("the row %s: %v", row, err)
+	}
+	if err := json.Unmarshal([]byte(sent), &fromPush); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fromRow, fromPush) {
+		t.Fatalf("the row %s, push sent %s", row, sent)
+	}
+	if plain, err := delayq.OutboxRow(delayq.Message{Topic: "go-outbox", Body: "x"}); err != nil || plain != `{"topic":"go-outbox","body":"x"}` {
+		t.Fatalf("a plain row: %s %v", plain, err)
+	}
+	// The server refuses replace and extend in an outbox row: so does the client.
+	for _, refused := range []string{delayq.OnDuplicateReplace, delayq.OnDuplicateExtend} {
+		r, err := delayq.OutboxRow(delayq.Message{Topic: "go-outbox", Body: "x", BizKey: "k", OnDuplicate: refused})
+		if !errors.Is(err, delayq.ErrOutboxOnDuplicate) || r != "" {
+			t.Fatalf("onDuplicate %s: %q %v, want ErrOutboxOnDuplicate", refused, r, err)
+		}
+	}
+	// The row's text, as is, is a message POST /push takes.
+	resp, err := http.Post(srv.url+"/push", "application/json", strings.NewReader(row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var pushed struct {
+		ID string `json:"id"`
+	}
+	reply, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || json.Unmarshal(reply, &pushed) != nil || pushed.ID == "" {
+		t.Fatalf("POST /push of the row: %d %s", resp.StatusCode, reply)
+	}
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
+	info, err := c.Message(ctx, pushed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := info.Message; v.Topic != m.Topic || v.Body != m.Body || v.BizKey != m.BizKey || v.Priority != 3 || v.MaxAttempts != 4 {
+		t.Fatalf("the pushed row: %+v", v)
+	}
+	if _, err := c.Cancel(ctx, pushed.ID); err != nil {
 		t.Fatal(err)
 	}
 }

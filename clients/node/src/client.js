@@ -42,6 +42,24 @@ export function message(topic, body, options = {}) {
   return m;
 }
 
+/**
+ * The JSON text of a row of the transactional outbox's `message` column:
+ * the message POST /push would take from `push(topic, body, options)`.
+ * Insert it in the application's own transaction (PostgreSQL `INSERT INTO
+ * delayq_outbox (message) VALUES ($1::json)`, MySQL `... VALUES (?)`); a
+ * delayq node started with `--outbox-url` pushes each committed row once.
+ * `onDuplicate` `replace` and `extend` are refused (TypeError): the server
+ * refuses them in an outbox row, so only `keep` or none is taken. See
+ * "Transactional enqueue: the outbox" in docs/src/operating.md.
+ */
+export function outboxRow(topic, body, options = {}) {
+  const m = message(topic, body, options);
+  if ('onDuplicate' in m && m.onDuplicate !== 'keep') {
+    throw new TypeError(`onDuplicate ${JSON.stringify(m.onDuplicate)} is refused in an outbox row: only "keep" or none`);
+  }
+  return JSON.stringify(m);
+}
+
 function query(params) {
   const given = Object.entries(params).filter(([, v]) => v !== undefined && v !== null);
   return given.length ? `?${new URLSearchParams(given.map(([k, v]) => [k, String(v)]))}` : '';

@@ -119,6 +119,20 @@ export interface NewMessage extends MessageOptions {
 
 export declare function message(topic: string, body: string, options?: MessageOptions): NewMessage;
 
+/** What an outbox row takes beside topic and body: a push's options, but `onDuplicate` only `keep`. */
+export interface OutboxOptions extends Omit<MessageOptions, 'onDuplicate'> {
+  /** `replace` and `extend` are refused in an outbox row */
+  onDuplicate?: 'keep';
+}
+
+/**
+ * The JSON text of a row of the transactional outbox's `message` column
+ * (`INSERT INTO delayq_outbox (message) VALUES ($1::json)` in the
+ * application's own transaction): the message `push` would send. Throws
+ * TypeError for `onDuplicate` `replace` or `extend`.
+ */
+export declare function outboxRow(topic: string, body: string, options?: OutboxOptions): string;
+
 export interface Pushed {
   id: string;
   /** A live message of the topic held the bizKey: `id` is that message's. */

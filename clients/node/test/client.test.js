@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ApiError, Client, Consumer, TransportError, message } from '../src/index.js';
+import { ApiError, Client, Consumer, TransportError, message, outboxRow } from '../src/index.js';
 import { Server, freePort, privateCa, sleep, until } from './server.js';
 
 const quiet = () => {};
@@ -191,6 +191,28 @@ describe('against one node', () => {
       (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_field',
     );
     await client.cancel(held.id);
+  });
+
+  test('an outbox row is the message push sends, and POST /push takes its text', async () => {
+    const options = { delay: 600000, bizKey: 'order-42', priority: 3, ttl: 20000, maxAttempts: 4, retry: { delay: 1000 }, onDuplicate: 'keep' };
+    const body = 'order "42" \u00e9';
+    const row = outboxRow('node-outbox', body, options);
+    assert.equal(typeof row, 'string');
+    assert.deepEqual(JSON.parse(row), message('node-outbox', body, options));
+    assert.deepEqual(JSON.parse(outboxRow('node-outbox', 'x')), { topic: 'node-outbox', body: 'x' });
+    // The server refuses replace and extend in an outbox row: so does the client.
+    for (const onDuplicate of ['replace', 'extend']) {
+      assert.throws(() => outboxRow('node-outbox', 'x', { bizKey: 'k', onDuplicate }), TypeError);
+    }
+    assert.throws(() => outboxRow('node-outbox', 'x', { dealy: 5 }), TypeError);
+    // The row's text, as is, is a message POST /push takes.
+    const res = await fetch(`${server.url}/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: row });
+    const answer = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(answer));
+    assert.ok(answer.id);
+    const got = (await client.message(answer.id)).message;
+    assert.deepEqual([got.topic, got.body, got.bizKey], ['node-outbox', body, 'order-42']);
+    await client.cancel(answer.id);
   });
 
   test('dead letters and requeue', async () => {

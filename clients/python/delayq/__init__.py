@@ -23,6 +23,7 @@ from .client import (
     Delivery,
     Pushed,
     message,
+    outbox_row,
 )
 from .codes import ERROR_CODES
 from .consumer import Consumer
@@ -48,4 +49,5 @@ __all__ = [
     "Pushed",
     "TransportError",
     "message",
+    "outbox_row",
 ]

@@ -156,6 +156,27 @@ def message(
     return m
 
 
+def outbox_row(topic: str, body: str, **fields: Any) -> str:
+    """The JSON text of a row of the transactional outbox's ``message`` column.
+
+    Keyword fields as :func:`message` names them: the text is the message
+    ``POST /push`` would take from :meth:`Client.push` with the same
+    arguments. Insert it in the application's own transaction (PostgreSQL
+    ``INSERT INTO delayq_outbox (message) VALUES (%s::json)``, MySQL
+    ``... VALUES (%s)``); a delayq node started with ``--outbox-url`` pushes
+    each committed row once. ``on_duplicate`` replace and extend are
+    refused (``ValueError``): the server refuses them in an outbox row, so
+    only :data:`ON_DUPLICATE_KEEP` or none is taken. See "Transactional
+    enqueue: the outbox" in docs/src/operating.md.
+    """
+    m = message(topic, body, **fields)
+    on_duplicate = m.get("onDuplicate")
+    if on_duplicate is not None and on_duplicate != ON_DUPLICATE_KEEP:
+        raise ValueError(
+            f"on_duplicate {on_duplicate!r} is refused in an outbox row: only {ON_DUPLICATE_KEEP!r} or none")
+    return json.dumps(m)
+
+
 def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle kept-alive connection has been closed by the server
     (it is readable: the end of the stream, or bytes nobody asked for)."""

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import json
 import unittest
 import urllib.request
 
@@ -34,6 +35,7 @@ from delayq import (  # noqa: E402
     Consumer,
     TransportError,
     message,
+    outbox_row,
 )
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -302,6 +304,28 @@ class ClientTest(unittest.TestCase):
             self.client.push("py-debounce", "x", on_duplicate=ON_DUPLICATE_REPLACE)
         self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_field"))
         self.client.cancel(held.id)
+
+    def test_an_outbox_row_is_the_message_push_sends(self):
+        fields = dict(delay_ms=600_000, biz_key="order-42", priority=3, ttl_ms=20_000, max_attempts=4,
+                      retry={"delay": 1000}, on_duplicate="keep")
+        row = outbox_row("py-outbox", 'order "42" é', **fields)
+        self.assertIsInstance(row, str)
+        self.assertEqual(json.loads(row), message("py-outbox", 'order "42" é', **fields))
+        self.assertEqual(json.loads(outbox_row("py-outbox", "x")), {"topic": "py-outbox", "body": "x"})
+        # The server refuses replace and extend in an outbox row: so does the client.
+        for refused in (ON_DUPLICATE_REPLACE, ON_DUPLICATE_EXTEND):
+            with self.assertRaises(ValueError):
+                outbox_row("py-outbox", "x", biz_key="k", on_duplicate=refused)
+        # The row's text, as is, is a message POST /push takes.
+        req = urllib.request.Request(self.server.url + "/push", data=row.encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            self.assertEqual(r.status, 200)
+            id = json.loads(r.read())["id"]
+        self.assertTrue(id)
+        got = self.client.message(id)["message"]
+        self.assertEqual((got["topic"], got["body"], got.get("bizKey")), ("py-outbox", 'order "42" é', "order-42"))
+        self.client.cancel(id)
 
     def test_a_second_url_serves_when_the_first_does_not_answer(self):
         dead = f"http://127.0.0.1:{free_port()}"

@@ -1,7 +1,7 @@
 // Compiled (not run) by `npm run typecheck`: the declarations in
 // src/index.d.ts take what a TypeScript user writes, and refuse a mistake.
 import {
-  ApiError, Client, Consumer, ERROR_CODES, message, type Delivery, type DuplicateResult, type ErrorCode, type OnDuplicate,
+  ApiError, Client, Consumer, ERROR_CODES, message, outboxRow, type Delivery, type DuplicateResult, type ErrorCode, type OnDuplicate,
 } from '../../src/index.js';
 
 async function main(): Promise<void> {
@@ -23,6 +23,7 @@ async function main(): Promise<void> {
   const replacedDue: number | undefined = replaced.dueTime;
   const [batched] = await client.pushBatch([message('orders', 'd', { bizKey: 'order-1', onDuplicate: 'extend' })]);
   if (batched.result === 'not_later' || batched.result === 'in_flight') console.log(batched.dueTime);
+  const row: string = outboxRow('reminders', 'order 42', { delay: 86400000, bizKey: 'order-42', onDuplicate: 'keep' });
   const { messages } = await client.poll('orders', { count: 10, timeout: 5 });
   const first: Delivery | undefined = messages[0];
   if (first) await client.ack(first);
@@ -40,7 +41,7 @@ async function main(): Promise<void> {
     if (e instanceof ApiError && e.code === 'not_found') console.log(e.status, e.detail);
   }
   const code: ErrorCode = ERROR_CODES[0];
-  console.log(dup, status, counts, code, due, outcome, replacedDue);
+  console.log(dup, status, counts, code, due, outcome, replacedDue, row);
 
   // @ts-expect-error: a misspelt option is a compile error
   await client.push('orders', 'x', { dealy: 5 });
@@ -50,6 +51,8 @@ async function main(): Promise<void> {
   await client.reschedule([id], { deliverAtLocal: new Date(), tz: 'Europe/Berlin' });
   // @ts-expect-error: onDuplicate is keep, replace or extend
   await client.push('orders', 'x', { bizKey: 'order-1', onDuplicate: 'merge' });
+  // @ts-expect-error: an outbox row refuses replace and extend
+  outboxRow('reminders', 'x', { bizKey: 'order-1', onDuplicate: 'replace' });
   // @ts-expect-error: bodies are strings
   await client.push('orders', { id: 1 });
 }

@@ -146,6 +146,25 @@ public final class Message {
         return m;
     }
 
+    /**
+     * The JSON text of a row of the transactional outbox's {@code message} column: this message
+     * exactly as {@link DelayqClient#push(Message)} sends it. Insert it in the application's own
+     * transaction (PostgreSQL {@code INSERT INTO delayq_outbox (message) VALUES (?::json)}, MySQL
+     * {@code ... VALUES (?)}); a delayq node started with {@code --outbox-url} pushes each
+     * committed row once. See "Transactional enqueue: the outbox" in docs/src/operating.md.
+     *
+     * @throws IllegalArgumentException when {@link #onDuplicate()} is {@link OnDuplicate#REPLACE}
+     *     or {@link OnDuplicate#EXTEND}: the server refuses those in an outbox row, so only
+     *     {@link OnDuplicate#KEEP} or none is taken
+     */
+    public String outboxRow() {
+        if (onDuplicate != null && onDuplicate != OnDuplicate.KEEP) {
+            throw new IllegalArgumentException("onDuplicate " + onDuplicate.wire()
+                    + " is refused in an outbox row: only keep or none");
+        }
+        return Json.write(toMap());
+    }
+
     static void putIf(Map<String, Object> m, String key, Object value) {
         if (value != null) {
             m.put(key, value);

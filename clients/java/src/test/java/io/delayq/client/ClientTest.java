@@ -10,6 +10,10 @@ import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -355,6 +359,45 @@ class ClientTest {
         assertEquals(400, noKey.status());
         assertEquals(Optional.of(ErrorCode.INVALID_FIELD), noKey.errorCode());
         client.cancel(held.id());
+    }
+
+    @Test
+    void anOutboxRowIsWhatPushSends() throws Exception {
+        String topic = "java-outbox";
+        Message m = Message.builder(topic, "order \"42\" \u00e9").delayMs(600_000).bizKey("order-42").priority(3)
+                .ttlMs(20_000).maxAttempts(4).retry(Retry.fixed(1_000)).onDuplicate(OnDuplicate.KEEP).build();
+        String row = m.outboxRow();
+        // The row parses as the JSON of the body push sends for the message.
+        List<String> seen = new CopyOnWriteArrayList<>();
+        HttpServer stand = stub(200, "{\"id\":\"7\"}", seen);
+        try {
+            DelayqClient.builder().url(url(stand)).timeout(Duration.ofSeconds(2)).build().push(m);
+        } finally {
+            stand.stop(0);
+        }
+        assertEquals(1, seen.size());
+        assertTrue(seen.get(0).startsWith("POST /push {"), seen.get(0));
+        assertEquals(Json.parse(seen.get(0).substring("POST /push ".length())), Json.parse(row));
+        assertEquals("{\"topic\":\"java-outbox\",\"body\":\"x\"}", Message.of(topic, "x").outboxRow());
+        // The server refuses replace and extend in an outbox row: so does the client.
+        for (OnDuplicate refused : List.of(OnDuplicate.REPLACE, OnDuplicate.EXTEND)) {
+            assertThrows(IllegalArgumentException.class,
+                    () -> Message.builder(topic, "x").bizKey("k").onDuplicate(refused).build().outboxRow(),
+                    refused.wire());
+        }
+        // The row's text, as is, is a message POST /push takes.
+        HttpResponse<String> r = HttpClient.newHttpClient().send(
+                HttpRequest.newBuilder(URI.create(server.url() + "/push")).timeout(Duration.ofSeconds(5))
+                        .header("Content-Type", "application/json")
+                        .POST(HttpRequest.BodyPublishers.ofString(row, StandardCharsets.UTF_8)).build(),
+                HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+        assertEquals(200, r.statusCode(), r.body());
+        String id = Json.string(Json.object(Json.parse(r.body())), "id");
+        assertNotNull(id, r.body());
+        Map<String, Object> got = Json.object(client.message(id).get("message"));
+        assertEquals(List.of(topic, m.body(), "order-42"),
+                List.of(got.get("topic"), got.get("body"), got.get("bizKey")));
+        client.cancel(id);
     }
 
     @Test
