@@ -79,33 +79,17 @@ impl App {
     fn insert(&self, messages: &[Value], commit: bool) {
         let mut conn = self.conn();
         let texts: Vec<String> = messages.iter().map(Value::to_string).collect();
-        let r: Result<(), diesel::result::Error> = match &mut conn {
-            JournalConn::Postgres(c) => c.transaction(|c| {
-                for t in &texts {
-                    diesel::sql_query("INSERT INTO delayq_outbox (message) VALUES ($1::json)")
-                        .bind::<Text, _>(t)
-                        .execute(c)?;
-                }
-                if commit {
-                    Ok(())
-                } else {
-                    Err(diesel::result::Error::RollbackTransaction)
-                }
-            }),
-            JournalConn::Mysql(c) => c.transaction(|c| {
-                for t in &texts {
-                    diesel::sql_query("INSERT INTO delayq_outbox (message) VALUES (?)")
-                        .bind::<Text, _>(t)
-                        .execute(c)?;
-                }
-                if commit {
-                    Ok(())
-                } else {
-                    Err(diesel::result::Error::RollbackTransaction)
-                }
-            }),
-            JournalConn::Sqlite(_) => unreachable!(),
-        };
+        let sql = insert_sql(&conn);
+        let r: Result<(), diesel::result::Error> = with_conn!(&mut conn, c => c.transaction(|c| {
+            for t in &texts {
+                diesel::sql_query(sql).bind::<Text, _>(t).execute(c)?;
+            }
+            if commit {
+                Ok(())
+            } else {
+                Err(diesel::result::Error::RollbackTransaction)
+            }
+        }));
         match r {
             Ok(()) => assert!(commit),
             Err(diesel::result::Error::RollbackTransaction) => assert!(!commit),
@@ -118,6 +102,15 @@ impl App {
         let mut conn = self.conn();
         with_conn!(&mut conn, c => diesel::sql_query("SELECT id, error FROM delayq_outbox ORDER BY id").load(c))
             .unwrap()
+    }
+}
+
+/// The Rust client's insert of one outbox row, for the database `conn`
+/// is on.
+fn insert_sql(conn: &JournalConn) -> &'static str {
+    match conn {
+        JournalConn::Postgres(_) => delayq_client::outbox::INSERT_POSTGRES,
+        _ => delayq_client::outbox::INSERT_MYSQL,
     }
 }
 
@@ -201,16 +194,8 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
     )
     .unwrap();
     let mut conn = app.conn();
-    match &mut conn {
-        JournalConn::Postgres(c) => diesel::sql_query(delayq_client::outbox::INSERT_POSTGRES)
-            .bind::<Text, _>(&row)
-            .execute(c),
-        JournalConn::Mysql(c) => diesel::sql_query(delayq_client::outbox::INSERT_MYSQL)
-            .bind::<Text, _>(&row)
-            .execute(c),
-        JournalConn::Sqlite(_) => unreachable!(),
-    }
-    .unwrap();
+    let sql = insert_sql(&conn);
+    with_conn!(&mut conn, c => diesel::sql_query(sql).bind::<Text, _>(&row).execute(c)).unwrap();
     let replace = delayq_client::NewMessage::new("ob", "r")
         .biz_key("client-row")
         .on_duplicate(delayq_client::OnDuplicate::Replace);
@@ -229,10 +214,7 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
         let url = app.db.url.clone();
         std::thread::spawn(move || {
             let mut conn = JournalConn::establish(&JournalUrl::parse(&url).unwrap()).unwrap();
-            let sql = match &conn {
-                JournalConn::Postgres(_) => "INSERT INTO delayq_outbox (message) VALUES ($1::json)",
-                _ => "INSERT INTO delayq_outbox (message) VALUES (?)",
-            };
+            let sql = insert_sql(&conn);
             let text = json!({"topic": "ob", "body": body}).to_string();
             with_conn!(&mut conn, c => {
                 c.batch_execute("BEGIN").unwrap();
