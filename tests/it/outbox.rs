@@ -257,7 +257,7 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
     assert!(metrics.text.contains("delayq_outbox_refused_total 1"));
 }
 
-/// A node stops (SIGABRT, as a kill would) after its push of a batch is
+/// A node is killed (SIGKILL, by itself) after its push of a batch is
 /// durable and before it deletes the rows; the next node finds the rows
 /// recorded as pushed, deletes them and pushes nothing again.
 async fn a_node_stopped_between_push_and_delete_pushes_nothing_twice(b: Backend) {

@@ -16,7 +16,7 @@
 //! | `spill_lock_ms=MS` | the lock of a journal spill replay lasts MS instead of a minute (renewed every third of it) |
 //! | `spill_page=N` | a journal spill replay reads N changes per page instead of 500 |
 //! | `spill_page_slow=MS` | a journal spill replay waits MS before writing each page (a slow journal) |
-//! | `outbox_stop_after_push` | the outbox ingester stops the process (abort) right after a push of rows is durable, before it deletes them (a node killed at the worst moment) |
+//! | `outbox_stop_after_push` | the outbox ingester kills its own process (SIGKILL) right after a push of rows is durable, before it deletes them (a node killed at the worst moment) |
 //! | `ignore_receipts` | acks and nacks are applied as if they carried no receipt (a planted bug: a late consumer's ack or nack then touches the next delivery) |
 //! | `plant_early` | a pushed message's due time is computed 400 ms early (a planted bug, for the fault checker) |
 //! | `plant_lost` | one message in 16 handed out is acked instead (a planted bug: it never reaches a consumer) |
