@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `finished` | Consumed, Deleted | `--retain-finished` (default 7 days) |
 //! | `dead` | Dead | `--retain-dead` (default 30 days): an operator has that long to requeue or delete it |
-//! | outbox records | an outbox row pushed | as `finished` (see [`crate::outbox`]) |
+//! | outbox records | left behind by an outbox pass cut short (the others go at once) | the longer of the two, kept forever when either is `0` (see [`crate::outbox`]) |
 //!
 //! `0` keeps a kind forever. The leader runs a pass every
 //! `--retention-interval`: for each kind it reads the flow rows written
@@ -78,10 +78,12 @@ impl Retention {
         if pass.purged > 0 {
             crate::metrics::metrics().journal_purged.inc_by(pass.purged);
         }
-        // The records of outbox rows pushed (see crate::outbox) go with
-        // the finished messages.
-        if !self.keep.finished.is_zero() {
-            let before = now_ms() - self.keep.finished.as_millis() as i64;
+        // The records of outbox rows (see crate::outbox) left behind by a
+        // pass cut short: kept as long as the longer of the two, so a row
+        // still in the outbox finds its record when a node reads it again.
+        let records = self.keep.finished.max(self.keep.dead);
+        if !self.keep.finished.is_zero() && !self.keep.dead.is_zero() {
+            let before = now_ms() - records.as_millis() as i64;
             self.journal.purge_outbox_done(before).await?;
         }
         Ok(pass)

@@ -1,4 +1,4 @@
-//! The ingester: one thread per node with `--outbox-url`, holding its own
+//! The ingester: two threads per node with `--outbox-url`, each holding its own
 //! connection to the application's database, that takes committed rows,
 //! has the node push them, deletes them and commits (see [`super`]).
 
@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::table::{Outbox, Row};
 use crate::journal::store::OutboxRows;
@@ -34,11 +34,23 @@ pub struct Settings {
     pub max_body: usize,
 }
 
-struct PushAsk {
-    drafts: Vec<Draft>,
-    rows: OutboxRows,
-    reply: oneshot::Sender<Result<Vec<Accepted>, QueueError>>,
+/// What a pass asks of the node's runtime.
+enum Ask {
+    /// Push these drafts, one outbox row each.
+    Push {
+        drafts: Vec<Draft>,
+        rows: OutboxRows,
+        reply: std::sync::mpsc::Sender<Result<Vec<Accepted>, QueueError>>,
+    },
+    /// Forget the records of rows whose delete committed.
+    Forget { source: String, rows: Vec<i64> },
 }
+
+/// How long a pass waits for its push before it rolls back (the push may
+/// still commit: the next pass then finds its rows recorded).
+const PUSH_WAIT: Duration = Duration::from_secs(30);
+/// The longest `error` written into a refused row.
+const REASON_MAX: usize = 1_000;
 
 /// The running ingester.
 pub struct Ingester {
@@ -49,11 +61,25 @@ pub struct Ingester {
 /// Starts the ingester: its thread, and the task on this node's runtime
 /// that pushes what the thread takes.
 pub fn start(queue: Queue, settings: Settings) -> Ingester {
-    let (tx, mut rx) = mpsc::unbounded_channel::<PushAsk>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Ask>();
     actix::spawn(async move {
         while let Some(ask) = rx.recv().await {
-            let result = queue.push_outbox(ask.drafts, ask.rows).await;
-            let _ = ask.reply.send(result);
+            match ask {
+                Ask::Push {
+                    drafts,
+                    rows,
+                    reply,
+                } => {
+                    let _ = reply.send(queue.push_outbox(drafts, rows).await);
+                }
+                Ask::Forget { source, rows } => {
+                    // Left for retention when it fails: a record of a row
+                    // no longer in the outbox is never read.
+                    if let Err(e) = queue.forget_outbox_rows(source, rows).await {
+                        tracing::debug!(error = %e, "outbox: records of deleted rows kept for now");
+                    }
+                }
+            }
         }
     });
     let stop = Arc::new(AtomicBool::new(false));
@@ -98,7 +124,7 @@ impl From<anyhow::Error> for PassError {
     }
 }
 
-fn run(s: &Settings, pushes: &mpsc::UnboundedSender<PushAsk>, stop: &AtomicBool) {
+fn run(s: &Settings, pushes: &mpsc::UnboundedSender<Ask>, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN;
     let mut outbox: Option<Outbox> = None;
     while !stop.load(Ordering::Acquire) {
@@ -107,7 +133,6 @@ fn run(s: &Settings, pushes: &mpsc::UnboundedSender<PushAsk>, stop: &AtomicBool)
             None => match Outbox::connect(&s.url, &s.table) {
                 Ok(ob) => {
                     tracing::info!(table = %s.table, source = %ob.source, "pushing the rows of the outbox as they are committed");
-                    backoff = BACKOFF_MIN;
                     outbox.insert(ob)
                 }
                 Err(e) => {
@@ -126,13 +151,15 @@ fn run(s: &Settings, pushes: &mpsc::UnboundedSender<PushAsk>, stop: &AtomicBool)
                 }
             }
             Err(PassError::Database(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "outbox: the database failed mid-pass; its rows stay (rolled back), reconnecting");
+                crate::metrics::metrics().outbox_failed.inc();
+                tracing::warn!(error = %format!("{e:#}"), retry_in = ?backoff, "outbox: the application's database failed mid-pass; its rows stay (rolled back), reconnecting");
                 outbox = None;
                 pause(stop, backoff);
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             Err(PassError::Push(e)) => {
-                tracing::warn!(error = %e, "outbox: rows not pushed; they stay in the outbox and are tried again");
+                crate::metrics::metrics().outbox_failed.inc();
+                tracing::warn!(error = %e, retry_in = ?backoff, "outbox: rows not pushed; they stay in the outbox and are tried again");
                 if ob.rollback().is_err() {
                     outbox = None;
                 }
@@ -148,7 +175,7 @@ fn run(s: &Settings, pushes: &mpsc::UnboundedSender<PushAsk>, stop: &AtomicBool)
 fn pass(
     ob: &mut Outbox,
     s: &Settings,
-    pushes: &mpsc::UnboundedSender<PushAsk>,
+    pushes: &mpsc::UnboundedSender<Ask>,
 ) -> Result<usize, PassError> {
     let t0 = Instant::now();
     ob.begin()?;
@@ -159,45 +186,47 @@ fn pass(
         return Ok(0);
     }
     let now = now_ms();
-    let (mut drafts, mut ids, mut created) = (Vec::new(), Vec::new(), Vec::new());
+    let mut good = Vec::new();
     let mut refused = 0;
     for row in &rows {
         match draft_of(row, s.max_body, now) {
-            Ok(d) => {
-                drafts.push(d);
-                ids.push(row.id);
-                created.push(row.created_at);
-            }
+            Ok(d) => good.push((d, row.id, row.created_at)),
             Err(why) => {
-                tracing::warn!(row = row.id, table = %s.table, why, "outbox row refused: its error column says why");
-                ob.refuse(row.id, &why)?;
+                refuse(ob, s, row.id, &why)?;
                 refused += 1;
             }
         }
     }
-    if !drafts.is_empty() {
-        let (reply, answer) = oneshot::channel();
-        let rows = OutboxRows {
-            source: ob.source.clone(),
-            rows: ids.clone(),
-        };
-        let stopping = || PassError::Push("the node is stopping".into());
-        pushes
-            .send(PushAsk {
-                drafts,
-                rows,
-                reply,
-            })
-            .map_err(|_| stopping())?;
-        match answer.blocking_recv().map_err(|_| stopping())? {
-            Ok(_) => {}
-            // Durable in the journal with the rows' record: scheduled by
-            // the reconciler or the next restore.
-            Err(QueueError::NotScheduled(e)) => {
-                tracing::warn!(error = %e, "outbox rows pushed into the journal, not yet into Redis");
+    let pushed = match push(ob, pushes, &good) {
+        Ok(()) => good,
+        // A row the journal refuses (a value its database will not
+        // store) would fail every batch it is in: each row is pushed
+        // alone, and those refused are marked.
+        Err(Refused(e)) if good.len() > 1 => {
+            tracing::warn!(error = %e, rows = good.len(), "outbox: the journal refused a row of the batch; pushing the rows one by one");
+            let mut kept = Vec::new();
+            for one in good {
+                match push(ob, pushes, std::slice::from_ref(&one)) {
+                    Ok(()) => kept.push(one),
+                    Err(Refused(e)) => {
+                        refuse(ob, s, one.1, &format!("journal_refused: {e}"))?;
+                        refused += 1;
+                    }
+                    Err(Failed(e)) => return Err(e),
+                }
             }
-            Err(e) => return Err(PassError::Push(e.to_string())),
+            kept
         }
+        Err(Refused(e)) => {
+            let (_, id, _) = good[0];
+            refuse(ob, s, id, &format!("journal_refused: {e}"))?;
+            refused += 1;
+            Vec::new()
+        }
+        Err(Failed(e)) => return Err(e),
+    };
+    let ids: Vec<i64> = pushed.iter().map(|(_, id, _)| *id).collect();
+    if !ids.is_empty() {
         tracing::debug!(rows = ids.len(), ?t_take, pushed_at = ?t0.elapsed(), "outbox pass: pushed");
         if crate::faults::on("outbox_stop_after_push") {
             tracing::error!(
@@ -209,18 +238,99 @@ fn pass(
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
         }
-        ob.delete(&ids)?;
+        ob.delete(&ids)
+            .map_err(|e| e.context("deleting the rows pushed"))?;
     }
-    ob.commit()?;
+    ob.commit().map_err(|e| e.context("committing the pass"))?;
     tracing::debug!(rows = rows.len(), took = ?t0.elapsed(), "outbox pass: deleted and committed");
     let m = crate::metrics::metrics();
     m.outbox_pushed.inc_by(ids.len() as u64);
     m.outbox_refused.inc_by(refused);
     let done = now_ms();
-    for c in created {
-        m.outbox_lag.observe((done - c).max(0) as f64 / 1000.0);
+    for (_, _, created) in &pushed {
+        m.outbox_lag
+            .observe((done - created).max(0) as f64 / 1000.0);
+    }
+    if !ids.is_empty() {
+        let _ = pushes.send(Ask::Forget {
+            source: ob.source.clone(),
+            rows: ids,
+        });
     }
     Ok(rows.len())
+}
+
+/// Why a push of rows did not happen.
+enum PushFailed {
+    /// The journal's database refused a row (a value it will not store).
+    Refused(String),
+    /// Anything else: the pass rolls back.
+    Failed(PassError),
+}
+use PushFailed::{Failed, Refused};
+
+/// Has the node push `rows` (draft, row id, created_at) and waits for it:
+/// durable in the journal with the rows' records, and scheduled in Redis.
+fn push(
+    ob: &Outbox,
+    pushes: &mpsc::UnboundedSender<Ask>,
+    rows: &[(Draft, i64, i64)],
+) -> Result<(), PushFailed> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let (reply, answer) = std::sync::mpsc::channel();
+    let ask = Ask::Push {
+        drafts: rows.iter().map(|(d, _, _)| d.clone()).collect(),
+        rows: OutboxRows {
+            source: ob.source.clone(),
+            rows: rows.iter().map(|(_, id, _)| *id).collect(),
+            created: rows.iter().map(|(_, _, c)| *c).collect(),
+            again: false,
+        },
+        reply,
+    };
+    let failed = |e: String| Failed(PassError::Push(e));
+    pushes
+        .send(ask)
+        .map_err(|_| failed("the node is stopping".into()))?;
+    match answer.recv_timeout(PUSH_WAIT) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(QueueError::Journal(e))) if e.is_refusal() => Err(Refused(e.to_string())),
+        // NotScheduled (journaled, Redis out) too: the rows stay, and the
+        // next pass schedules their messages when it finds them recorded.
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(failed(format!(
+            "no answer from the push within {PUSH_WAIT:?}"
+        ))),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(failed("the node is stopping".into()))
+        }
+    }
+}
+
+/// Marks a row refused, with why (control characters shown escaped, at
+/// most [`REASON_MAX`] bytes, so that the database takes it).
+fn refuse(ob: &mut Outbox, s: &Settings, id: i64, why: &str) -> Result<(), PassError> {
+    let mut reason = String::with_capacity(why.len());
+    for c in why.chars() {
+        if c.is_control() {
+            reason.extend(c.escape_default());
+        } else {
+            reason.push(c);
+        }
+    }
+    if reason.len() > REASON_MAX {
+        let mut cut = REASON_MAX;
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+        reason.push('…');
+    }
+    tracing::warn!(row = id, table = %s.table, why = %reason, "outbox row refused: its error column says why");
+    ob.refuse(id, &reason)
+        .map_err(|e| PassError::Database(e.context(format!("marking row {id} refused"))))
 }
 
 /// A row's message, or why it cannot be pushed (`code: message`, as

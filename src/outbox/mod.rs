@@ -16,20 +16,25 @@
 //! install), and on PostgreSQL a trigger that notifies `TABLE` at each
 //! commit of new rows.
 //!
-//! A node started with `--outbox-url` runs one ingester ([`ingest`]; every
-//! node may, each takes other rows): in one transaction of the
-//! application's database it takes up to `--outbox-batch` committed rows
-//! (`FOR UPDATE SKIP LOCKED`, in id order), pushes their messages, deletes
-//! the rows, and commits. The push writes, in the journal's transaction
+//! A node started with `--outbox-url` runs an ingester ([`ingest`]: two
+//! passes at once; every node may, each takes other rows): in one
+//! transaction of the application's database a pass takes up to
+//! `--outbox-batch` committed rows (`FOR UPDATE SKIP LOCKED`, oldest
+//! first; passes side by side push in no set order), pushes their
+//! messages, deletes the rows, and commits. The push writes, in the journal's transaction
 //! that inserts the messages, which rows they came from (`outbox_done`,
-//! keyed by the outbox's id and the row's): a row whose node stopped
+//! keyed by the outbox's id and the row's, with its `created_at` so that
+//! a row id used again is another row; deleted once the row's delete
+//! committed): a row whose node stopped
 //! between the push and the delete is found there by the next pass and
 //! deleted without a second push. So:
 //!
 //! - a row of a transaction rolled back is never seen;
 //! - a committed row is pushed once, and deleted once that push is durable;
 //! - while the journal or Redis is out, rows wait in the outbox (the pass
-//!   rolls back and is tried again after a back-off): nothing is lost.
+//!   rolls back and is tried again after a back-off): nothing is lost;
+//! - a row the journal's database refuses is found by pushing the pass's
+//!   rows one by one, and marked refused: it holds up no other row.
 //!
 //! What a row's push does is what `POST /push` would do with its message:
 //! a live `(topic, bizKey)` keeps its first message. A delay counts from

@@ -98,6 +98,16 @@ impl Queue {
         Ok(accepted)
     }
 
+    /// Forgets the records of outbox rows whose delete committed.
+    pub async fn forget_outbox_rows(
+        &self,
+        source: String,
+        rows: Vec<i64>,
+    ) -> Result<(), QueueError> {
+        self.journal.forget_outbox_rows(source, rows).await?;
+        Ok(())
+    }
+
     /// Pushes the messages of an application's outbox rows (one row per
     /// draft, see [`crate::outbox`]): durable with the record of their
     /// rows, in one transaction, then scheduled. A row pushed before (its
@@ -182,12 +192,12 @@ impl Queue {
                 let retry_far: Vec<bool> = again.iter().map(|&i| far[i]).collect();
                 let redone = match &outbox {
                     None => self.journal.insert(retry, retry_far).await?,
+                    // Their records point at the holder that ended: the
+                    // retry replaces them.
                     Some(o) => {
-                        let rows = OutboxRows {
-                            source: o.source.clone(),
-                            rows: again.iter().map(|&i| o.rows[i]).collect(),
-                        };
-                        self.journal.insert_outbox(retry, retry_far, rows).await?
+                        self.journal
+                            .insert_outbox(retry, retry_far, o.again(&again))
+                            .await?
                     }
                 };
                 for (&i, o) in again.iter().zip(redone) {

@@ -27,7 +27,8 @@
 //! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
 //! | `delayq_outbox_pushed_total` | counter | | rows of an application's outbox pushed (see the server's `outbox`) |
 //! | `delayq_outbox_refused_total` | counter | | outbox rows refused (their `error` column says why) |
-//! | `delayq_outbox_lag_seconds` | histogram | | push made durable − the row's `created_at`, per outbox row pushed |
+//! | `delayq_outbox_failed_total` | counter | | outbox passes rolled back (the application's database, the journal or Redis failed; the rows wait) |
+//! | `delayq_outbox_lag_seconds` | histogram | | the pass that pushed and deleted the row committed − the row's `created_at` |
 //! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
 //! | `delayq_journal_batch_size` | histogram | kind (`insert`, `flow`) | rows per group commit |
 //! | `delayq_journal_commit_seconds` | histogram | kind | time per group commit |
@@ -170,6 +171,7 @@ pub struct Metrics {
     forward_failed: Family<ForwardLabels, Counter>,
     pub outbox_pushed: Counter,
     pub outbox_refused: Counter,
+    pub outbox_failed: Counter,
     pub outbox_lag: Histogram,
     pub lateness: Histogram,
     /// First deliveries, their lateness summed and the largest (ms), since
@@ -231,6 +233,7 @@ impl Metrics {
             forward_failed: Family::default(),
             outbox_pushed: Counter::default(),
             outbox_refused: Counter::default(),
+            outbox_failed: Counter::default(),
             outbox_lag: Histogram::new(LATENESS_BUCKETS),
             lateness: Histogram::new(LATENESS_BUCKETS),
             lateness_window: Default::default(),
@@ -336,8 +339,13 @@ impl Metrics {
                 m.outbox_refused.clone(),
             );
             d.register(
+                "outbox_failed",
+                "Outbox passes rolled back (their rows wait)",
+                m.outbox_failed.clone(),
+            );
+            d.register(
                 "outbox_lag_seconds",
-                "Push made durable minus the outbox row's created_at, per row pushed",
+                "The commit of the pass that pushed and deleted the row minus its created_at",
                 m.outbox_lag.clone(),
             );
             d.register(

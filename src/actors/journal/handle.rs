@@ -255,6 +255,16 @@ impl Journal {
             .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
     }
 
+    /// Deletes the records of outbox rows whose delete committed.
+    pub async fn forget_outbox_rows(
+        &self,
+        source: String,
+        rows: Vec<i64>,
+    ) -> Result<(), JournalError> {
+        self.read(move |c| store::forget_outbox_rows(c, &source, &rows))
+            .await
+    }
+
     /// Queues status changes; they are written within a few milliseconds,
     /// and retried until written.
     pub fn record(&self, changes: Vec<StatusChange>) {

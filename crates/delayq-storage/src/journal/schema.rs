@@ -48,6 +48,7 @@ diesel::table! {
     outbox_done (source, row_id) {
         source -> Varchar,
         row_id -> BigInt,
+        row_created -> BigInt,
         message_id -> BigInt,
         done_time -> BigInt,
     }

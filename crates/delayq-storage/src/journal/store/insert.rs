@@ -57,6 +57,25 @@ pub struct OutboxRows {
     pub source: String,
     /// Its rows' ids.
     pub rows: Vec<i64>,
+    /// Their `created_at`: a record of the same id and another time is
+    /// of an earlier row that had the id (the table's sequence restarted).
+    pub created: Vec<i64>,
+    /// These rows' records point at a message that ended before the push
+    /// could be answered with it (a bizKey's holder acked meanwhile): they
+    /// are replaced, and the rows pushed as new messages.
+    pub again: bool,
+}
+
+impl OutboxRows {
+    /// The subset at `at` (indexes into `rows`), to push again.
+    pub fn again(&self, at: &[usize]) -> OutboxRows {
+        OutboxRows {
+            source: self.source.clone(),
+            rows: at.iter().map(|&i| self.rows[i]).collect(),
+            created: at.iter().map(|&i| self.created[i]).collect(),
+            again: true,
+        }
+    }
 }
 
 pub(super) fn is_unique_violation(e: &diesel::result::Error) -> bool {

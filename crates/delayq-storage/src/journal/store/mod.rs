@@ -29,4 +29,4 @@ pub use read::{
     live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_known,
     topic_page, waiting_page, RowState,
 };
-pub use write::{apply_changes, insert_messages, unlist_waiting};
+pub use write::{apply_changes, forget_outbox_rows, insert_messages, unlist_waiting};

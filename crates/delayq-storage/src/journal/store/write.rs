@@ -70,15 +70,35 @@ pub fn insert_messages(
                 // (source, row_id) as a range: a list of ids in one
                 // statement (`= ANY`) leaves PostgreSQL reading every row
                 // of the source through the index's first column.
-                let wanted: HashSet<i64> = o.rows.iter().copied().collect();
+                let created: HashMap<i64, i64> =
+                    o.rows.iter().copied().zip(o.created.iter().copied()).collect();
                 let mut done = HashMap::new();
+                let mut stale = Vec::new();
                 for (lo, hi) in id_ranges(&o.rows) {
-                    let found: Vec<(i64, i64)> = outbox_done::table
+                    let found: Vec<(i64, i64, i64)> = outbox_done::table
                         .filter(outbox_done::source.eq(&o.source))
                         .filter(outbox_done::row_id.between(lo, hi))
-                        .select((outbox_done::row_id, outbox_done::message_id))
+                        .select((outbox_done::row_id, outbox_done::row_created, outbox_done::message_id))
                         .load(c)?;
-                    done.extend(found.into_iter().filter(|(row, _)| wanted.contains(row)));
+                    for (row, at, message) in found {
+                        match created.get(&row) {
+                            Some(&t) if t == at && !o.again => {
+                                done.insert(row, message);
+                            }
+                            Some(_) => stale.push(row),
+                            None => {}
+                        }
+                    }
+                }
+                // Records of an earlier row with the same id, or of a push
+                // answered with a holder that ended: replaced below.
+                for chunk in stale.chunks(INSERT_CHUNK) {
+                    diesel::delete(
+                        outbox_done::table
+                            .filter(outbox_done::source.eq(&o.source))
+                            .filter(outbox_done::row_id.eq_any(chunk)),
+                    )
+                    .execute(c)?;
                 }
                 done
             }
@@ -192,9 +212,10 @@ pub fn insert_messages(
             let pushed: Vec<_> = o
                 .rows
                 .iter()
+                .zip(&o.created)
                 .zip(msgs)
                 .zip(&outcomes)
-                .filter_map(|((row, m), out)| {
+                .filter_map(|(((row, created), m), out)| {
                     let id = match out.as_ref()? {
                         InsertOutcome::Inserted => m.id.0,
                         InsertOutcome::Duplicate(holder) => holder.id,
@@ -203,6 +224,7 @@ pub fn insert_messages(
                     Some((
                         outbox_done::source.eq(o.source.as_str()),
                         outbox_done::row_id.eq(*row),
+                        outbox_done::row_created.eq(*created),
                         outbox_done::message_id.eq(id),
                         outbox_done::done_time.eq(now),
                     ))
@@ -217,6 +239,31 @@ pub fn insert_messages(
     .map_err(JournalError::from)
 }
 
+/// Deletes the records of outbox rows whose delete committed: they are
+/// needed only while a row may still be in the outbox.
+pub fn forget_outbox_rows(
+    conn: &mut JournalConn,
+    source: &str,
+    rows: &[i64],
+) -> Result<(), JournalError> {
+    with_conn!(conn, c => {
+        for (lo, hi) in id_ranges(rows) {
+            let within: Vec<i64> = rows.iter().copied().filter(|r| (lo..=hi).contains(r)).collect();
+            for chunk in within.chunks(INSERT_CHUNK) {
+                diesel::delete(
+                    outbox_done::table
+                        .filter(outbox_done::source.eq(source))
+                        .filter(outbox_done::row_id.between(lo, hi))
+                        .filter(outbox_done::row_id.eq_any(chunk)),
+                )
+                .execute(c)?;
+            }
+        }
+        Ok::<_, diesel::result::Error>(())
+    })?;
+    Ok(())
+}
+
 /// Row ids gathered into ranges no wider than [`RANGE_SPAN`] (sorted,
 /// each id in one range): a batch taken in id order is one or a few.
 fn id_ranges(ids: &[i64]) -> Vec<(i64, i64)> {
@@ -225,7 +272,7 @@ fn id_ranges(ids: &[i64]) -> Vec<(i64, i64)> {
     let mut out: Vec<(i64, i64)> = Vec::new();
     for id in sorted {
         match out.last_mut() {
-            Some((lo, hi)) if id - *lo < RANGE_SPAN => *hi = id,
+            Some((lo, hi)) if (id as i128 - *lo as i128) < RANGE_SPAN as i128 => *hi = id,
             _ => out.push((id, id)),
         }
     }
@@ -486,6 +533,10 @@ mod tests {
     fn id_ranges_cover_each_id_once_within_the_span() {
         assert_eq!(id_ranges(&[]), vec![]);
         assert_eq!(id_ranges(&[5, 3, 4]), vec![(3, 5)]);
+        assert_eq!(
+            id_ranges(&[i64::MIN, i64::MAX]),
+            vec![(i64::MIN, i64::MIN), (i64::MAX, i64::MAX)]
+        );
         assert_eq!(
             id_ranges(&[1, RANGE_SPAN, RANGE_SPAN + 1, 10 * RANGE_SPAN]),
             vec![
