@@ -517,3 +517,34 @@ async fn a_row_id_used_again_is_a_new_row() {
         .collect();
     assert_eq!(bodies, want);
 }
+
+/// `delayq outbox install` refuses a table of the name that is not an
+/// outbox, and says so; it changes nothing there.
+#[test]
+fn install_refuses_a_table_that_is_not_an_outbox() {
+    let app = App::create(Backend::Postgres);
+    let mut conn = app.conn();
+    with_conn!(&mut conn, c => c.batch_execute(
+        "CREATE TABLE delayq_outbox (id BIGINT PRIMARY KEY, payload TEXT); \
+         INSERT INTO delayq_outbox VALUES (1, 'mine')"))
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args(["outbox", "install", "--database-url", &app.db.url])
+        .env_remove("DELAYQ_OUTBOX_URL")
+        .env_remove("DELAYQ_OUTBOX_TABLE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("is not an outbox"), "{stderr}");
+    let n: Vec<Count> = with_conn!(&mut conn, c => diesel::sql_query(
+        "SELECT count(*)::bigint AS n FROM delayq_outbox WHERE payload = 'mine'").load(c))
+    .unwrap();
+    assert_eq!(n[0].n, 1);
+    // No trigger put on it, no companion table made.
+    let n: Vec<Count> = with_conn!(&mut conn, c => diesel::sql_query(
+        "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = 'delayq_outbox_notify') \
+              + (SELECT count(*) FROM pg_tables WHERE tablename = 'delayq_outbox_source') AS n").load(c))
+    .unwrap();
+    assert_eq!(n[0].n, 0);
+}
