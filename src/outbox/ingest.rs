@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::table::{Outbox, Row};
+use crate::error::JournalError;
 use crate::journal::store::OutboxRows;
 use crate::message::{now_ms, parse_draft, Draft, OnDuplicate};
 use crate::queue::{Accepted, Queue, QueueError};
@@ -181,11 +182,20 @@ fn pass(
     ob.begin()?;
     let rows = ob.take(s.batch)?;
     let t_take = t0.elapsed();
+    let now = now_ms();
+    // While passes fail, the rows they take keep getting older: shown.
+    let oldest = rows
+        .iter()
+        .map(|r| r.created_at)
+        .min()
+        .map_or(0, |c| now - c);
+    crate::metrics::metrics()
+        .outbox_oldest
+        .set(oldest.max(0) as f64 / 1000.0);
     if rows.is_empty() {
         ob.commit()?;
         return Ok(0);
     }
-    let now = now_ms();
     let mut good = Vec::new();
     let mut refused = 0;
     for row in &rows {
@@ -296,7 +306,9 @@ fn push(
         .map_err(|_| failed("the node is stopping".into()))?;
     match answer.recv_timeout(PUSH_WAIT) {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(QueueError::Journal(e))) if e.is_refusal() => Err(Refused(e.to_string())),
+        // Refused by a journal that takes other writes (see
+        // Journal::insert_outbox); one that takes none is an outage.
+        Ok(Err(QueueError::Journal(JournalError::Refused(e)))) => Err(Refused(e)),
         // NotScheduled (journaled, Redis out) too: the rows stay, and the
         // next pass schedules their messages when it finds them recorded.
         Ok(Err(e)) => Err(failed(e.to_string())),

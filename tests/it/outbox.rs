@@ -259,6 +259,7 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
         metrics.text
     );
     assert!(metrics.text.contains("delayq_outbox_refused_total 1"));
+    assert!(metrics.text.contains("delayq_outbox_oldest_seconds "));
 }
 
 /// A node is killed (SIGKILL, by itself) after its push of a batch is
@@ -547,4 +548,50 @@ fn install_refuses_a_table_that_is_not_an_outbox() {
               + (SELECT count(*) FROM pg_tables WHERE tablename = 'delayq_outbox_source') AS n").load(c))
     .unwrap();
     assert_eq!(n[0].n, 0);
+}
+
+/// While the journal takes no write (read-only), rows wait in the outbox,
+/// unrefused, and the age of the oldest shows it; once it takes writes
+/// again they are pushed, each once.
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_wait_out_a_journal_that_takes_no_write() {
+    let app = App::create(Backend::Postgres);
+    app.install();
+    let env = Env::builder(Backend::Postgres)
+        .arg("--outbox-url")
+        .arg(&app.db.url)
+        .start()
+        .await;
+    assert!(env.journal.set_read_only(true));
+    app.insert(
+        &[
+            json!({"topic": "obo", "body": "one"}),
+            json!({"topic": "obo", "body": "two"}),
+        ],
+        true,
+    );
+    wait_until(
+        "the oldest row shown waiting",
+        Duration::from_secs(20),
+        || async {
+            let text = env.get_path("/metrics").await.text;
+            let age = text
+                .lines()
+                .find_map(|l| l.strip_prefix("delayq_outbox_oldest_seconds "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            (age > 2.0).then_some(()).ok_or(format!("oldest {age} s"))
+        },
+    )
+    .await;
+    let left = app.rows();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().all(|r| r.error.is_none()), "refused: {left:?}");
+    assert!(env.journal.set_read_only(false));
+    let bodies = drain(&env, "obo").await;
+    let want: HashMap<String, usize> = [("one".to_string(), 1), ("two".to_string(), 1)]
+        .into_iter()
+        .collect();
+    assert_eq!(bodies, want);
+    assert!(app.rows().is_empty());
 }

@@ -27,6 +27,7 @@
 //! | `delayq_forward_failed_total` | counter | topic, sink | forwards that failed (nacked) |
 //! | `delayq_outbox_pushed_total` | counter | | rows of an application's outbox pushed (see the server's `outbox`) |
 //! | `delayq_outbox_refused_total` | counter | | outbox rows refused (their `error` column says why) |
+//! | `delayq_outbox_oldest_seconds` | gauge | | how long the oldest row the last outbox pass took had waited since its insert (0: the pass found none); grows while passes fail |
 //! | `delayq_outbox_failed_total` | counter | | outbox passes rolled back (the application's database, the journal or Redis failed; the rows wait) |
 //! | `delayq_outbox_lag_seconds` | histogram | | the pass that pushed and deleted the row committed − the row's `created_at` |
 //! | `delayq_lateness_seconds` | histogram | | hand-out time − due time of each first delivery |
@@ -172,6 +173,7 @@ pub struct Metrics {
     pub outbox_pushed: Counter,
     pub outbox_refused: Counter,
     pub outbox_failed: Counter,
+    pub outbox_oldest: FloatGauge,
     pub outbox_lag: Histogram,
     pub lateness: Histogram,
     /// First deliveries, their lateness summed and the largest (ms), since
@@ -234,6 +236,7 @@ impl Metrics {
             outbox_pushed: Counter::default(),
             outbox_refused: Counter::default(),
             outbox_failed: Counter::default(),
+            outbox_oldest: FloatGauge::default(),
             outbox_lag: Histogram::new(LATENESS_BUCKETS),
             lateness: Histogram::new(LATENESS_BUCKETS),
             lateness_window: Default::default(),
@@ -342,6 +345,11 @@ impl Metrics {
                 "outbox_failed",
                 "Outbox passes rolled back (their rows wait)",
                 m.outbox_failed.clone(),
+            );
+            d.register(
+                "outbox_oldest_seconds",
+                "How long the oldest row the last outbox pass took had waited since its insert",
+                m.outbox_oldest.clone(),
             );
             d.register(
                 "outbox_lag_seconds",

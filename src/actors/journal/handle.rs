@@ -249,10 +249,28 @@ impl Journal {
         waiting: Vec<bool>,
         rows: store::OutboxRows,
     ) -> Result<Vec<InsertOutcome>, JournalError> {
-        self.actor
+        let result = self
+            .actor
             .send(InsertMessages(messages, waiting, Some(rows)))
             .await
-            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?
+            .map_err(|_| JournalError::Unavailable("journal is shutting down".into()))?;
+        match result {
+            // Refused by a database that takes other writes: these rows are
+            // the trouble. One that takes none (read-only, out of space) is
+            // out, as for any push.
+            Err(e) if e.is_refusal() => {
+                let answers = matches!(
+                    self.actor.send(super::messages::ProbeWrite).await,
+                    Ok(Ok(()))
+                );
+                Err(if answers {
+                    JournalError::Refused(e.to_string())
+                } else {
+                    JournalError::Unavailable(e.to_string())
+                })
+            }
+            other => other,
+        }
     }
 
     /// Deletes the records of outbox rows whose delete committed.
