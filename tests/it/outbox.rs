@@ -265,24 +265,27 @@ async fn committed_rows_are_pushed_once_rolled_back_rows_never(b: Backend) {
 /// A node is killed (SIGKILL, by itself) after its push of a batch is
 /// durable and before it deletes the rows; the next node finds the rows
 /// recorded as pushed, deletes them and pushes nothing again.
-async fn a_node_stopped_between_push_and_delete_pushes_nothing_twice(b: Backend) {
-    let app = App::create(app_for(b));
-    app.install();
+/// A node on `app`'s outbox that kills itself once its push of `bodies`
+/// (on `topic`) is durable, before it deletes their rows: the env, the
+/// node dead.
+async fn killed_after_push(b: Backend, app: &App, topic: &str, bodies: &[String]) -> Env {
     let mut env = Env::builder(b)
         .arg("--outbox-url")
         .arg(&app.db.url)
         .env("DELAYQ_FAULTS", "outbox_stop_after_push")
         .start()
         .await;
-    let messages: Vec<Value> = (0..20)
-        .map(|i| json!({"topic": "obk", "body": format!("m{i}")}))
+    let messages: Vec<Value> = bodies
+        .iter()
+        .map(|body| json!({"topic": topic, "body": body}))
         .collect();
     app.insert(&messages, true);
     // The push is durable (the rows' record with it), then the node dies.
+    let n = bodies.len() as i64;
     wait_until(
-        "the journal's record of the 20 rows",
+        "the journal's record of the rows",
         Duration::from_secs(20),
-        || async { (done_rows(&env.journal) == 20).then_some(()) },
+        || async { (done_rows(&env.journal) == n).then_some(()) },
     )
     .await;
     wait_until("the node to stop", Duration::from_secs(10), || async {
@@ -294,9 +297,16 @@ async fn a_node_stopped_between_push_and_delete_pushes_nothing_twice(b: Backend)
     })
     .await;
     env.server.kill9();
-    assert_eq!(app.rows().len(), 20, "the rows were not deleted");
-
     env.config.env.retain(|(k, _)| k != "DELAYQ_FAULTS");
+    env
+}
+
+async fn a_node_stopped_between_push_and_delete_pushes_nothing_twice(b: Backend) {
+    let app = App::create(app_for(b));
+    app.install();
+    let bodies: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let mut env = killed_after_push(b, &app, "obk", &bodies).await;
+    assert_eq!(app.rows().len(), 20, "the rows were not deleted");
     env.start_server().await;
     wait_until("the outbox emptied", Duration::from_secs(20), || async {
         app.rows().is_empty().then_some(())
@@ -484,23 +494,8 @@ async fn a_row_the_journal_refuses_is_marked_and_the_others_go() {
 async fn a_row_id_used_again_is_a_new_row() {
     let app = App::create(Backend::Postgres);
     app.install();
-    let mut env = Env::builder(Backend::Postgres)
-        .arg("--outbox-url")
-        .arg(&app.db.url)
-        .env("DELAYQ_FAULTS", "outbox_stop_after_push")
-        .start()
-        .await;
-    let first: Vec<Value> = (0..5)
-        .map(|i| json!({"topic": "obi", "body": format!("first {i}")}))
-        .collect();
-    app.insert(&first, true);
-    wait_until(
-        "the records of the first rows",
-        Duration::from_secs(20),
-        || async { (done_rows(&env.journal) == 5).then_some(()) },
-    )
-    .await;
-    env.server.kill9();
+    let first: Vec<String> = (0..5).map(|i| format!("first {i}")).collect();
+    let mut env = killed_after_push(Backend::Postgres, &app, "obi", &first).await;
     let mut conn = app.conn();
     with_conn!(&mut conn, c => c.batch_execute("TRUNCATE delayq_outbox RESTART IDENTITY")).unwrap();
     // Rows of another millisecond than the first ones.
@@ -509,7 +504,6 @@ async fn a_row_id_used_again_is_a_new_row() {
         .map(|i| json!({"topic": "obi", "body": format!("second {i}")}))
         .collect();
     app.insert(&second, true);
-    env.config.env.retain(|(k, _)| k != "DELAYQ_FAULTS");
     env.start_server().await;
     let bodies = drain(&env, "obi").await;
     let want: HashMap<String, usize> = (0..5)
