@@ -506,6 +506,78 @@ async fn a_frozen_standby_does_not_stall_clients_behind_nginx() {
     clients_were_not_stalled(&c, &s, &o).await;
 }
 
+/// With the other node out of rotation (frozen), one request the node left
+/// answered later than nginx waits (1 s for an ack: a loaded machine, a
+/// pause of the process) marked it failed (`max_fails=1`), and nginx
+/// answered every request `502 no_node` for its `fail_timeout`, 5 s: seen
+/// in CI as a frozen standby's test whose producers got 91 refusals and
+/// whose consumers stopped for 4.5 s. The node left is never shut out.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_late_answer_does_not_shut_out_the_last_node_in_rotation() {
+    // 12 s sessions: node-0's worker-id lease outlasts its 1.4 s pause
+    // below (with 3 s sessions it lapses, and the node refuses pushes
+    // until it is confirmed again).
+    let mut c = Cluster::builder()
+        .nodes(2)
+        .mode("active-standby")
+        .session_ms(12_000)
+        .start()
+        .await;
+    c.wait_ready(0, Duration::from_secs(30)).await;
+    c.wait_ready(1, Duration::from_secs(30)).await;
+    let front = c.start_nginx(&[0, 1]);
+    let nginx = c.nginx.as_ref().unwrap();
+    nginx.wait_all_in_rotation(Duration::from_secs(20)).await;
+    c.node(1).signal("STOP");
+    let frozen = format!("127.0.0.1:{}", c.port(1));
+    crate::common::wait::wait_until(
+        "node-1 out of nginx's rotation",
+        Duration::from_secs(10),
+        || async {
+            let out = nginx.out_of_rotation();
+            out.contains(&frozen)
+                .then_some(())
+                .ok_or(format!("out of rotation: {out:?}"))
+        },
+    )
+    .await;
+    // Node-0 stays in rotation from here, as nginx-watch would keep it (its
+    // /ready answers well within the watch's 1 s after this pause).
+    nginx.stop_watch();
+
+    // Node-0 misses one of nginx's read timeouts: an ack sent while it is
+    // paused for longer than nginx's 1 s (and shorter than a stall).
+    let http = c.http.clone();
+    c.node(0).signal("STOP");
+    let ack = tokio::spawn(async move {
+        http.post(format!("http://127.0.0.1:{front}/ack/1?receipt=r"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    tokio::time::sleep(Duration::from_millis(1_400)).await;
+    c.node(0).signal("CONT");
+    assert_eq!(
+        ack.await.unwrap().ok(),
+        Some(504),
+        "nginx waits 1 s for an ack"
+    );
+
+    // Node-0 answers again: nginx sends it the next requests at once.
+    let topic = format!("late{}", random_hex(4));
+    for k in 0..5 {
+        let r = c
+            .send(
+                c.http
+                    .post(format!("http://127.0.0.1:{front}/push"))
+                    .json(&json!({"topic": topic, "body": format!("m{k}"), "delay": 0})),
+            )
+            .await;
+        assert_eq!(r.status, 200, "push {k} through nginx: {}", r.text);
+    }
+    c.node(1).signal("CONT");
+}
+
 /// A node that resumes after not running for longer than nginx waits
 /// refuses the requests it finds in its sockets: their senders gave up
 /// (and may have sent them elsewhere). A push sent while it was stopped is

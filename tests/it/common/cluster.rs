@@ -171,12 +171,30 @@ impl Nginx {
         .await;
     }
 
+    /// Stops `cluster/nginx-watch` (the test started it): the rotation
+    /// stays as it last wrote it, and nginx is never reloaded again.
+    pub fn stop_watch(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("watch.pid")).unwrap_or_default();
+        let pid = pid.trim();
+        assert!(!pid.is_empty(), "no watch.pid in {}", self.dir.display());
+        let _ = Command::new("kill").args(["-TERM", pid]).status();
+        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
+        for _ in 0..50 {
+            if gone() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("cluster/nginx-watch (pid {pid}) did not stop");
+    }
+
     /// The upstreams `cluster/nginx-watch` has taken out of rotation.
     pub fn out_of_rotation(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("upstreams.conf"))
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.trim_end().ends_with(" down;"))
+            // Each node's first line (the second is its `backup` line).
+            .filter(|l| l.trim_end().ends_with(" down;") && !l.contains(" backup "))
             .map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_string())
             .collect()
     }
