@@ -104,6 +104,8 @@ routes! {
     get "/topics" => topics::list,
     post "/topics/{topic}/pause" => topics::pause,
     post "/topics/{topic}/resume" => topics::resume,
+    get "/topics/{topic}/forecast" => topics::forecast,
+    get "/forecast" => topics::forecast_all,
     get "/admin/cluster" => admin::cluster,
     get "/admin/journal" => admin::journal,
     post "/admin/rebalance" => admin::rebalance,

@@ -19,6 +19,7 @@ pub mod coalesce;
 pub mod consume;
 pub mod dead;
 pub mod error;
+pub mod forecast;
 pub mod outcome;
 pub mod produce;
 pub mod read;

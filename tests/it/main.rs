@@ -21,6 +21,7 @@ mod crash;
 mod debounce;
 mod delivery;
 mod first_hour;
+mod forecast;
 mod forward;
 mod frozen;
 mod horizon;

@@ -104,3 +104,67 @@ pub struct PauseState {
 fn known_by_default() -> bool {
     true
 }
+
+/// One bucket of a forecast: how many messages fall due in
+/// `[at, at + bucket)`. `low` and `high` are given where `count` is an
+/// estimate (a topic's share of a bucket too large to read whole): its 95 %
+/// interval. Without them the count is exact (as of the reading).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastBucket {
+    /// The bucket's start (epoch ms).
+    pub at: i64,
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high: Option<u64>,
+}
+
+impl ForecastBucket {
+    pub fn exact(at: i64, count: u64) -> Self {
+        ForecastBucket {
+            at,
+            count,
+            low: None,
+            high: None,
+        }
+    }
+}
+
+/// `GET /forecast` and `GET /topics/{topic}/forecast`: how many messages
+/// fall due per bucket from `from` (now, rounded down to the bucket) over
+/// `span`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Forecast {
+    /// The topic, or null for every topic.
+    pub topic: Option<String>,
+    /// When it was read (epoch ms).
+    pub now: i64,
+    /// The first bucket's start (epoch ms).
+    pub from: i64,
+    /// Bucket width (ms).
+    pub bucket: i64,
+    /// Span (ms): `buckets.len() · bucket`.
+    pub span: i64,
+    /// Due before `from` and not yet handed out (in Redis; every topic's
+    /// when `topic` is null, else an estimate like a bucket's).
+    pub overdue: ForecastBucket,
+    pub buckets: Vec<ForecastBucket>,
+    /// The sum of the buckets' counts.
+    pub total: u64,
+    /// Every bucket is exact (no topic share was estimated) and every
+    /// message waiting in the journal beyond the Redis horizon was counted.
+    pub exact: bool,
+    /// Messages waiting in the journal beyond the Redis horizon were
+    /// counted up to this due time (epoch ms) and no further: the journal's
+    /// row budget ran out. Buckets from it on lack those messages. Null
+    /// when all were counted.
+    pub journal_counted_until: Option<i64>,
+    /// Messages read to estimate a topic's share, and journal rows read.
+    pub sampled: u64,
+    pub journal_rows: u64,
+}

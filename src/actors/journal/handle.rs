@@ -399,6 +399,17 @@ impl Journal {
             .await
     }
 
+    pub async fn waiting_due_page(
+        &self,
+        after: (i64, i64),
+        until: i64,
+        topic: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<(i64, i64)>, JournalError> {
+        self.read(move |c| store::waiting_due_page(c, after, until, topic.as_deref(), limit))
+            .await
+    }
+
     pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {
         if entries.is_empty() {
             return Ok(());

@@ -4,6 +4,7 @@
 //! the journal spill list ([`spill`]).
 
 pub mod conn;
+pub mod forecast;
 pub mod inspect;
 pub mod keys;
 pub mod record;

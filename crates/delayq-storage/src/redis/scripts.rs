@@ -35,6 +35,7 @@ pub struct Scripts {
     pub confirm: Script,
     pub pause_topic: Script,
     pub spill_trim: Script,
+    pub forecast: Script,
 }
 
 impl Scripts {
@@ -118,6 +119,7 @@ impl Scripts {
             ]),
             pause_topic: lua(&[include_str!("lua/pause_topic.lua")]),
             spill_trim: lua(&[include_str!("lua/spill_trim.lua")]),
+            forecast: lua(&[include_str!("lua/forecast.lua")]),
         }
     }
 }
@@ -145,7 +147,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 20] {
+    fn all(&self) -> [&Script; 21] {
         [
             &self.schedule,
             &self.tick,
@@ -167,6 +169,7 @@ impl Scripts {
             &self.confirm,
             &self.pause_topic,
             &self.spill_trim,
+            &self.forecast,
         ]
     }
 

@@ -1,0 +1,192 @@
+//! The forecast (`GET /forecast`, `GET /topics/{topic}/forecast`): how
+//! many messages fall due per bucket, from Redis for what it holds and from
+//! the journal for what waits beyond the Redis horizon; cancelled messages
+//! are not counted wherever they were; a topic's share of a bucket too
+//! large to read whole is an estimate whose interval holds the truth; bad
+//! parameters are refused.
+
+use serde_json::{json, Value};
+
+use crate::common::{now_ms, Backend, Env, RedisCluster};
+
+backend_tests!(counts_what_falls_due_in_redis_and_in_the_journal);
+
+const MIN: i64 = 60_000;
+
+/// The counts of a forecast's buckets, with the nonzero ones by index.
+fn nonzero(f: &Value) -> Vec<(usize, u64)> {
+    f["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b["count"].as_u64().unwrap() > 0)
+        .map(|(i, b)| (i, b["count"].as_u64().unwrap()))
+        .collect()
+}
+
+async fn forecast(env: &Env, path: &str) -> Value {
+    let r = env.get_path(path).await;
+    assert_eq!(r.status, 200, "{path}: {}", r.text);
+    r.json
+}
+
+/// 10-minute buckets over 4 h: messages in the middle of buckets 0 and 2
+/// (in Redis) and 12 and 18 (beyond the 1 h horizon: in the journal), of
+/// two topics, one of each place cancelled.
+async fn counts_across_the_horizon(env: &Env) {
+    let base = now_ms();
+    let at = |bucket: i64| base + bucket * 10 * MIN + 5 * MIN;
+    let mut msgs = Vec::new();
+    for (topic, bucket, n) in [
+        ("fa", 0, 3),
+        ("fa", 2, 2),
+        ("fa", 12, 4),
+        ("fb", 0, 5),
+        ("fb", 18, 1),
+    ] {
+        for i in 0..n {
+            msgs.push(
+                json!({"topic": topic, "body": format!("{topic}{bucket}-{i}"),
+                             "deliverAt": at(bucket) + i, "priority": i % 3}),
+            );
+        }
+    }
+    let ids = env.push_batch(msgs).await;
+    // Cancelled: one of fa's bucket 2 (Redis), fb's bucket 18 (the journal).
+    for id in [&ids[4], &ids[14]] {
+        let r = env.get_path(&format!("/delete?id={id}")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+
+    let all = forecast(env, "/forecast?bucket=10m&span=4h").await;
+    assert_eq!(all["buckets"].as_array().unwrap().len(), 24, "{all}");
+    assert_eq!(all["bucket"], 600_000);
+    assert_eq!(all["span"], 4 * 60 * MIN);
+    assert!(all["topic"].is_null());
+    assert_eq!(nonzero(&all), vec![(0, 8), (2, 1), (12, 4)], "{all}");
+    assert_eq!(all["total"], 13);
+    assert_eq!(all["exact"], true, "{all}");
+    assert_eq!(all["overdue"]["count"], 0);
+    assert!(all["journalCountedUntil"].is_null());
+    assert_eq!(
+        all["journalRows"], 4,
+        "the cancelled one is not read: {all}"
+    );
+    let from = all["from"].as_i64().unwrap();
+    assert!(from >= base && from < base + MIN, "{all}");
+    assert_eq!(all["buckets"][3]["at"], from + 3 * 10 * MIN);
+
+    let fa = forecast(env, "/topics/fa/forecast?bucket=10m&span=4h").await;
+    assert_eq!(fa["topic"], "fa");
+    assert_eq!(nonzero(&fa), vec![(0, 3), (2, 1), (12, 4)], "{fa}");
+    assert_eq!(fa["exact"], true, "{fa}");
+    assert!(fa["buckets"][0].get("low").is_none(), "{fa}");
+    let fb = forecast(env, "/topics/fb/forecast?bucket=10m&span=4h").await;
+    assert_eq!(nonzero(&fb), vec![(0, 5)], "{fb}");
+    let none = forecast(env, "/topics/nothing/forecast").await;
+    assert_eq!(none["total"], 0);
+    assert_eq!(
+        none["buckets"].as_array().unwrap().len(),
+        24 * 60,
+        "default 1m over 24h"
+    );
+
+    // A shorter span sees only what falls in it.
+    let near = forecast(env, "/forecast?bucket=1h&span=2h").await;
+    assert_eq!(nonzero(&near), vec![(0, 9)], "{near}");
+}
+
+async fn counts_what_falls_due_in_redis_and_in_the_journal(b: Backend) {
+    let env = Env::start(b).await;
+    counts_across_the_horizon(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_what_falls_due_on_a_redis_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let env = Env::builder(Backend::Sqlite)
+        .redis_url(&cluster.url)
+        .start()
+        .await;
+    counts_across_the_horizon(&env).await;
+}
+
+/// 24,000 messages in one bucket, a third of them of one topic: more than
+/// a forecast reads of a bucket, so the topic's count is an estimate, and its 95 %
+/// interval holds the truth; every topic's count stays exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_bucket_is_estimated_within_its_interval() {
+    let env = Env::start(Backend::Sqlite).await;
+    let base = now_ms() + 12 * MIN;
+    for batch in 0..24 {
+        let msgs: Vec<Value> = (0..1_000)
+            .map(|i| {
+                let topic = if i % 3 == 0 { "third" } else { "rest" };
+                json!({"topic": topic, "body": "x", "deliverAt": base + batch * 1_000 + i})
+            })
+            .collect();
+        env.push_batch(msgs).await;
+    }
+    // Ahead of them, 3,000 of another topic (read whole): the sample of
+    // the large bucket starts at its own first rank on each shard.
+    let early = now_ms() + 5 * MIN;
+    for batch in 0..3 {
+        let msgs: Vec<Value> = (0..1_000)
+            .map(|i| json!({"topic": "rest", "body": "x", "deliverAt": early + batch * 1_000 + i}))
+            .collect();
+        env.push_batch(msgs).await;
+    }
+    let all = forecast(&env, "/forecast?bucket=10m&span=1h").await;
+    assert_eq!(nonzero(&all), vec![(0, 3_000), (1, 24_000)], "{all}");
+    assert_eq!(all["exact"], true);
+
+    let third = forecast(&env, "/topics/third/forecast?bucket=10m&span=1h").await;
+    let b = &third["buckets"][1];
+    let (count, low, high) = (
+        b["count"].as_u64().unwrap(),
+        b["low"].as_u64().expect("an estimate states its interval"),
+        b["high"].as_u64().unwrap(),
+    );
+    assert_eq!(third["exact"], false, "{b}");
+    assert!(low <= count && count <= high, "{b}");
+    assert!(
+        low <= 8_000 && 8_000 <= high,
+        "the interval misses the truth: {b}"
+    );
+    assert!(high - low < 1_000, "an interval this wide says little: {b}");
+    let sampled = third["sampled"].as_u64().unwrap();
+    assert!((10_000..=20_000).contains(&sampled), "{third}");
+    // The small bucket is read whole: exact.
+    assert_eq!(third["buckets"][0]["count"], 0, "{third}");
+    assert!(third["buckets"][0].get("low").is_none(), "{third}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_parameters_are_refused() {
+    let env = Env::start(Backend::Sqlite).await;
+    for path in [
+        "/forecast?bucket=0",
+        "/forecast?bucket=500ms",
+        "/forecast?bucket=fast",
+        "/forecast?span=400d",
+        "/forecast?bucket=1s&span=1d",
+        "/forecast?bucket=1m&bogus=1",
+        "/forecast?bucket=1m&bucket=2m",
+        "/topics/no%20spaces/forecast",
+        "/topics/fa/forecast?span=-1h",
+    ] {
+        let r = env.get_path(path).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text);
+        assert!(r.json["error"].is_string(), "{path}: {}", r.text);
+        assert!(r.json["message"].is_string(), "{path}: {}", r.text);
+    }
+    let r = env.get_path("/forecast?bucket=1h&span=90m").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json["buckets"].as_array().unwrap().len(),
+        2,
+        "a last bucket partly past the span"
+    );
+}
