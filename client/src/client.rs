@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use delayq_proto::{
     AckAndGetRequest, AckBatchReply, AckRequest, CancelBizKey, CancelIds, CancelPrefix,
-    CancelRequest, Dst, ErrorBody, NackBatchReply, NackRequest, PauseState, PrefixCounts,
+    CancelRequest, Dst, ErrorBody, Forecast, NackBatchReply, NackRequest, PauseState, PrefixCounts,
     PushBatchReply, RescheduleRequest, TopicList,
 };
 use reqwest::Method;
@@ -360,6 +360,27 @@ impl Client {
     /// paused, and its oldest message waiting ready.
     pub async fn topics(&self) -> Result<TopicList, Error> {
         self.call(Method::GET, "/topics".into(), None::<&()>, Wait::Quick)
+            .await
+    }
+
+    /// `GET /forecast` (`topic` None) or `GET /topics/{topic}/forecast`:
+    /// how many messages fall due per `bucket` (e.g. `"1m"`) over `span`
+    /// (e.g. `"24h"`) from now on. A topic's bucket too large to read whole
+    /// is an estimate with its 95 % interval (`low`, `high`).
+    pub async fn forecast(
+        &self,
+        topic: Option<&str>,
+        bucket: &str,
+        span: &str,
+    ) -> Result<Forecast, Error> {
+        let path = match topic {
+            Some(t) => format!("/topics/{t}/forecast"),
+            None => "/forecast".to_string(),
+        };
+        // Durations are letters and digits; anything else is the server's
+        // 400 to give.
+        let query = format!("?bucket={bucket}&span={span}");
+        self.call(Method::GET, path + &query, None::<&()>, Wait::Bulk)
             .await
     }
 

@@ -49,7 +49,7 @@ pub mod reply;
 
 pub use client::{Client, ClientBuilder, Reschedule, Search};
 pub use consumer::{Consumer, ConsumerStats, Outcome};
-pub use delayq_proto::{PauseState, TopicCounts, TopicList, TopicView};
+pub use delayq_proto::{Forecast, ForecastBucket, PauseState, TopicCounts, TopicList, TopicView};
 pub use error::{Error, ErrorCode};
 // `message::Message` (the bare message, without its status and receipt)
 // is left out here on purpose: a delivery is a `MessageView`.

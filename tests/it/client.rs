@@ -260,6 +260,24 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     let err = client.pause("no spaces").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::InvalidTopic));
 
+    // The forecast: a message 30 min ahead, in the second 20-minute bucket.
+    client
+        .push(&NewMessage::new("forecast", "f").delay(Duration::from_secs(1_800)))
+        .await
+        .unwrap();
+    let f = client
+        .forecast(Some("forecast"), "20m", "1h")
+        .await
+        .unwrap();
+    assert_eq!(f.topic.as_deref(), Some("forecast"));
+    let counts: Vec<u64> = f.buckets.iter().map(|b| b.count).collect();
+    assert_eq!(counts, vec![0, 1, 0], "{f:?}");
+    assert!(f.exact, "{f:?}");
+    let all = client.forecast(None, "1h", "2h").await.unwrap();
+    assert!(all.topic.is_none() && all.buckets.len() == 2, "{all:?}");
+    let err = client.forecast(None, "0s", "1h").await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidParameter));
+
     // Found by bizKey (any characters, sent encoded) and by prefix.
     let odd = client
         .push(
