@@ -1,5 +1,6 @@
 // delayq dashboard: confirmation of the forms that ask for it, and the
-// overview's charts (uPlot), refreshed every few seconds.
+// charts (uPlot): lateness and rates refreshed every few seconds, the
+// forecast every minute.
 "use strict";
 
 document.addEventListener("submit", function (e) {
@@ -13,6 +14,19 @@ document.addEventListener("submit", function (e) {
   var charts = [];
 
   function series(kind) {
+    if (kind === "forecast") {
+      return {
+        title: "Falling due per 15 minutes",
+        keys: ["count", "low", "high"],
+        series: [
+          { label: "due", stroke: "#2f6fdf", fill: "rgba(47,111,223,0.25)", width: 1.5,
+            paths: uPlot.paths.bars({ size: [0.8, 40], align: 1 }) },
+          { label: "95% low", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4] },
+          { label: "95% high", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4] }
+        ],
+        every: 60000
+      };
+    }
     if (kind === "lateness") {
       return {
         title: "Lateness of first deliveries (ms)",
@@ -53,27 +67,43 @@ document.addEventListener("submit", function (e) {
     charts.push({ el: el, plot: plot, keys: spec.keys });
   }
 
-  function load(first) {
-    var els = document.querySelectorAll(".chart[data-src]");
-    if (!els.length || typeof uPlot === "undefined") {
-      return;
-    }
-    fetch(els[0].getAttribute("data-src"), { credentials: "same-origin" })
+  // The charts by the source they read: each source once per refresh.
+  function load(src, els, first) {
+    fetch(src, { credentials: "same-origin" })
       .then(function (r) { return r.json(); })
       .then(function (data) {
+        if (!data.time) {
+          return;
+        }
         if (first) {
           els.forEach(function (el) { draw(el, data); });
         } else {
-          charts.forEach(function (c) { c.plot.setData(columns(data, c.keys)); });
+          charts.forEach(function (c) {
+            if (els.indexOf(c.el) >= 0) {
+              c.plot.setData(columns(data, c.keys));
+            }
+          });
         }
       })
       .catch(function () {});
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    load(true);
-    if (document.querySelector(".chart[data-src]")) {
-      setInterval(function () { load(false); }, 5000);
+  function start() {
+    if (typeof uPlot === "undefined") {
+      return;
     }
-  });
+    var bySrc = {};
+    document.querySelectorAll(".chart[data-src]").forEach(function (el) {
+      var src = el.getAttribute("data-src");
+      (bySrc[src] = bySrc[src] || []).push(el);
+    });
+    Object.keys(bySrc).forEach(function (src) {
+      var els = bySrc[src];
+      var every = series(els[0].getAttribute("data-kind")).every || 5000;
+      load(src, els, true);
+      setInterval(function () { load(src, els, false); }, every);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
 })();

@@ -99,6 +99,19 @@ pub(super) async fn watch_paused(redis: RedisSchedule) {
     }
 }
 
+/// Reads how many messages of each topic fall due within the next hour,
+/// every 15 s, into `delayq_topic_due_next_hour` (so a scrape never waits
+/// for it).
+pub(super) async fn watch_due_next_hour(queue: crate::queue::Queue) {
+    loop {
+        match queue.due_next_hour().await {
+            Ok(counts) => crate::metrics::metrics().due_next_hour(counts.iter()),
+            Err(e) => tracing::debug!(error = %e, "cannot read the next hour's forecast"),
+        }
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
+}
+
 /// Sleeps `every`, and again while this node does not lead: the turns of
 /// a duty of the leader alone.
 async fn leader_turn(cluster: &ClusterHandle, every: Duration) {

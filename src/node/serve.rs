@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::duties::{
     answer_flush_asks, check_eviction, ensure_dataset, publish_journal_behind,
-    reconcile_periodically, retain_periodically, watch_dataset, watch_paused,
+    reconcile_periodically, retain_periodically, watch_dataset, watch_due_next_hour, watch_paused,
 };
 use super::open::{open_journal, open_redis};
 use super::spill::spill;
@@ -186,6 +186,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         restorer: restorer.clone(),
         reconciler,
     });
+    actix::spawn(watch_due_next_hour(state.queue.clone()));
     let (stop_forwarding, forwarding_stopped) = tokio::sync::watch::channel(false);
     let forwarders = crate::forward::start(
         state.queue.clone(),

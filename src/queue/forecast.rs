@@ -8,13 +8,15 @@
 //!   them when the bucket is small, else a uniform sample at random ranks,
 //!   and the count is then an estimate with its 95 % interval.
 //! - The journal holds what waits beyond the Redis horizon: its listed
-//!   messages still waiting (of the topic, or all) are counted exactly, by
-//!   due time, up to [`JOURNAL_ROWS`] rows; past them the answer says how
-//!   far it counted.
+//!   messages still waiting are read by due time (with their topics for a
+//!   topic's forecast) and counted exactly, up to [`JOURNAL_ROWS`] rows of
+//!   any topic; past them the answer says how far it counted.
 //!
 //! Both bounds keep a request's cost bounded however many messages are
 //! pending: [`SAMPLE`] records at most, [`JOURNAL_ROWS`] rows at most, and
 //! one ZCOUNT per shard and bucket.
+
+use std::collections::BTreeMap;
 
 use delayq_proto::Forecast;
 
@@ -63,26 +65,39 @@ impl Queue {
         };
         let share = |r: usize| shares.as_ref().map(|s| s[r]);
 
-        // The journal's waiting messages, page by page within the budget.
+        // The journal's waiting messages, page by page within the budget
+        // (rows read, of any topic: a topic's are found among them).
         let mut journal = vec![0u64; buckets];
         let mut after = (from - 1, i64::MAX);
         let mut rows = 0u64;
         let mut counted_until = None;
         loop {
-            let page = self
-                .journal
-                .waiting_due_page(after, until, topic.map(str::to_string), JOURNAL_PAGE)
-                .await?;
-            for &(due, _) in &page {
+            let page: Vec<(i64, i64, bool)> = match topic {
+                None => self
+                    .journal
+                    .waiting_due_page(after, until, JOURNAL_PAGE)
+                    .await?
+                    .into_iter()
+                    .map(|(due, id)| (due, id, true))
+                    .collect(),
+                Some(t) => self
+                    .journal
+                    .waiting_topic_page(after, until, JOURNAL_PAGE)
+                    .await?
+                    .into_iter()
+                    .map(|(due, id, of)| (due, id, of == t))
+                    .collect(),
+            };
+            for &(due, _, mine) in &page {
                 let b = ((due - from) / bucket) as usize;
-                if let Some(n) = journal.get_mut(b) {
+                if let (true, Some(n)) = (mine, journal.get_mut(b)) {
                     *n += 1;
                 }
             }
             rows += page.len() as u64;
             let full = page.len() as i64 == JOURNAL_PAGE;
-            if let Some(&last) = page.last() {
-                after = last;
+            if let Some(&(due, id, _)) = page.last() {
+                after = (due, id);
             }
             if !full {
                 break;
@@ -122,5 +137,56 @@ impl Queue {
             sampled,
             journal_rows: rows,
         })
+    }
+}
+
+impl Queue {
+    /// How many messages of each topic fall due within the next hour (for
+    /// `/metrics`): Redis's count of the hour split by the topics of its
+    /// messages (all read when they are few, else [`SAMPLE`] at random, and
+    /// scaled), plus the journal's waiting messages of the hour, counted up
+    /// to [`JOURNAL_ROWS`].
+    pub async fn due_next_hour(&self) -> Result<BTreeMap<String, u64>, QueueError> {
+        const HOUR: i64 = 3_600_000;
+        let from = now_ms();
+        let counts = self.redis.inspect().due_counts(from, HOUR, 1).await?;
+        let read = self
+            .redis
+            .inspect()
+            .topics_of_range(&counts, 1, SAMPLE)
+            .await?;
+        let n = counts.total(1);
+        let mut out: BTreeMap<String, u64> = read
+            .by_topic
+            .into_iter()
+            .map(|(t, k)| {
+                let est = if read.whole || read.seen == 0 {
+                    k
+                } else {
+                    (n as f64 * k as f64 / read.seen as f64).round() as u64
+                };
+                (t, est)
+            })
+            .collect();
+        let mut after = (from - 1, i64::MAX);
+        let mut rows = 0u64;
+        loop {
+            let page = self
+                .journal
+                .waiting_topic_page(after, from + HOUR, JOURNAL_PAGE)
+                .await?;
+            rows += page.len() as u64;
+            let full = page.len() as i64 == JOURNAL_PAGE;
+            if let Some((due, id, _)) = page.last() {
+                after = (*due, *id);
+            }
+            for (_, _, topic) in page {
+                *out.entry(topic).or_default() += 1;
+            }
+            if !full || rows >= JOURNAL_ROWS {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

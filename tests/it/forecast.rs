@@ -190,3 +190,40 @@ async fn bad_parameters_are_refused() {
         "a last bucket partly past the span"
     );
 }
+
+/// `/metrics` carries the next hour's count per topic (read every 15 s):
+/// what falls due within the hour, not what comes later.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_the_next_hour_per_topic() {
+    let env = Env::start(Backend::Sqlite).await;
+    let now = now_ms();
+    let mut msgs: Vec<Value> = (0..5)
+        .map(|i| json!({"topic": "soon", "body": "s", "deliverAt": now + 10 * MIN + i}))
+        .collect();
+    msgs.push(json!({"topic": "soon2", "body": "s", "deliverAt": now + 30 * MIN}));
+    msgs.extend(
+        (0..2).map(|i| json!({"topic": "later", "body": "l", "deliverAt": now + 120 * MIN + i})),
+    );
+    env.push_batch(msgs).await;
+    crate::common::wait::wait_until(
+        "the next hour in /metrics",
+        std::time::Duration::from_secs(25),
+        || async {
+            let text = env.get_path("/metrics").await.text;
+            let line = |t: &str| {
+                text.lines()
+                    .find(|l| {
+                        l.starts_with(&format!("delayq_topic_due_next_hour{{topic=\"{t}\"}}"))
+                    })
+                    .map(|l| l.rsplit(' ').next().unwrap().to_string())
+            };
+            let seen = (line("soon"), line("soon2"), line("later"));
+            if seen == (Some("5".into()), Some("1".into()), None) {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+}

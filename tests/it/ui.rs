@@ -89,9 +89,33 @@ async fn pages_show_live_data(b: Backend) {
     }
     browser.screenshot(&dir.join("overview.png")).await;
 
+    // Coming due: the forecast chart is drawn, from data that count the
+    // message pushed an hour ahead.
+    browser.find("#chart-forecast canvas").await;
+    assert!(browser
+        .text("#chart-forecast")
+        .await
+        .contains("Falling due"));
+    let due = browser
+        .script(
+            "return fetch('/ui/forecast.json', {credentials: 'same-origin'}).then(r => r.json()).then(d => [d.time.length, d.count.reduce((a, b) => a + b, 0)]);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(due[0], 96, "{due}");
+    assert!(due[1].as_u64().unwrap() >= 1, "{due}");
+
     // The topic page lists it; a search by bizKey finds it.
     browser.goto(&env.url("/ui/topics/orders.eu")).await;
     browser.wait_for(&id).await;
+    browser.find("#chart-forecast canvas").await;
+    let due = browser
+        .script(
+            "return fetch(document.getElementById('chart-forecast').dataset.src, {credentials: 'same-origin'}).then(r => r.json()).then(d => d.count.reduce((a, b) => a + b, 0));",
+            json!([]),
+        )
+        .await;
+    assert_eq!(due, 1, "orders.eu's forecast holds its one message");
     let search = browser.find("form.search input[name=q]").await;
     browser
         .type_into(&search, "<img src=x onerror=alert(1)>")

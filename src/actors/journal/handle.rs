@@ -403,10 +403,19 @@ impl Journal {
         &self,
         after: (i64, i64),
         until: i64,
-        topic: Option<String>,
         limit: i64,
     ) -> Result<Vec<(i64, i64)>, JournalError> {
-        self.read(move |c| store::waiting_due_page(c, after, until, topic.as_deref(), limit))
+        self.read(move |c| store::waiting_due_page(c, after, until, limit))
+            .await
+    }
+
+    pub async fn waiting_topic_page(
+        &self,
+        after: (i64, i64),
+        until: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, i64, String)>, JournalError> {
+        self.read(move |c| store::waiting_topic_page(c, after, until, limit))
             .await
     }
 

@@ -73,6 +73,7 @@ macro_rules! ui_routes {
 ui_routes! {
     get "/ui" => overview::page,
     get "/ui/chart.json" => overview::chart,
+    get "/ui/forecast.json" => overview::forecast,
     get "/ui/topics/{topic}" => topic::page,
     post "/ui/topics/{topic}/pause" => topic::pause,
     post "/ui/topics/{topic}/resume" => topic::resume,

@@ -152,12 +152,14 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 {table}
 <h2>Lateness and rates on this node</h2>
 <p class="hint">Sampled from this process's metrics every {every} s, kept for an hour: lateness of first deliveries (due time to hand-out), pushes and deliveries per second.</p>
-<div class="charts"><div id="chart-lateness" class="chart" data-src="/ui/chart.json" data-kind="lateness"></div><div id="chart-rates" class="chart" data-src="/ui/chart.json" data-kind="rates"></div></div>"#,
+<div class="charts"><div id="chart-lateness" class="chart" data-src="/ui/chart.json" data-kind="lateness"></div><div id="chart-rates" class="chart" data-src="/ui/chart.json" data-kind="rates"></div></div>
+{forecast}"#,
         mode = esc(view.mode),
         leader = esc(view.leader.as_deref().unwrap_or("none")),
         backlog = state.queue.journal_pending(),
         table = topics_table(&list),
         every = history::EVERY.as_secs(),
+        forecast = forecast_chart(None),
     );
     Ok(layout::page(&viewer, "Overview", "/ui", &body))
 }
@@ -180,4 +182,57 @@ pub async fn chart(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
             "pushedPerS": col(&|x| Some(x.pushed_per_s)),
             "deliveredPerS": col(&|x| Some(x.delivered_per_s)),
         }))
+}
+
+/// The forecast's buckets on the dashboard: 15 minutes over 24 hours.
+const FORECAST_BUCKET_MS: i64 = 15 * 60_000;
+const FORECAST_BUCKETS: usize = 96;
+
+/// The "Coming due" section: the forecast of every topic, or of one.
+pub(super) fn forecast_chart(topic: Option<&str>) -> String {
+    let src = match topic {
+        Some(t) => format!("/ui/forecast.json?topic={}", url_encode(t)),
+        None => "/ui/forecast.json".to_string(),
+    };
+    format!(
+        r#"<h2>Coming due</h2>
+<p class="hint">Messages falling due per 15 minutes over the next 24 hours (<code>GET /forecast</code>), read again every minute. Of one topic, a bucket too large to read whole is an estimate: the shaded band is its 95 % interval.</p>
+<div class="charts"><div id="chart-forecast" class="chart wide" data-src="{src}" data-kind="forecast"></div></div>"#,
+        src = esc(&src),
+    )
+}
+
+/// `GET /ui/forecast.json?topic=T`: the forecast as columns, for uPlot.
+pub async fn forecast(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    q: web::Query<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    if let Err(login) = Viewer::of(&state, &req) {
+        return see_other(&login);
+    }
+    let topic = q.get("topic").filter(|t| crate::message::valid_topic(t));
+    match state
+        .queue
+        .forecast(
+            topic.map(String::as_str),
+            FORECAST_BUCKET_MS,
+            FORECAST_BUCKETS,
+        )
+        .await
+    {
+        Ok(f) => HttpResponse::Ok()
+            .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+            .json(serde_json::json!({
+                "time": f.buckets.iter().map(|b| b.at as f64 / 1000.0).collect::<Vec<_>>(),
+                "count": f.buckets.iter().map(|b| b.count).collect::<Vec<_>>(),
+                "low": f.buckets.iter().map(|b| b.low.unwrap_or(b.count)).collect::<Vec<_>>(),
+                "high": f.buckets.iter().map(|b| b.high.unwrap_or(b.count)).collect::<Vec<_>>(),
+                "exact": f.exact,
+            })),
+        Err(e) => HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "error": "unavailable",
+            "message": e.to_string(),
+        })),
+    }
 }

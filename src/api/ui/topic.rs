@@ -171,8 +171,10 @@ pub async fn page(
 <form class="search" method="get" action="{base}"><input type="search" name="q" placeholder="Message id or bizKey" aria-label="Message id or bizKey" value=""><button type="submit">Find</button></form>
 <nav class="tabs">{tabs}</nav>
 <table class="grid"><thead><tr><th>Id</th><th>bizKey</th><th>Due</th><th class="num">Priority</th><th class="num">Attempts</th><th>Status</th><th>Body</th></tr></thead><tbody>{list}</tbody></table>
-<p class="pager">{pager}</p>"#,
+<p class="pager">{pager}</p>
+{forecast}"#,
         t = esc(&topic),
+        forecast = super::overview::forecast_chart(Some(&topic)),
     );
     Ok(layout::page(
         &viewer,

@@ -155,6 +155,79 @@ impl Inspection<'_> {
     }
 }
 
+/// What the messages of one range of [`DueCounts`] are, by topic.
+#[derive(Debug, Clone, Default)]
+pub struct TopicsRead {
+    /// Topic → how many of those read are of it.
+    pub by_topic: std::collections::BTreeMap<String, u64>,
+    /// How many were read (still there, with a record).
+    pub seen: u64,
+    /// Every message of the range was meant to be read.
+    pub whole: bool,
+}
+
+impl Inspection<'_> {
+    /// The topics of range `r`'s messages: every one when it holds no more
+    /// than `limit`, else `limit` at random ranks.
+    pub async fn topics_of_range(
+        self,
+        counts: &DueCounts,
+        r: usize,
+        limit: u64,
+    ) -> Result<TopicsRead, RedisError> {
+        let shards = counts.counts.len();
+        let n = counts.total(r);
+        let first: Vec<u64> = counts.counts.iter().map(|c| c[..r].iter().sum()).collect();
+        let mut ranks: Vec<Vec<u64>> = vec![Vec::new(); shards];
+        let place = |g: u64, ranks: &mut Vec<Vec<u64>>| {
+            let mut g = g;
+            for s in 0..shards {
+                let c = counts.counts[s][r];
+                if g < c {
+                    ranks[s].push(first[s] + g);
+                    return;
+                }
+                g -= c;
+            }
+        };
+        let whole = n <= limit;
+        if whole {
+            (0..n).for_each(|g| place(g, &mut ranks));
+        } else {
+            let mut rng = fastrand::Rng::new();
+            (0..limit).for_each(|_| place(rng.u64(0..n), &mut ranks));
+        }
+        let mut out = TopicsRead {
+            whole,
+            ..TopicsRead::default()
+        };
+        let mut pipe = redis::pipe();
+        let mut asked = 0;
+        for (s, rs) in ranks.iter().enumerate().filter(|(_, rs)| !rs.is_empty()) {
+            let s = s as u32;
+            let args: Vec<String> = rs.iter().map(u64::to_string).collect();
+            pipe.add_command(evalsha(
+                &self.scripts.forecast_topics,
+                &[self.keys.delay(s), self.keys.messages(s)],
+                &args,
+            ));
+            asked += 1;
+        }
+        if asked == 0 {
+            return Ok(out);
+        }
+        let replies: Vec<Vec<Option<String>>> = self
+            .scripts
+            .run_pipe("forecast_topics", &mut self.con.clone(), &pipe)
+            .await?;
+        for topic in replies.into_iter().flatten().flatten() {
+            out.seen += 1;
+            *out.by_topic.entry(topic).or_default() += 1;
+        }
+        Ok(out)
+    }
+}
+
 /// A bucket's figures from a count `n` (exact) and a topic's share read of
 /// it: exact when every message was read, else the estimate `n · matched /
 /// seen` with its 95 % Wilson interval.

@@ -123,38 +123,56 @@ pub fn waiting_page(
         .load(c))?)
 }
 
-/// The due times of messages waiting in the journal (listed and still
-/// WaitPut: one cancelled while waiting stays listed but is not counted)
-/// due in `[from, until)`, of `topic` or of all, after `(due_time, id)`
-/// in that order: one page of the forecast's count, as `(due_time, id)`.
+/// The messages waiting in the journal (listed and still WaitPut: one
+/// cancelled while waiting stays listed but is not read) due in
+/// `[from, until)`, after `(due_time, id)` in that order: one page of the
+/// forecast's count, as `(due_time, id)`.
 pub fn waiting_due_page(
     conn: &mut JournalConn,
     after: (i64, i64),
     until: i64,
-    topic: Option<&str>,
     limit: i64,
 ) -> Result<Vec<(i64, i64)>, JournalError> {
     let (due, id) = after;
     let status = Status::WaitPut.code();
-    Ok(with_conn!(conn, c => {
-        let mut q = message_waiting::table
-            .inner_join(message::table.on(message::id.eq(message_waiting::id)))
-            .filter(message_waiting::due_time.lt(until))
-            .filter(
-                message_waiting::due_time
-                    .gt(due)
-                    .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
-            )
-            .filter(message::status.eq(status))
-            .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
-            .limit(limit)
-            .select((message_waiting::due_time, message_waiting::id))
-            .into_boxed();
-        if let Some(t) = topic {
-            q = q.filter(message::topic.eq(t));
-        }
-        q.load(c)
-    })?)
+    Ok(with_conn!(conn, c => message_waiting::table
+        .inner_join(message::table.on(message::id.eq(message_waiting::id)))
+        .filter(message_waiting::due_time.lt(until))
+        .filter(
+            message_waiting::due_time
+                .gt(due)
+                .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
+        )
+        .filter(message::status.eq(status))
+        .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
+        .limit(limit)
+        .select((message_waiting::due_time, message_waiting::id))
+        .load(c))?)
+}
+
+/// [`waiting_due_page`] with each message's topic:
+/// `(due_time, id, topic)`.
+pub fn waiting_topic_page(
+    conn: &mut JournalConn,
+    after: (i64, i64),
+    until: i64,
+    limit: i64,
+) -> Result<Vec<(i64, i64, String)>, JournalError> {
+    let (due, id) = after;
+    let status = Status::WaitPut.code();
+    Ok(with_conn!(conn, c => message_waiting::table
+        .inner_join(message::table.on(message::id.eq(message_waiting::id)))
+        .filter(message_waiting::due_time.lt(until))
+        .filter(
+            message_waiting::due_time
+                .gt(due)
+                .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
+        )
+        .filter(message::status.eq(status))
+        .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
+        .limit(limit)
+        .select((message_waiting::due_time, message_waiting::id, message::topic))
+        .load(c))?)
 }
 
 /// What the reconciler reads of a message row: enough to tell where Redis
