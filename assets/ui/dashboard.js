@@ -21,8 +21,8 @@ document.addEventListener("submit", function (e) {
         series: [
           { label: "due", stroke: "#2f6fdf", fill: "rgba(47,111,223,0.25)", width: 1.5,
             paths: uPlot.paths.bars({ size: [0.8, 40], align: 1 }) },
-          { label: "95% low", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4] },
-          { label: "95% high", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4] }
+          { label: "95% low", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4], points: { show: false } },
+          { label: "95% high", stroke: "rgba(47,111,223,0.45)", width: 1, dash: [4, 4], points: { show: false } }
         ],
         every: 60000
       };

@@ -196,7 +196,7 @@ pub(super) fn forecast_chart(topic: Option<&str>) -> String {
     };
     format!(
         r#"<h2>Coming due</h2>
-<p class="hint">Messages falling due per 15 minutes over the next 24 hours (<code>GET /forecast</code>), read again every minute. Of one topic, a bucket too large to read whole is an estimate: the shaded band is its 95 % interval.</p>
+<p class="hint">Messages falling due per 15 minutes over the next 24 hours (<code>GET /forecast</code>), read again every minute. Of one topic, a bucket too large to read whole is an estimate: the dashed lines are its 95 % interval.</p>
 <div class="charts"><div id="chart-forecast" class="chart wide" data-src="{src}" data-kind="forecast"></div></div>"#,
         src = esc(&src),
     )
