@@ -80,6 +80,18 @@ impl Api {
         })
     }
 
+    /// `GET /forecast` (topic None) or a topic's, with its time (ms).
+    pub async fn forecast(
+        &self,
+        topic: Option<&str>,
+        bucket: &str,
+        span: &str,
+    ) -> Result<(f64, delayq_client::Forecast)> {
+        let began = std::time::Instant::now();
+        let f = self.base.forecast(topic, bucket, span).await?;
+        Ok((began.elapsed().as_secs_f64() * 1000.0, f))
+    }
+
     pub async fn push_batch(&self, messages: &[NewMessage]) -> Result<Vec<MessageId>> {
         Ok(self.base.push_batch(messages).await?)
     }

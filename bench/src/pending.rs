@@ -14,7 +14,7 @@ use crate::api::Api;
 use crate::cli::Cli;
 use crate::consumers::Consumers;
 use crate::push::{bench_message, push_all};
-use crate::report::{rate, round, Analysis, PendingReport, Percentiles, Probe};
+use crate::report::{rate, round, Analysis, ForecastTiming, PendingReport, Percentiles, Probe};
 use crate::time::instant_at;
 
 pub async fn pending(cli: &Cli, api: &Api, topic: &str) -> Result<PendingReport> {
@@ -55,6 +55,7 @@ pub async fn pending(cli: &Cli, api: &Api, topic: &str) -> Result<PendingReport>
     let push_s = started.elapsed().as_secs_f64();
     let after = used_memory(&cli.redis_url).await?;
     let probe_with_pending = probe(cli, api, &probe_topic).await?;
+    let forecast = forecast_timing(api, &probe_topic).await?;
     Ok(PendingReport {
         pending: done,
         push_s: round(push_s, 1),
@@ -64,7 +65,35 @@ pub async fn pending(cli: &Cli, api: &Api, topic: &str) -> Result<PendingReport>
         bytes_per_pending: round(after.saturating_sub(before) as f64 / done.max(1) as f64, 1),
         probe_empty,
         probe_with_pending,
+        forecast,
     })
+}
+
+/// The forecast's answer times beside the pending messages: the slowest
+/// of three, of every topic and of `topic`.
+async fn forecast_timing(api: &Api, topic: &str) -> Result<ForecastTiming> {
+    let mut t = ForecastTiming {
+        all_ms: 0.0,
+        all_total: 0,
+        all_exact: true,
+        topic_ms: 0.0,
+        topic_sampled: 0,
+        topic_exact: true,
+        journal_rows: 0,
+    };
+    for _ in 0..3 {
+        let (ms, f) = api.forecast(None, "1m", "24h").await?;
+        t.all_ms = t.all_ms.max(round(ms, 1));
+        (t.all_total, t.all_exact, t.journal_rows) = (f.total, f.exact, f.journal_rows);
+        let (ms, f) = api.forecast(Some(topic), "1m", "24h").await?;
+        t.topic_ms = t.topic_ms.max(round(ms, 1));
+        (t.topic_sampled, t.topic_exact) = (f.sampled, f.exact);
+    }
+    eprintln!(
+        "[pending] forecast: every topic {} ms ({} counted), one topic {} ms ({} read)",
+        t.all_ms, t.all_total, t.topic_ms, t.topic_sampled
+    );
+    Ok(t)
 }
 
 /// `--probes` messages due `--probe-delay-ms` after their push, consumed

@@ -193,6 +193,23 @@ pub struct PendingReport {
     pub bytes_per_pending: f64,
     pub probe_empty: Probe,
     pub probe_with_pending: Probe,
+    /// `GET /forecast?bucket=1m&span=24h` and the same of the probe topic
+    /// (a small share: sampled) beside the pending messages.
+    pub forecast: ForecastTiming,
+}
+
+#[derive(Serialize)]
+pub struct ForecastTiming {
+    /// The slowest of three answers (ms), every topic.
+    pub all_ms: f64,
+    /// What it counted, and whether exactly.
+    pub all_total: u64,
+    pub all_exact: bool,
+    /// The slowest of three answers (ms), one topic.
+    pub topic_ms: f64,
+    pub topic_sampled: u64,
+    pub topic_exact: bool,
+    pub journal_rows: u64,
 }
 
 #[derive(Serialize)]
