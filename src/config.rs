@@ -482,12 +482,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         None => (s, "s"),
     };
     let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = |per: u64| {
+        n.checked_mul(per)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("'{s}' is too long a duration"))
+    };
     let d = match unit {
         "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3_600),
-        "d" => Duration::from_secs(n * 86_400),
+        "s" => secs(1)?,
+        "m" => secs(60)?,
+        "h" => secs(3_600)?,
+        "d" => secs(86_400)?,
         _ => return Err(bad()),
     };
     if d.is_zero() {

@@ -67,23 +67,32 @@ document.addEventListener("submit", function (e) {
     charts.push({ el: el, plot: plot, keys: spec.keys });
   }
 
-  // The charts by the source they read: each source once per refresh.
-  function load(src, els, first) {
-    fetch(src, { credentials: "same-origin" })
+  // The charts by the source they read: each source once per refresh; a
+  // chart whose first reading failed is drawn at the next one.
+  function load(group) {
+    fetch(group.src, { credentials: "same-origin" })
       .then(function (r) { return r.json(); })
       .then(function (data) {
         if (!data.time) {
           return;
         }
-        if (first) {
-          els.forEach(function (el) { draw(el, data); });
+        if (!group.drawn) {
+          group.els.forEach(function (el) { draw(el, data); });
+          group.drawn = true;
         } else {
           charts.forEach(function (c) {
-            if (els.indexOf(c.el) >= 0) {
+            if (group.els.indexOf(c.el) >= 0) {
               c.plot.setData(columns(data, c.keys));
             }
           });
         }
+        group.els.forEach(function (el) {
+          var title = el.querySelector(".u-title");
+          if (title) {
+            title.textContent = series(el.getAttribute("data-kind")).title +
+              (data.note ? " (" + data.note + ")" : "");
+          }
+        });
       })
       .catch(function () {});
   }
@@ -92,16 +101,17 @@ document.addEventListener("submit", function (e) {
     if (typeof uPlot === "undefined") {
       return;
     }
-    var bySrc = {};
+    var groups = {};
     document.querySelectorAll(".chart[data-src]").forEach(function (el) {
       var src = el.getAttribute("data-src");
-      (bySrc[src] = bySrc[src] || []).push(el);
+      groups[src] = groups[src] || { src: src, els: [], drawn: false };
+      groups[src].els.push(el);
     });
-    Object.keys(bySrc).forEach(function (src) {
-      var els = bySrc[src];
-      var every = series(els[0].getAttribute("data-kind")).every || 5000;
-      load(src, els, true);
-      setInterval(function () { load(src, els, false); }, every);
+    Object.keys(groups).forEach(function (src) {
+      var group = groups[src];
+      var every = series(group.els[0].getAttribute("data-kind")).every || 5000;
+      load(group);
+      setInterval(function () { load(group); }, every);
     });
   }
 

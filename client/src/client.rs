@@ -374,12 +374,10 @@ impl Client {
         span: &str,
     ) -> Result<Forecast, Error> {
         let path = match topic {
-            Some(t) => format!("/topics/{t}/forecast"),
+            Some(t) => format!("/topics/{}/forecast", encode(t)),
             None => "/forecast".to_string(),
         };
-        // Durations are letters and digits; anything else is the server's
-        // 400 to give.
-        let query = format!("?bucket={bucket}&span={span}");
+        let query = format!("?bucket={}&span={}", encode(bucket), encode(span));
         self.call(Method::GET, path + &query, None::<&()>, Wait::Bulk)
             .await
     }

@@ -128,6 +128,11 @@ fn forecast_range(q: &Query) -> Result<(i64, usize), ApiError> {
     if span > 366 * 86_400_000 {
         return Err(invalid("span must be at most 366d".into()));
     }
+    if bucket > span {
+        return Err(invalid(format!(
+            "bucket ({bucket} ms) must be at most the span ({span} ms)"
+        )));
+    }
     let buckets = (span + bucket - 1) / bucket;
     if buckets > MAX_BUCKETS {
         return Err(invalid(format!(

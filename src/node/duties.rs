@@ -101,12 +101,18 @@ pub(super) async fn watch_paused(redis: RedisSchedule) {
 
 /// Reads how many messages of each topic fall due within the next hour,
 /// every 15 s, into `delayq_topic_due_next_hour` (so a scrape never waits
-/// for it).
-pub(super) async fn watch_due_next_hour(queue: crate::queue::Queue) {
+/// for it): on the leader alone (standalone: the node), so the cluster
+/// reads it once and a sum over nodes counts each message once.
+pub(super) async fn watch_due_next_hour(queue: crate::queue::Queue, cluster: ClusterHandle) {
+    let none = std::collections::BTreeMap::new();
     loop {
-        match queue.due_next_hour().await {
-            Ok(counts) => crate::metrics::metrics().due_next_hour(counts.iter()),
-            Err(e) => tracing::debug!(error = %e, "cannot read the next hour's forecast"),
+        if cluster.is_leader() {
+            match queue.due_next_hour().await {
+                Ok(counts) => crate::metrics::metrics().due_next_hour(&counts),
+                Err(e) => tracing::debug!(error = %e, "cannot read the next hour's forecast"),
+            }
+        } else {
+            crate::metrics::metrics().due_next_hour(&none);
         }
         tokio::time::sleep(Duration::from_secs(15)).await;
     }

@@ -186,7 +186,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         restorer: restorer.clone(),
         reconciler,
     });
-    actix::spawn(watch_due_next_hour(state.queue.clone()));
+    actix::spawn(watch_due_next_hour(state.queue.clone(), cluster.clone()));
     let (stop_forwarding, forwarding_stopped) = tokio::sync::watch::channel(false);
     let forwarders = crate::forward::start(
         state.queue.clone(),

@@ -69,10 +69,8 @@ async fn counts_across_the_horizon(env: &Env) {
     assert_eq!(all["exact"], true, "{all}");
     assert_eq!(all["overdue"]["count"], 0);
     assert!(all["journalCountedUntil"].is_null());
-    assert_eq!(
-        all["journalRows"], 4,
-        "the cancelled one is not read: {all}"
-    );
+    // Read, the cancelled one too (listed until its time comes near).
+    assert_eq!(all["journalRows"], 5, "{all}");
     let from = all["from"].as_i64().unwrap();
     assert!(from >= base && from < base + MIN, "{all}");
     assert_eq!(all["buckets"][3]["at"], from + 3 * 10 * MIN);
@@ -151,13 +149,14 @@ async fn a_large_bucket_is_estimated_within_its_interval() {
     );
     assert_eq!(third["exact"], false, "{b}");
     assert!(low <= count && count <= high, "{b}");
-    assert!(
-        low <= 8_000 && 8_000 <= high,
-        "the interval misses the truth: {b}"
-    );
+    // About 10,000 read of 24,000: the count is off by about 110 (one
+    // standard deviation); 700 is over 6. (A 95 % interval misses the
+    // truth in one run of 20: the unit tests check how often it holds.)
+    assert!(count.abs_diff(8_000) < 700, "far from the truth: {b}");
     assert!(high - low < 1_000, "an interval this wide says little: {b}");
+    assert!(high - low > 100, "an interval this narrow is not 95 %: {b}");
     let sampled = third["sampled"].as_u64().unwrap();
-    assert!((10_000..=20_000).contains(&sampled), "{third}");
+    assert!((5_000..=20_000).contains(&sampled), "{third}");
     // The small bucket is read whole: exact.
     assert_eq!(third["buckets"][0]["count"], 0, "{third}");
     assert!(third["buckets"][0].get("low").is_none(), "{third}");
@@ -176,6 +175,11 @@ async fn bad_parameters_are_refused() {
         "/forecast?bucket=1m&bucket=2m",
         "/topics/no%20spaces/forecast",
         "/topics/fa/forecast?span=-1h",
+        "/forecast?bucket=2h&span=1h",
+        "/forecast?bucket=9223372036800000000ms",
+        "/forecast?bucket=420000d",
+        "/forecast?span=99999999999999999999d",
+        "/forecast?span=999999999999999999d",
     ] {
         let r = env.get_path(path).await;
         assert_eq!(r.status, 400, "{path}: {}", r.text);
@@ -226,4 +230,43 @@ async fn metrics_show_the_next_hour_per_topic() {
         },
     )
     .await;
+}
+
+/// Messages the horizon loader moves from the journal into Redis while
+/// forecasts read: each is counted once (listed in the journal, still
+/// WaitPut there and already in a delay zset is one message, not two).
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_crossing_the_horizon_are_counted_once() {
+    let env = Env::builder(Backend::Sqlite)
+        .arg("--redis-horizon")
+        .arg("2s")
+        .start()
+        .await;
+    let n = 3_000u64;
+    let start = now_ms() + 4_000;
+    for batch in 0..3 {
+        let msgs: Vec<Value> = (0..1_000)
+            .map(|i| json!({"topic": "cross", "body": "c", "deliverAt": start + (batch * 1_000 + i) * 2 / 3}))
+            .collect();
+        env.push_batch(msgs).await;
+    }
+    let (mut most, mut readings, mut whole) = (0u64, 0, 0);
+    while now_ms() < start + 2_500 {
+        for path in [
+            "/forecast?bucket=1s&span=10s",
+            "/topics/cross/forecast?bucket=1s&span=10s",
+        ] {
+            let f = forecast(&env, path).await;
+            let seen = f["total"].as_u64().unwrap() + f["overdue"]["count"].as_u64().unwrap();
+            assert!(seen <= n, "{seen} counted of {n}: {f}");
+            most = most.max(seen);
+            whole += usize::from(seen == n);
+            readings += 1;
+        }
+    }
+    assert!(readings > 20, "{readings} readings");
+    assert!(
+        whole > 0 && most == n,
+        "never all {n} counted (most {most})"
+    );
 }

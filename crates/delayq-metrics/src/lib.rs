@@ -45,7 +45,7 @@
 //! | `delayq_cluster_session` | gauge | state | 1 for the session's state (`standalone`, `connected`, …) |
 //! | `delayq_cluster_leader` | gauge | | 1 on the leader |
 //! | `delayq_topic_paused` | gauge | topic | 1 for each paused topic (read from Redis each second; the same on every node) |
-//! | `delayq_topic_due_next_hour` | gauge | topic | messages falling due within the next hour (`GET /forecast`'s reading: exact, or an estimate where the hour holds more than 20,000 messages in Redis; read every 15 s, the same on every node) |
+//! | `delayq_topic_due_next_hour` | gauge | topic | messages falling due within the next hour (`GET /forecast`'s reading: exact, or an estimate where the hour holds more than 5,000 messages in Redis), read every 15 s by the leader (standalone: the node) and shown by it alone; the topics with the most get their own series |
 //! | `delayq_cluster_nodes` | gauge | | live nodes this node sees |
 //! | `delayq_cluster_owned_shards` | gauge | | shards this node scans |
 //! | `delayq_clock_offset_seconds` | gauge | | Redis's clock minus this node's wall clock (see [`delayq_domain::clock`]), the largest in size over the masters |
@@ -432,7 +432,7 @@ impl Metrics {
             );
             d.register(
                 "topic_due_next_hour",
-                "Messages of the topic falling due within the next hour (an estimate where the hour holds more than 20,000 messages in Redis; read every 15 s)",
+                "Messages of the topic falling due within the next hour (an estimate where the hour holds more than 5,000 messages in Redis; read every 15 s, by the leader only)",
                 m.topic_due_next_hour.clone(),
             );
             d.register(
@@ -633,14 +633,28 @@ impl Metrics {
     }
 
     /// How many messages of each topic fall due within the next hour,
-    /// replacing the last reading; topics past the label limit add up in
-    /// `(other)`.
-    pub fn due_next_hour<'a>(&self, counts: impl Iterator<Item = (&'a String, &'a u64)>) {
+    /// replacing the last reading (empty: none shown). Its own label
+    /// budget: the `--metrics-topics` topics with the most get a series
+    /// each, the rest add up in `(other)`.
+    pub fn due_next_hour(&self, counts: &std::collections::BTreeMap<String, u64>) {
+        let limit = self.topics.limit.load(Ordering::Relaxed);
+        let mut by_count: Vec<(&String, &u64)> = counts.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let other: u64 = by_count.iter().skip(limit).map(|(_, n)| **n).sum();
         self.topic_due_next_hour.clear();
-        for (topic, n) in counts {
+        for (topic, n) in by_count.into_iter().take(limit) {
             self.topic_due_next_hour
-                .get_or_create(&self.topic(topic))
-                .inc_by(*n as i64);
+                .get_or_create(&TopicLabel {
+                    topic: topic.clone(),
+                })
+                .set(*n as i64);
+        }
+        if other > 0 {
+            self.topic_due_next_hour
+                .get_or_create(&TopicLabel {
+                    topic: OTHER_TOPIC.to_string(),
+                })
+                .set(other as i64);
         }
     }
 

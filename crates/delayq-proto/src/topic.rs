@@ -134,8 +134,7 @@ impl ForecastBucket {
 }
 
 /// `GET /forecast` and `GET /topics/{topic}/forecast`: how many messages
-/// fall due per bucket from `from` (now, rounded down to the bucket) over
-/// `span`.
+/// fall due per bucket from `from` (now) over `span`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
@@ -150,8 +149,9 @@ pub struct Forecast {
     pub bucket: i64,
     /// Span (ms): `buckets.len() · bucket`.
     pub span: i64,
-    /// Due before `from` and not yet handed out (in Redis; every topic's
-    /// when `topic` is null, else an estimate like a bucket's).
+    /// Due before `from` and not yet taken by its shard's owner (still in a
+    /// delay zset, or waiting in the journal); ready messages waiting for
+    /// a consumer are not counted. `at` is `now`.
     pub overdue: ForecastBucket,
     pub buckets: Vec<ForecastBucket>,
     /// The sum of the buckets' counts.
@@ -164,7 +164,8 @@ pub struct Forecast {
     /// row budget ran out. Buckets from it on lack those messages. Null
     /// when all were counted.
     pub journal_counted_until: Option<i64>,
-    /// Messages read to estimate a topic's share, and journal rows read.
+    /// Messages read to find a topic's share, and journal rows read (any
+    /// topic, ended ones still listed too).
     pub sampled: u64,
     pub journal_rows: u64,
 }

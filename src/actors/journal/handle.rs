@@ -399,24 +399,18 @@ impl Journal {
             .await
     }
 
-    pub async fn waiting_due_page(
+    pub async fn waiting_scan_page(
         &self,
         after: (i64, i64),
         until: i64,
         limit: i64,
-    ) -> Result<Vec<(i64, i64)>, JournalError> {
-        self.read(move |c| store::waiting_due_page(c, after, until, limit))
+    ) -> Result<Vec<(i64, i64, i16, String)>, JournalError> {
+        self.read(move |c| store::waiting_scan_page(c, after, until, limit))
             .await
     }
 
-    pub async fn waiting_topic_page(
-        &self,
-        after: (i64, i64),
-        until: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, i64, String)>, JournalError> {
-        self.read(move |c| store::waiting_topic_page(c, after, until, limit))
-            .await
+    pub async fn topics_of(&self, ids: Vec<i64>) -> Result<Vec<(i64, String)>, JournalError> {
+        self.read(move |c| store::topics_of(c, &ids)).await
     }
 
     pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {

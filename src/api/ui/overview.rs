@@ -211,7 +211,13 @@ pub async fn forecast(
     if let Err(login) = Viewer::of(&state, &req) {
         return see_other(&login);
     }
-    let topic = q.get("topic").filter(|t| crate::message::valid_topic(t));
+    let topic = q.get("topic");
+    if topic.is_some_and(|t| !crate::message::valid_topic(t)) {
+        return HttpResponse::BadRequest().json(serde_json::json!({
+            "error": "invalid_topic",
+            "message": "a topic is 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+        }));
+    }
     match state
         .queue
         .forecast(
@@ -229,6 +235,11 @@ pub async fn forecast(
                 "low": f.buckets.iter().map(|b| b.low.unwrap_or(b.count)).collect::<Vec<_>>(),
                 "high": f.buckets.iter().map(|b| b.high.unwrap_or(b.count)).collect::<Vec<_>>(),
                 "exact": f.exact,
+                // What the chart's title says besides.
+                "note": f.journal_counted_until.map(|t| format!(
+                    "the journal's waiting messages counted up to {} only",
+                    super::html::time(t)
+                )),
             })),
         Err(e) => HttpResponse::ServiceUnavailable().json(serde_json::json!({
             "error": "unavailable",

@@ -36,7 +36,6 @@ pub struct Scripts {
     pub pause_topic: Script,
     pub spill_trim: Script,
     pub forecast: Script,
-    pub forecast_topics: Script,
 }
 
 impl Scripts {
@@ -121,7 +120,6 @@ impl Scripts {
             pause_topic: lua(&[include_str!("lua/pause_topic.lua")]),
             spill_trim: lua(&[include_str!("lua/spill_trim.lua")]),
             forecast: lua(&[include_str!("lua/forecast.lua")]),
-            forecast_topics: lua(&[include_str!("lua/forecast_topics.lua")]),
         }
     }
 }
@@ -149,7 +147,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 22] {
+    fn all(&self) -> [&Script; 21] {
         [
             &self.schedule,
             &self.tick,
@@ -172,7 +170,6 @@ impl Scripts {
             &self.pause_topic,
             &self.spill_trim,
             &self.forecast,
-            &self.forecast_topics,
         ]
     }
 

@@ -123,56 +123,45 @@ pub fn waiting_page(
         .load(c))?)
 }
 
-/// The messages waiting in the journal (listed and still WaitPut: one
-/// cancelled while waiting stays listed but is not read) due in
-/// `[from, until)`, after `(due_time, id)` in that order: one page of the
-/// forecast's count, as `(due_time, id)`.
-pub fn waiting_due_page(
+/// One page of the waiting list joined with the messages, for the
+/// forecast: `(due_time, id, status, topic)` of the listed messages due
+/// before `until`, after `(due_time, id)` in that order. Ended ones are
+/// listed until their due time comes near (see `waiting_page`): the caller
+/// skips them, and counts them as read.
+pub fn waiting_scan_page(
     conn: &mut JournalConn,
     after: (i64, i64),
     until: i64,
     limit: i64,
-) -> Result<Vec<(i64, i64)>, JournalError> {
+) -> Result<Vec<(i64, i64, i16, String)>, JournalError> {
     let (due, id) = after;
-    let status = Status::WaitPut.code();
     Ok(with_conn!(conn, c => message_waiting::table
         .inner_join(message::table.on(message::id.eq(message_waiting::id)))
+        // The first condition alone bounds the index range.
+        .filter(message_waiting::due_time.ge(due))
         .filter(message_waiting::due_time.lt(until))
         .filter(
             message_waiting::due_time
                 .gt(due)
                 .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
         )
-        .filter(message::status.eq(status))
         .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
         .limit(limit)
-        .select((message_waiting::due_time, message_waiting::id))
+        .select((message_waiting::due_time, message_waiting::id, message::status, message::topic))
         .load(c))?)
 }
 
-/// [`waiting_due_page`] with each message's topic:
-/// `(due_time, id, topic)`.
-pub fn waiting_topic_page(
-    conn: &mut JournalConn,
-    after: (i64, i64),
-    until: i64,
-    limit: i64,
-) -> Result<Vec<(i64, i64, String)>, JournalError> {
-    let (due, id) = after;
-    let status = Status::WaitPut.code();
-    Ok(with_conn!(conn, c => message_waiting::table
-        .inner_join(message::table.on(message::id.eq(message_waiting::id)))
-        .filter(message_waiting::due_time.lt(until))
-        .filter(
-            message_waiting::due_time
-                .gt(due)
-                .or(message_waiting::due_time.eq(due).and(message_waiting::id.gt(id))),
-        )
-        .filter(message::status.eq(status))
-        .order((message_waiting::due_time.asc(), message_waiting::id.asc()))
-        .limit(limit)
-        .select((message_waiting::due_time, message_waiting::id, message::topic))
-        .load(c))?)
+/// The topics of these messages (those the journal holds).
+pub fn topics_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<(i64, String)>, JournalError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let rows: Vec<(i64, String)> = with_conn!(conn, c => message::table
+            .filter(message::id.eq_any(chunk))
+            .select((message::id, message::topic))
+            .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
 }
 
 /// What the reconciler reads of a message row: enough to tell where Redis

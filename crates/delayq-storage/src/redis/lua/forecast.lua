@@ -1,31 +1,38 @@
--- The forecast's sample of one shard's delay zset (read only).
--- KEYS[1] {P:s}:delay, KEYS[2] {P:s}:msg.
--- ARGV[1] the topic; then groups, one per bucket: K followed by K ranks.
--- For each group: how many of the messages at those ranks are of the topic,
--- and how many ranks still held a message with a record (a rank past the
--- end, or a message gone since the counts were read, is not counted).
-local prefix = ARGV[1] .. '|'
+-- The forecast's reading of one shard's delay zset (read only): for each
+-- range of scores, how many messages it holds and which, all of them or
+-- some at random, counted and read in this one step (so the ids read are
+-- always of the range, whatever moved since an earlier count).
+-- KEYS[1] {P:s}:delay.
+-- ARGV: groups of LOW, HIGH (scores; the range is [LOW, HIGH)), K, then K
+-- uniform numbers in [0, 1).
+-- Returns per group {N, WHOLE, id...}: N the range's count; WHOLE 1 when
+-- N <= K and every id of the range follows, else 0 and K ids at the ranks
+-- the uniforms pick (with replacement).
 local out = {}
-local i = 2
+local i = 1
 while i <= #ARGV do
-    local k = tonumber(ARGV[i])
-    i = i + 1
-    local matched, seen = 0, 0
-    for _ = 1, k do
-        local r = tonumber(ARGV[i])
-        i = i + 1
-        local ids = redis.call('ZRANGE', KEYS[1], r, r)
-        if ids[1] then
-            local rec = redis.call('HGET', KEYS[2], ids[1])
-            if rec then
-                seen = seen + 1
-                if string.sub(rec, 1, #prefix) == prefix then
-                    matched = matched + 1
-                end
+    local low, high, k = ARGV[i], '(' .. ARGV[i + 1], tonumber(ARGV[i + 2])
+    i = i + 3
+    local n = redis.call('ZCOUNT', KEYS[1], low, high)
+    local g = {n}
+    if n <= k then
+        g[2] = 1
+        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], low, high)
+        for _, id in ipairs(ids) do
+            g[#g + 1] = id
+        end
+    else
+        g[2] = 0
+        local base = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. low)
+        for j = 0, k - 1 do
+            local r = base + math.floor(tonumber(ARGV[i + j]) * n)
+            local ids = redis.call('ZRANGE', KEYS[1], r, r)
+            if ids[1] then
+                g[#g + 1] = ids[1]
             end
         end
     end
-    out[#out + 1] = matched
-    out[#out + 1] = seen
+    i = i + k
+    out[#out + 1] = g
 end
 return out
