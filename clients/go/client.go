@@ -429,6 +429,29 @@ func (c *Client) Topics(ctx context.Context) (*TopicList, error) {
 	return &r, nil
 }
 
+// Forecast reads GET /forecast (topic "": every topic) or GET
+// /topics/{topic}/forecast: how many messages fall due per bucket (e.g.
+// "1m") over the span (e.g. "24h") from now on; "" for either takes the
+// server's default (1m, 24h).
+func (c *Client) Forecast(ctx context.Context, topic, bucket, span string) (*Forecast, error) {
+	path := "/forecast"
+	if topic != "" {
+		path = "/topics/" + url.PathEscape(topic) + "/forecast"
+	}
+	q := url.Values{}
+	if bucket != "" {
+		q.Set("bucket", bucket)
+	}
+	if span != "" {
+		q.Set("span", span)
+	}
+	var r Forecast
+	if err := c.do(ctx, call{method: "GET", path: path + query(q), token: c.reader(), idempotent: true}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 func (c *Client) pauseOrResume(ctx context.Context, topic, what string) (*PauseState, error) {
 	var r PauseState
 	path := "/topics/" + url.PathEscape(topic) + "/" + what

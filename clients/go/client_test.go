@@ -504,6 +504,33 @@ func TestCancelRescheduleAndErrorCodes(t *testing.T) {
 	}
 }
 
+func TestForecast(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))
+	if _, err := c.Push(ctx, delayq.Message{Topic: "go-forecast", Body: "x", Delay: 30 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Forecast(ctx, "go-forecast", "20m", "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counts []uint64
+	for _, b := range f.Buckets {
+		counts = append(counts, b.Count)
+	}
+	if fmt.Sprint(counts) != "[0 1 0]" || !f.Exact || f.Topic == nil || *f.Topic != "go-forecast" {
+		t.Fatalf("forecast: %v %+v", counts, f)
+	}
+	all, err := c.Forecast(ctx, "", "1h", "2h")
+	if err != nil || len(all.Buckets) != 2 || all.Topic != nil {
+		t.Fatalf("every topic: %+v %v", all, err)
+	}
+	_, err = c.Forecast(ctx, "", "0s", "")
+	if e := apiError(t, err); e.Status != 400 || e.Code != "invalid_parameter" {
+		t.Fatalf("a bad bucket: %+v", e)
+	}
+}
+
 func TestLocalWallClockTimes(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))

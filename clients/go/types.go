@@ -426,6 +426,35 @@ type TopicList struct {
 	Cut bool `json:"cut"`
 }
 
+// ForecastBucket is one bucket of a forecast: Count messages fall due in
+// [At, At+bucket). Low and High are set where Count is an estimate (a
+// topic's bucket too large to read whole): its 95 % interval.
+type ForecastBucket struct {
+	At    int64   `json:"at"`
+	Count uint64  `json:"count"`
+	Low   *uint64 `json:"low,omitempty"`
+	High  *uint64 `json:"high,omitempty"`
+}
+
+// Forecast is the answer of GET /forecast and GET /topics/{topic}/forecast.
+type Forecast struct {
+	// Topic is empty for every topic.
+	Topic   *string          `json:"topic"`
+	Now     int64            `json:"now"`
+	From    int64            `json:"from"`
+	Bucket  int64            `json:"bucket"`
+	Span    int64            `json:"span"`
+	Overdue ForecastBucket   `json:"overdue"`
+	Buckets []ForecastBucket `json:"buckets"`
+	Total   uint64           `json:"total"`
+	Exact   bool             `json:"exact"`
+	// JournalCountedUntil: the journal's waiting messages were counted up
+	// to this due time only (its row budget ran out); nil when all were.
+	JournalCountedUntil *int64 `json:"journalCountedUntil"`
+	Sampled             uint64 `json:"sampled"`
+	JournalRows         uint64 `json:"journalRows"`
+}
+
 // PauseState is the answer of a pause or a resume.
 type PauseState struct {
 	Topic    string `json:"topic"`

@@ -315,6 +315,16 @@ export class Client {
     return (await this.request('GET', '/topics', undefined, { token: this.reader })).topics;
   }
 
+  /**
+   * GET /forecast (no topic) or GET /topics/{topic}/forecast: how many
+   * messages fall due per bucket over the span from now on. A topic's
+   * bucket too large to read whole is an estimate with `low` and `high`.
+   */
+  forecast(topic, { bucket, span } = {}) {
+    const path = topic == null ? '/forecast' : `/topics/${seg(topic)}/forecast`;
+    return this.request('GET', `${path}${query({ bucket, span })}`, undefined, { token: this.reader });
+  }
+
   pause(topic) {
     return this.request('POST', `/topics/${seg(topic)}/pause`, undefined, { token: this.adminToken });
   }

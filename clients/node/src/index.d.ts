@@ -314,6 +314,30 @@ export interface SearchParams {
   after?: string;
 }
 
+export interface ForecastBucket {
+  /** the bucket's start (epoch ms) */
+  at: number;
+  count: number;
+  /** an estimate's 95 % interval (a topic's bucket too large to read whole) */
+  low?: number;
+  high?: number;
+}
+
+export interface Forecast {
+  topic: string | null;
+  now: number;
+  from: number;
+  bucket: number;
+  span: number;
+  overdue: ForecastBucket;
+  buckets: ForecastBucket[];
+  total: number;
+  exact: boolean;
+  journalCountedUntil: number | null;
+  sampled: number;
+  journalRows: number;
+}
+
 export declare class Client {
   constructor(urls: string | string[], options?: ClientOptions);
   /** Closes the kept-alive connections. */
@@ -330,6 +354,8 @@ export declare class Client {
   message(id: string): Promise<MessageReply>;
   search(topic: string, params?: SearchParams): Promise<MessagePage>;
   topics(): Promise<TopicView[]>;
+  /** bucket and span are durations such as '1m' and '24h' (the defaults) */
+  forecast(topic?: string | null, range?: { bucket?: string; span?: string }): Promise<Forecast>;
   pause(topic: string): Promise<PauseState>;
   resume(topic: string): Promise<PauseState>;
   dead(topic: string, page?: { limit?: number; after?: string }): Promise<DeadPage>;

@@ -147,6 +147,15 @@ describe('against one node', () => {
     assert.equal((await client.resume('node-manage')).paused, false);
   });
 
+  test('forecast: what falls due per bucket, refused on a bad bucket', async () => {
+    await client.push('node-forecast', 'x', { delay: 1800000 });
+    const f = await client.forecast('node-forecast', { bucket: '20m', span: '1h' });
+    assert.deepEqual(f.buckets.map((b) => b.count), [0, 1, 0]);
+    assert.equal(f.exact, true);
+    assert.equal((await client.forecast(null, { bucket: '1h', span: '2h' })).buckets.length, 2);
+    await assert.rejects(client.forecast(null, { bucket: '0s' }), (e) => e.status === 400 && e.code === 'invalid_parameter');
+  });
+
   test('local wall-clock times: a DST gap refused by default, read by dst', async () => {
     // Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does
     // not exist, and is refused unless dst says which instant it means.

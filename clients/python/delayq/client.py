@@ -429,6 +429,15 @@ class Client:
     def topics(self) -> list[dict]:
         return self._request("GET", "/topics", token=self.read_token or self.admin_token)["topics"]
 
+    def forecast(self, topic: Optional[str] = None, *, bucket: str = "1m", span: str = "24h") -> dict:
+        """``GET /forecast`` (every topic) or ``GET /topics/{topic}/forecast``:
+        how many messages fall due per ``bucket`` over ``span`` from now on,
+        ``{"buckets": [{"at", "count"[, "low", "high"]}], "total", "exact", ...}``.
+        A topic's bucket too large to read whole is an estimate with its 95 %
+        interval (``low``, ``high``)."""
+        path = "/forecast" if topic is None else f"/topics/{urllib.parse.quote(topic)}/forecast"
+        return self._request("GET", path + self._q(bucket=bucket, span=span), token=self.read_token or self.admin_token)
+
     def pause(self, topic: str) -> dict:
         return self._request("POST", f"/topics/{urllib.parse.quote(topic)}/pause", token=self.admin_token)
 

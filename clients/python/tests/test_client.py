@@ -256,6 +256,16 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code, "invalid_delay")
         self.assertIn("py-manage", [t["topic"] for t in self.client.topics()])
 
+    def test_forecast(self):
+        self.client.push("py-forecast", "x", delay_ms=1_800_000)
+        f = self.client.forecast("py-forecast", bucket="20m", span="1h")
+        self.assertEqual([b["count"] for b in f["buckets"]], [0, 1, 0])
+        self.assertTrue(f["exact"])
+        self.assertEqual(len(self.client.forecast(bucket="1h", span="2h")["buckets"]), 2)
+        with self.assertRaises(ApiError) as e:
+            self.client.forecast(bucket="0s")
+        self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_parameter"))
+
     def test_local_wall_clock_times_and_dst(self):
         # Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does
         # not exist, and is refused unless dst says which instant it means.

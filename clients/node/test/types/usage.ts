@@ -13,6 +13,7 @@ async function main(): Promise<void> {
   const view = await client.message(id);
   const status: 'WaitPut' | 'Delaying' | 'Ready' | 'Consuming' | 'Consumed' | 'Deleted' | 'Dead' = view.message.status;
   const counts = (await client.topics())[0].counts.ready;
+  const coming: number = (await client.forecast('sms', { bucket: '1m' })).buckets[0].count;
   await client.reschedule([id], { delay: 1000 });
   await client.push('orders', 'b', { deliverAtLocal: '2027-03-28T09:00:00', tz: 'Europe/Berlin', dst: 'later' });
   const moved = await client.reschedule([id], { deliverAtLocal: '2027-10-31T02:30:00', tz: 'Europe/Berlin', dst: 'earlier', priority: 1 });
@@ -41,7 +42,7 @@ async function main(): Promise<void> {
     if (e instanceof ApiError && e.code === 'not_found') console.log(e.status, e.detail);
   }
   const code: ErrorCode = ERROR_CODES[0];
-  console.log(dup, status, counts, code, due, outcome, replacedDue, row);
+  console.log(dup, status, counts, coming, code, due, outcome, replacedDue, row);
 
   // @ts-expect-error: a misspelt option is a compile error
   await client.push('orders', 'x', { dealy: 5 });

@@ -249,6 +249,21 @@ public final class DelayqClient {
     }
 
     /**
+     * {@code GET /forecast} ({@code topic} null: every topic) or {@code GET
+     * /topics/{topic}/forecast}: how many messages fall due per {@code bucket} (e.g. "1m") over
+     * {@code span} (e.g. "24h"; null for either: the server's default) → {@code {"buckets":
+     * [{"at", "count"[, "low", "high"]}], "total", "exact", ...}}. A topic's bucket too large to
+     * read whole is an estimate with its 95 % interval ({@code low}, {@code high}).
+     */
+    public Map<String, Object> forecast(String topic, String bucket, String span) {
+        Map<String, Object> q = new LinkedHashMap<>();
+        q.put("bucket", bucket);
+        q.put("span", span);
+        String p = topic == null ? "/forecast" : "/topics/" + path(topic) + "/forecast";
+        return object(request("GET", p + query(q), null, readOr(), 0, true));
+    }
+
+    /**
      * {@code POST /topics/{topic}/pause}: nothing of the topic is handed out, on any node, from
      * the answer on → {@code {"topic", "paused", "pausedAt", "changed", "known"}}.
      */

@@ -302,6 +302,22 @@ class ClientTest {
     }
 
     @Test
+    void forecastCountsWhatFallsDue() {
+        client.push(Message.builder("java-forecast", "x").delayMs(1_800_000).build());
+        Map<String, Object> f = client.forecast("java-forecast", "20m", "1h");
+        List<Object> counts = new ArrayList<>();
+        for (Object b : Json.list(f.get("buckets"))) {
+            counts.add(((Number) Json.object(b).get("count")).longValue());
+        }
+        assertEquals(List.of(0L, 1L, 0L), counts);
+        assertEquals(Boolean.TRUE, f.get("exact"));
+        assertEquals(2, Json.list(client.forecast(null, "1h", "2h").get("buckets")).size());
+        ApiException bad = assertThrows(ApiException.class, () -> client.forecast(null, "0s", null));
+        assertEquals(400, bad.status());
+        assertEquals(Optional.of(ErrorCode.INVALID_PARAMETER), bad.errorCode());
+    }
+
+    @Test
     void localWallClockTimesAndDst() {
         String topic = "java-local";
         // Berlin's clock jumps from 02:00 to 03:00 on 2027-03-28: 02:30 does not exist, and is
