@@ -145,7 +145,7 @@ fn forecast_range(q: &Query) -> Result<(i64, usize), ApiError> {
 /// `GET /forecast`: how many messages of every topic fall due per bucket
 /// from now over the span: exact counts of what Redis holds (ZCOUNT per
 /// shard and bucket) and of what waits in the journal beyond the Redis
-/// horizon (up to 1,000,000 rows; `journalCountedUntil` says where a
+/// horizon (up to 200,000 rows; `journalCountedUntil` says where a
 /// count stopped). Recurring series count their next occurrence only.
 #[utoipa::path(
     get,

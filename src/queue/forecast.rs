@@ -32,8 +32,10 @@ use super::state::Queue;
 use crate::message::{now_ms, MessageId, Status};
 use crate::redis::forecast::{estimate, DueCounts, ShardRead, Tally};
 
-/// Journal rows one forecast reads at most.
-pub const JOURNAL_ROWS: u64 = 1_000_000;
+/// Journal rows one forecast reads at most: each is joined with its
+/// message, about 13 µs a row on a SQLite journal of 11 million messages
+/// (a 1,000,000-row read took 13.6 s; BENCHMARKS.md, "The forecast").
+pub const JOURNAL_ROWS: u64 = 200_000;
 /// Journal rows per page.
 const JOURNAL_PAGE: i64 = 20_000;
 /// Messages one topic forecast reads (about): spread over the non-empty
@@ -111,7 +113,11 @@ impl Queue {
                 break;
             }
             if out.rows >= JOURNAL_ROWS {
-                out.counted_until = Some(after.0);
+                // Cut only where a row is left unread.
+                let more = self.journal.waiting_scan_page(after, until, 1).await?;
+                if !more.is_empty() {
+                    out.counted_until = Some(after.0);
+                }
                 break;
             }
         }

@@ -202,7 +202,19 @@ pub(super) fn forecast_chart(topic: Option<&str>) -> String {
     )
 }
 
-/// `GET /ui/forecast.json?topic=T`: the forecast as columns, for uPlot.
+/// How long the dashboard shows a forecast before reading it again: every
+/// open page asks each minute, and a reading may take seconds (a journal
+/// with many messages waiting beyond the horizon).
+const FORECAST_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The dashboard's last forecasts, by topic (None: every topic).
+type Readings = std::collections::HashMap<Option<String>, (std::time::Instant, serde_json::Value)>;
+static FORECASTS: std::sync::LazyLock<tokio::sync::Mutex<Readings>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// `GET /ui/forecast.json?topic=T`: the forecast as columns, for uPlot
+/// (read at most every [`FORECAST_FRESH`]; pages asking meanwhile wait for
+/// the reading under way and share it).
 pub async fn forecast(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -218,7 +230,18 @@ pub async fn forecast(
             "message": "a topic is 1 to 128 characters of A-Z a-z 0-9 . _ : -",
         }));
     }
-    match state
+    let fresh = |v: &serde_json::Value| {
+        HttpResponse::Ok()
+            .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+            .json(v)
+    };
+    let mut readings = FORECASTS.lock().await;
+    if let Some((at, v)) = readings.get(&topic.cloned()) {
+        if at.elapsed() < FORECAST_FRESH {
+            return fresh(v);
+        }
+    }
+    let f = match state
         .queue
         .forecast(
             topic.map(String::as_str),
@@ -227,23 +250,29 @@ pub async fn forecast(
         )
         .await
     {
-        Ok(f) => HttpResponse::Ok()
-            .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
-            .json(serde_json::json!({
-                "time": f.buckets.iter().map(|b| b.at as f64 / 1000.0).collect::<Vec<_>>(),
-                "count": f.buckets.iter().map(|b| b.count).collect::<Vec<_>>(),
-                "low": f.buckets.iter().map(|b| b.low.unwrap_or(b.count)).collect::<Vec<_>>(),
-                "high": f.buckets.iter().map(|b| b.high.unwrap_or(b.count)).collect::<Vec<_>>(),
-                "exact": f.exact,
-                // What the chart's title says besides.
-                "note": f.journal_counted_until.map(|t| format!(
-                    "the journal's waiting messages counted up to {} only",
-                    super::html::time(t)
-                )),
-            })),
-        Err(e) => HttpResponse::ServiceUnavailable().json(serde_json::json!({
-            "error": "unavailable",
-            "message": e.to_string(),
-        })),
+        Ok(f) => f,
+        Err(e) => {
+            return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+                "error": "unavailable",
+                "message": e.to_string(),
+            }))
+        }
+    };
+    let v = serde_json::json!({
+        "time": f.buckets.iter().map(|b| b.at as f64 / 1000.0).collect::<Vec<_>>(),
+        "count": f.buckets.iter().map(|b| b.count).collect::<Vec<_>>(),
+        "low": f.buckets.iter().map(|b| b.low.unwrap_or(b.count)).collect::<Vec<_>>(),
+        "high": f.buckets.iter().map(|b| b.high.unwrap_or(b.count)).collect::<Vec<_>>(),
+        "exact": f.exact,
+        // What the chart's title says besides.
+        "note": f.journal_counted_until.map(|t| format!(
+            "the journal's waiting messages counted up to {} only",
+            super::html::time(t)
+        )),
+    });
+    if readings.len() >= 1_000 {
+        readings.clear();
     }
+    readings.insert(topic.cloned(), (std::time::Instant::now(), v.clone()));
+    fresh(&v)
 }
