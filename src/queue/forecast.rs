@@ -162,7 +162,13 @@ impl Queue {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        Ok(self.journal.topics_of(ids).await?.into_iter().collect())
+        Ok(self
+            .journal
+            .states_of(ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r.topic))
+            .collect())
     }
 
     /// The forecast of `topic` (None: every topic) from now on:
@@ -298,7 +304,7 @@ impl Queue {
         let mut names: Vec<&String> = topics.values().collect();
         names.sort_unstable();
         names.dedup();
-        let mut out = journal.clone();
+        let mut out = journal;
         for name in names {
             let tallies: Vec<Tally> = reads[0]
                 .iter()

@@ -409,10 +409,6 @@ impl Journal {
             .await
     }
 
-    pub async fn topics_of(&self, ids: Vec<i64>) -> Result<Vec<(i64, String)>, JournalError> {
-        self.read(move |c| store::topics_of(c, &ids)).await
-    }
-
     pub async fn unlist_waiting(&self, entries: Vec<(i64, i64)>) -> Result<(), JournalError> {
         if entries.is_empty() {
             return Ok(());

@@ -27,6 +27,6 @@ pub use moves::{move_messages, replace_message, unreplace, JournalMove, Replacem
 pub use read::{
     count_live, count_waiting_beyond, find, find_with_history, full_pages, live_by_biz_key,
     live_by_biz_key_prefix, live_page, live_states, rows_of, states_of, topic_counts, topic_known,
-    topic_page, topics_of, waiting_page, waiting_scan_page, RowState,
+    topic_page, waiting_page, waiting_scan_page, RowState,
 };
 pub use write::{apply_changes, forget_outbox_rows, insert_messages, unlist_waiting};

@@ -151,19 +151,6 @@ pub fn waiting_scan_page(
         .load(c))?)
 }
 
-/// The topics of these messages (those the journal holds).
-pub fn topics_of(conn: &mut JournalConn, ids: &[i64]) -> Result<Vec<(i64, String)>, JournalError> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(INSERT_CHUNK) {
-        let rows: Vec<(i64, String)> = with_conn!(conn, c => message::table
-            .filter(message::id.eq_any(chunk))
-            .select((message::id, message::topic))
-            .load(c))?;
-        out.extend(rows);
-    }
-    Ok(out)
-}
-
 /// What the reconciler reads of a message row: enough to tell where Redis
 /// should hold it, without its body.
 #[derive(Debug, Clone, Queryable, Selectable)]
