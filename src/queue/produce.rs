@@ -38,7 +38,7 @@ impl Queue {
             // A delay counts from the clock of the master that will hold
             // the message (on a Redis Cluster each master's clock is its
             // shards').
-            let id = self.ids.next_id()?;
+            let id = self.id_for(&draft.topic, draft.group.as_deref())?;
             let shard_now = crate::clock::now_ms_for(self.redis.keys().shard_of(id));
             let mut m = draft.into_message(id, shard_now);
             if crate::faults::on("plant_early") && m.due_time > shard_now {
@@ -98,6 +98,23 @@ impl Queue {
         Ok(accepted)
     }
 
+    /// A new message's id: one of its group's shard for a message of an
+    /// ordered group (see [`crate::redis::keys::Keys::shard_of_group`]),
+    /// drawn until one falls there (as many draws as shards, on average).
+    fn id_for(&self, topic: &str, group: Option<&str>) -> Result<MessageId, QueueError> {
+        let keys = self.redis.keys();
+        let Some(group) = group else {
+            return Ok(self.ids.next_id()?);
+        };
+        let want = keys.shard_of_group(topic, group);
+        loop {
+            let id = self.ids.next_id()?;
+            if keys.shard_of(id) == want {
+                return Ok(id);
+            }
+        }
+    }
+
     /// Forgets the records of outbox rows whose delete committed.
     pub async fn forget_outbox_rows(
         &self,
@@ -122,7 +139,7 @@ impl Queue {
         let mut messages = Vec::with_capacity(drafts.len());
         for draft in drafts {
             debug_assert_eq!(draft.on_duplicate, OnDuplicate::Keep);
-            let id = self.ids.next_id()?;
+            let id = self.id_for(&draft.topic, draft.group.as_deref())?;
             let shard_now = crate::clock::now_ms_for(self.redis.keys().shard_of(id));
             messages.push(draft.into_message(id, shard_now));
         }

@@ -124,11 +124,13 @@ impl Queue {
         names.sort_unstable();
         names.dedup();
         let oldest = self.redis.topics().oldest_ready(&names).await?;
+        let groups = self.redis.topics().group_counts(&names).await?;
         let now = now_ms();
         let topics = names
             .iter()
             .zip(oldest)
-            .map(|(&topic, due)| {
+            .zip(groups)
+            .map(|((&topic, due), groups)| {
                 let paused_at = paused.get(topic).copied();
                 TopicView {
                     topic: topic.to_string(),
@@ -139,10 +141,21 @@ impl Queue {
                     limit_concurrency: limits.get(topic).map(|l| l.concurrency).filter(|&n| n > 0),
                     oldest_ready_due_time: due,
                     overdue_ms: due.map(|d| (now - d).max(0)),
+                    groups,
                 }
             })
             .collect();
         Ok(TopicList { topics, cut })
+    }
+
+    /// `topic`'s ordered groups as Redis holds them (none due or handed
+    /// out: `None`).
+    pub async fn topic_groups(
+        &self,
+        topic: &str,
+    ) -> Result<Option<delayq_proto::GroupCounts>, QueueError> {
+        let mut counts = self.redis.topics().group_counts(&[topic]).await?;
+        Ok(counts.pop().flatten())
     }
 
     /// Whether `topic` is known: the journal holds a message of it, or it

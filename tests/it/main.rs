@@ -24,6 +24,7 @@ mod first_hour;
 mod forecast;
 mod forward;
 mod frozen;
+mod groups;
 mod horizon;
 mod input;
 mod journal;

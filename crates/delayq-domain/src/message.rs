@@ -108,6 +108,7 @@ impl Serialize for Receipt {
 pub struct Draft {
     pub topic: String,
     pub biz_key: Option<String>,
+    pub group: Option<String>,
     pub body: String,
     pub priority: u8,
     pub ttl: i64,
@@ -155,6 +156,7 @@ impl Draft {
             id,
             topic: self.topic,
             biz_key: self.biz_key,
+            group: self.group,
             body: self.body,
             priority: self.priority,
             ttl: self.ttl,
@@ -172,6 +174,7 @@ impl Draft {
 const FIELDS: &[&str] = &[
     "topic",
     "bizKey",
+    "group",
     "delay",
     "deliverAt",
     "deliverAtLocal",
@@ -426,6 +429,25 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         }
     };
 
+    let group = match obj.get("group") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(g)) if !g.is_empty() && g.chars().count() <= MAX_BIZ_KEY_LEN => {
+            Some(g.clone())
+        }
+        Some(Value::String(_)) => {
+            return Err(invalid(
+                ErrorCode::InvalidGroup,
+                format!("group must be 1 to {MAX_BIZ_KEY_LEN} characters"),
+            ))
+        }
+        Some(other) => {
+            return Err(invalid(
+                ErrorCode::InvalidGroup,
+                format!("group must be a string, got {}", json_type(other)),
+            ))
+        }
+    };
+
     let when = match parse_when(obj)? {
         None => When::Delay(0),
         Some(w) => bounded(w, now)?,
@@ -522,6 +544,7 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
     Ok(Draft {
         topic,
         biz_key,
+        group,
         body,
         priority,
         ttl,

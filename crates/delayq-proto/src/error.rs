@@ -65,6 +65,7 @@ error_codes! {
         InvalidContentType = "invalid_content_type",
         InvalidDelay = "invalid_delay",
         InvalidField = "invalid_field",
+        InvalidGroup = "invalid_group",
         InvalidId = "invalid_id",
         InvalidIds = "invalid_ids",
         InvalidJson = "invalid_json",

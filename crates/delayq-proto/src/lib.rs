@@ -72,4 +72,6 @@ pub use request::{
     AckAndGetRequest, AckRequest, CancelBizKey, CancelId, CancelIds, CancelPrefix, CancelRequest,
     Delivery, NackRequest, PushBatchRequest, PushRequest, RescheduleRequest, RetryRequest,
 };
-pub use topic::{Forecast, ForecastBucket, PauseState, TopicCounts, TopicList, TopicView};
+pub use topic::{
+    Forecast, ForecastBucket, GroupCounts, PauseState, TopicCounts, TopicList, TopicView,
+};

@@ -346,6 +346,11 @@ pub struct Message {
     pub topic: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub biz_key: Option<String>,
+    /// Its ordered group within the topic: at most one message of a group
+    /// is handed out and not yet ended at a time, and the group's
+    /// messages go out in due order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     pub body: String,
     #[cfg_attr(feature = "utoipa", schema(maximum = 255))]
     pub priority: u8,

@@ -44,6 +44,12 @@ pub struct PushRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
     pub biz_key: Option<String>,
+    /// Its ordered group (same rules as `bizKey`): within the topic, one
+    /// message of a group at a time is handed out and not yet ended, and
+    /// the group's messages go out in due order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
+    pub group: Option<String>,
     /// The payload (JSON text welcome), at most the server's
     /// `--max-body-bytes` (1 MiB by default) or 413 `body_too_large`.
     pub body: String,
@@ -111,6 +117,7 @@ impl PushRequest {
         PushRequest {
             topic: topic.into(),
             biz_key: None,
+            group: None,
             body: body.into(),
             delay: None,
             deliver_at: None,
@@ -193,6 +200,14 @@ impl PushRequest {
     /// live, pushing it again answers that message's id (an idempotent push).
     pub fn biz_key(mut self, key: impl Into<String>) -> Self {
         self.biz_key = Some(key.into());
+        self
+    }
+
+    /// Its ordered group: within the topic, one message of the group at a
+    /// time is handed out (the next once it is acked, dead or cancelled),
+    /// in due order.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 

@@ -68,6 +68,25 @@ pub struct TopicView {
     pub oldest_ready_due_time: Option<i64>,
     /// How long that message has waited past its due time (ms).
     pub overdue_ms: Option<i64>,
+    /// Its ordered groups with a message due or handed out; absent when
+    /// it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupCounts>,
+}
+
+/// A topic's ordered groups, as Redis holds them now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCounts {
+    /// Groups holding their turn: one message of each is ready, handed
+    /// out, or waiting for its retry after a failed delivery.
+    pub active: i64,
+    /// Of those, the groups with due messages waiting behind that one.
+    pub waiting: i64,
+    /// Due messages waiting behind their group's message (counted as
+    /// ready in `counts`).
+    pub held: i64,
 }
 
 /// `GET /topics`: every topic with messages in the journal (live, dead,

@@ -49,6 +49,12 @@ pub async fn page(
                 .as_deref()
                 .map_or(r#"<span class="zero">none</span>"#.to_string(), key),
         ),
+        (
+            "Group",
+            m.group
+                .as_deref()
+                .map_or(r#"<span class="zero">none</span>"#.to_string(), key),
+        ),
         ("Status", badge(row.status())),
         (
             "Attempts",

@@ -37,6 +37,18 @@ fn count(n: i64) -> String {
     }
 }
 
+/// A topic's ordered groups: how many hold their turn, and how many of
+/// those have due messages waiting behind it.
+pub fn group_badge(g: &delayq_proto::GroupCounts) -> String {
+    format!(
+        r#" <span class="badge groups" title="ordered groups with a message ready, handed out or waiting to retry: {a}; {w} of them with due messages waiting behind it ({h} messages)">{a} {noun} · {w} waiting</span>"#,
+        a = g.active,
+        w = g.waiting,
+        h = g.held,
+        noun = if g.active == 1 { "group" } else { "groups" },
+    )
+}
+
 /// The topics table (refreshed in place every few seconds): the topics
 /// as `GET /topics` lists them, with the same counts, and how long the
 /// oldest ready message of each has waited past its due time (a paused
@@ -82,6 +94,9 @@ fn topics_table(list: &delayq_proto::TopicList) -> String {
                         marks,
                         r#" <span class="badge limit" title="at most this many handed out and not yet acked">≤{n} in flight</span>"#
                     );
+                }
+                if let Some(g) = t.groups {
+                    marks.push_str(&group_badge(&g));
                 }
                 marks
             },

@@ -165,9 +165,16 @@ pub async fn page(
         }
         None => String::new(),
     };
+    let groups = match state.queue.topic_groups(&topic).await? {
+        Some(g) => format!(
+            r#"<p class="hint" id="groups">Ordered groups:{} — one message of a group at a time is handed out, in due order.</p>"#,
+            super::overview::group_badge(&g)
+        ),
+        None => String::new(),
+    };
     let body = format!(
         r#"<h1>Topic <span class="mono">{t}</span></h1>
-{pause}{limit}
+{pause}{limit}{groups}
 <form class="search" method="get" action="{base}"><input type="search" name="q" placeholder="Message id or bizKey" aria-label="Message id or bizKey" value=""><button type="submit">Find</button></form>
 <nav class="tabs">{tabs}</nav>
 <table class="grid"><thead><tr><th>Id</th><th>bizKey</th><th>Due</th><th class="num">Priority</th><th class="num">Attempts</th><th>Status</th><th>Body</th></tr></thead><tbody>{list}</tbody></table>

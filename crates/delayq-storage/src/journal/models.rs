@@ -27,6 +27,7 @@ pub struct MessageRow {
     pub repeat_spec: Option<String>,
     pub occurrence: Option<i32>,
     pub occurrence_time: Option<i64>,
+    pub msg_group: Option<String>,
 }
 
 impl MessageRow {
@@ -39,6 +40,7 @@ impl MessageRow {
             id: MessageId(self.id),
             topic: self.topic.clone(),
             biz_key: self.biz_key.clone(),
+            group: self.msg_group.clone(),
             body: self.body.clone(),
             priority: self.priority.clamp(0, 255) as u8,
             ttl: self.ttl,
@@ -92,6 +94,7 @@ pub struct NewMessage<'a> {
     pub repeat_spec: Option<String>,
     pub occurrence: Option<i32>,
     pub occurrence_time: Option<i64>,
+    pub msg_group: Option<&'a str>,
 }
 
 impl<'a> NewMessage<'a> {
@@ -120,6 +123,7 @@ impl<'a> NewMessage<'a> {
                 .map(|r| serde_json::to_string(r).expect("a series always serializes")),
             occurrence: m.occurrence.map(|o| o.number),
             occurrence_time: m.occurrence.map(|o| o.due_time),
+            msg_group: m.group.as_deref(),
         }
     }
 }

@@ -20,6 +20,7 @@ diesel::table! {
         repeat_spec -> Nullable<Varchar>,
         occurrence -> Nullable<Integer>,
         occurrence_time -> Nullable<BigInt>,
+        msg_group -> Nullable<Varchar>,
     }
 }
 

@@ -80,6 +80,35 @@ impl Keys {
         shard_of(id, self.shards)
     }
 
+    /// The shard of every message of an ordered group of a topic: a push
+    /// gives such a message an id of this shard, so the group's messages
+    /// and its turn share one shard's keys (one Redis Cluster slot) and
+    /// each script sees the whole group.
+    pub fn shard_of_group(&self, topic: &str, group: &str) -> u32 {
+        shard_of_group(topic, group, self.shards)
+    }
+
+    /// Who holds each group's turn in a topic: group → id (see group.lua).
+    pub fn group_turns(&self, shard: u32, topic: &str) -> String {
+        format!("{}:turn:{topic}", self.tag(shard))
+    }
+
+    /// The groups of a topic with due messages waiting behind their turn.
+    pub fn groups_waiting(&self, shard: u32, topic: &str) -> String {
+        format!("{}:gwait:{topic}", self.tag(shard))
+    }
+
+    /// How many due messages of a topic wait behind their group's turn.
+    pub fn held_count(&self, shard: u32, topic: &str) -> String {
+        format!("{}:heldn:{topic}", self.tag(shard))
+    }
+
+    /// The due messages of one group waiting behind its turn, scored as
+    /// in a ready queue (topics cannot hold `|`).
+    pub fn held(&self, shard: u32, topic: &str, group: &str) -> String {
+        format!("{}:held:{topic}|{group}", self.tag(shard))
+    }
+
     fn tag(&self, shard: u32) -> String {
         format!("{{{}:{}}}", self.prefix, shard)
     }
@@ -271,6 +300,21 @@ pub fn shard_of(id: MessageId, shards: u32) -> u32 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
     (z % shards as u64) as u32
+}
+
+/// See [`Keys::shard_of_group`]: FNV-1a of `topic|group`, mixed as
+/// [`shard_of`] mixes an id.
+pub fn shard_of_group(topic: &str, group: &str, shards: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in topic
+        .bytes()
+        .chain(std::iter::once(b'|'))
+        .chain(group.bytes())
+    {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    shard_of(MessageId(h as i64), shards)
 }
 
 /// Zset score of a message: due time first, then higher priority first.

@@ -1,8 +1,10 @@
 //! The value stored for a message in its shard's hash, each field once:
 //!
-//! `topic|ttl|attempts|score|maxAttempts,backoff,delay,max[,r]|~C,delay,B,E|` then
-//! B bytes of bizKey, E bytes of extra (JSON of the retry policy, series
-//! and occurrence, only those the message has) and the body.
+//! `topic|ttl|attempts|score|maxAttempts,backoff,delay,max[,r]|~C,delay,B,E[,gG]|` then
+//! G bytes of group (a message of an ordered group only), B bytes of
+//! bizKey, E bytes of extra (JSON of the retry policy, series and
+//! occurrence, only those the message has) and the body. The scripts read
+//! the group with one anchored pattern (`group_of` in group.lua).
 //!
 //! The header (the first five fields) is what the scripts read, with one
 //! anchored pattern, and all they change: moving a message needs only its
@@ -59,9 +61,15 @@ pub fn encode(msg: &Message, attempts: i32) -> String {
         .as_ref()
         .map_or_else(|| "-".to_string(), |k| k.len().to_string());
     let biz = msg.biz_key.as_deref().unwrap_or("");
-    let mut out = String::with_capacity(64 + biz.len() + extra.len() + msg.body.len());
+    let group = msg.group.as_deref().unwrap_or("");
+    let group_len = msg
+        .group
+        .as_ref()
+        .map_or_else(String::new, |g| format!(",g{}", g.len()));
+    let mut out =
+        String::with_capacity(64 + group.len() + biz.len() + extra.len() + msg.body.len());
     out.push_str(&format!(
-        "{}|{}|{}|{}|{}{}|~{},{},{},{}|",
+        "{}|{}|{}|{}|{}{}|~{},{},{},{}{}|",
         msg.topic,
         msg.ttl,
         attempts,
@@ -72,7 +80,9 @@ pub fn encode(msg: &Message, attempts: i32) -> String {
         msg.delay,
         biz_len,
         extra.len(),
+        group_len,
     ));
+    out.push_str(group);
     out.push_str(biz);
     out.push_str(&extra);
     out.push_str(&msg.body);
@@ -106,8 +116,23 @@ pub fn decode(id: MessageId, record: &str) -> Result<(i32, Message), String> {
     let bad = |what: &str| format!("record has a bad {what}");
     let (lengths, data) = tail.split_once('|').ok_or_else(|| bad("field list"))?;
     let fields: Vec<&str> = lengths.split(',').collect();
-    let [create_time, delay, biz_len, extra_len] = fields[..] else {
-        return Err(bad("field list"));
+    let (create_time, delay, biz_len, extra_len, group_len) = match fields[..] {
+        [c, d, b, e] => (c, d, b, e, None),
+        [c, d, b, e, g] => {
+            let len = g
+                .strip_prefix('g')
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| bad("group length"))?;
+            (c, d, b, e, Some(len))
+        }
+        _ => return Err(bad("field list")),
+    };
+    let (group, data) = match group_len {
+        None => (None, data),
+        Some(n) => match (data.get(..n), data.get(n..)) {
+            (Some(g), Some(rest)) => (Some(g.to_string()), rest),
+            _ => return Err(bad("length")),
+        },
     };
     let create_time = id_ms(id) + create_time.parse::<i64>().map_err(|_| bad("create time"))?;
     let delay: i64 = delay.parse().map_err(|_| bad("delay"))?;
@@ -145,6 +170,7 @@ pub fn decode(id: MessageId, record: &str) -> Result<(i32, Message), String> {
             id,
             topic: topic.to_string(),
             biz_key: biz_len.map(|_| biz.to_string()),
+            group,
             body: body.to_string(),
             priority: (255 - score.rem_euclid(256)) as u8,
             ttl: ttl.and_then(|t| t.parse().ok()).ok_or_else(|| bad("ttl"))?,
@@ -178,6 +204,7 @@ mod tests {
             id: MessageId(99),
             topic: "a:b".into(),
             biz_key: Some("k|1 ü".into()),
+            group: None,
             body: "x|y\n{\"z\":1} ~,|é".into(),
             priority: 9,
             ttl: 1000,
@@ -242,6 +269,32 @@ mod tests {
         let rec = encode(&msg, 1);
         assert!(rec.contains(",r|~"), "{rec}");
         assert_eq!(decode(msg.id, &rec).unwrap(), (1, msg));
+    }
+
+    #[test]
+    fn carries_a_group_after_the_field_list() {
+        let msg = Message {
+            group: Some("cust|7 ü,g3".into()),
+            ..message()
+        };
+        let rec = encode(&msg, 1);
+        let c = 10 - MessageId::EPOCH_MS;
+        assert!(
+            rec.contains(&format!("|~{c},5,6,0,g12|cust|7 ü,g3k|1 ü")),
+            "{rec}"
+        );
+        assert_eq!(decode(msg.id, &rec).unwrap(), (1, msg.clone()));
+        let both = Message {
+            retry: Some(RetryPolicy {
+                backoff: Backoff::Fixed,
+                delay: 100,
+                max: 100,
+            }),
+            biz_key: None,
+            ..msg
+        };
+        assert_eq!(decode(both.id, &encode(&both, 0)).unwrap(), (0, both));
+        assert!(decode(MessageId(1), "t|1|0|5|3,n,0,0|~0,0,-,0,g9|ab").is_err());
     }
 
     #[test]

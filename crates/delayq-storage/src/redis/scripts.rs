@@ -61,6 +61,7 @@ impl Scripts {
             tick: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/retry.lua"),
                 include_str!("lua/fence.lua"),
                 include_str!("lua/tick.lua"),
@@ -82,25 +83,36 @@ impl Scripts {
             ack: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/bulk.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/ack.lua"),
             ]),
             advance: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/advance.lua"),
             ]),
             nack: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/retry.lua"),
                 include_str!("lua/nack.lua"),
             ]),
             cancel: lua(&[
                 include_str!("lua/clock.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/cancel.lua"),
             ]),
             lease: lua(&[include_str!("lua/lease.lua")]),
             reserve: lua(&[include_str!("lua/reserve.lua")]),
-            purge: lua(&[include_str!("lua/clock.lua"), include_str!("lua/purge.lua")]),
-            replace: lua(&[include_str!("lua/replace.lua")]),
+            purge: lua(&[
+                include_str!("lua/clock.lua"),
+                include_str!("lua/group.lua"),
+                include_str!("lua/purge.lua"),
+            ]),
+            replace: lua(&[
+                include_str!("lua/group.lua"),
+                include_str!("lua/replace.lua"),
+            ]),
             takeover: lua(&[include_str!("lua/takeover.lua")]),
             end_absent: lua(&[
                 include_str!("lua/clock.lua"),
@@ -110,6 +122,7 @@ impl Scripts {
             reschedule: lua(&[
                 include_str!("lua/clock.lua"),
                 include_str!("lua/moved.lua"),
+                include_str!("lua/group.lua"),
                 include_str!("lua/reschedule.lua"),
             ]),
             probe: lua(&[include_str!("lua/fence.lua"), include_str!("lua/probe.lua")]),

@@ -135,6 +135,7 @@ const MESSAGE_LAYOUT: Layout = Layout {
         ("repeat_spec", Kind::OptText),
         ("occurrence", Kind::OptInt(I32)),
         ("occurrence_time", Kind::OptInt(I64)),
+        ("msg_group", Kind::OptText),
     ],
     same: &[],
 };
@@ -309,7 +310,8 @@ impl ChangeWriter for diesel::sqlite::SqliteConnection {
                 .opt_text(m.retry.as_deref())
                 .opt_text(m.repeat_spec.as_deref())
                 .opt_int(m.occurrence.map(i64::from), I32)
-                .opt_int(m.occurrence_time, I64);
+                .opt_int(m.occurrence_time, I64)
+                .opt_text(m.msg_group);
         }
         p.insert(self, &MESSAGE_SQL, &[])?;
         Ok(())
@@ -370,6 +372,7 @@ static PG_MESSAGE_SQL: LazyLock<String> = LazyLock::new(|| {
             ("repeat_spec", "text"),
             ("occurrence", "integer"),
             ("occurrence_time", "bigint"),
+            ("msg_group", "text"),
         ],
         &[],
     )
@@ -457,6 +460,7 @@ impl ChangeWriter for diesel::pg::PgConnection {
             .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.repeat_spec.as_deref()))
             .bind::<Array<Nullable<Integer>>, _>(col(rows, |m| m.occurrence))
             .bind::<Array<Nullable<BigInt>>, _>(col(rows, |m| m.occurrence_time))
+            .bind::<Array<Nullable<Text>>, _>(col(rows, |m| m.msg_group))
             .execute(self)?;
         Ok(())
     }

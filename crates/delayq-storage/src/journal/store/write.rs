@@ -303,6 +303,7 @@ fn waiting_row(m: &Message) -> MessageRow {
         repeat_spec: n.repeat_spec,
         occurrence: n.occurrence,
         occurrence_time: n.occurrence_time,
+        msg_group: m.group.clone(),
     }
 }
 

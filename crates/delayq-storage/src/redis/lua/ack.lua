@@ -167,6 +167,8 @@ for k, id in ipairs(ids) do
       else
         group_add(left_queues, where, id)
       end
+      -- Its group's next message takes the turn (group.lua).
+      group_leave(ARGV[1], KEYS[2], rec, id)
       records_gone[#records_gone + 1] = id
       tombstones[#tombstones + 1] = now
       tombstones[#tombstones + 1] = id

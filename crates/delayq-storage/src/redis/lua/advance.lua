@@ -34,6 +34,10 @@ for i = 3, #ARGV, 4 do
         or (tonumber(attempts) > 0 and redis.call('ZREM', KEYS[3], id) == 1)
     end
   end
+  if handed then
+    -- Ended or moved on to a later occurrence: its group's turn passes.
+    group_leave(ARGV[1], KEYS[2], rec, id)
+  end
   if not handed then
     out[#out + 1] = 'changed'
   elseif nextrec == '' then

@@ -53,6 +53,7 @@ local function cancel(id)
   end
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', prefix .. topic, id)
+  group_leave(prefix, KEYS[2], rec, id)
   redis.call('HDEL', KEYS[2], id)
   redis.call('ZADD', KEYS[4], now, id)
   unjournaled(KEYS[5], id, 5, attempts, now)

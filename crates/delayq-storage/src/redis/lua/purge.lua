@@ -19,6 +19,7 @@ for i = 2, #ARGV do
     local topic = string.match(rec, '^([^|]*)|')
     if topic then
       redis.call('ZREM', ARGV[1] .. topic, id)
+      group_leave(ARGV[1], KEYS[2], rec, id)
     end
     redis.call('HDEL', KEYS[2], id)
     redis.call('ZADD', KEYS[4], now, id)

@@ -28,6 +28,7 @@ for i = 3, #ARGV, 2 do
     placed = redis.call('ZSCORE', KEYS[1], id)
       or redis.call('ZSCORE', KEYS[3], id)
       or (topic and redis.call('ZSCORE', ARGV[1] .. topic, id))
+      or group_held_score(ARGV[1], rec, id)
   end
   score = score and tonumber(score)
   if score and floor and floor * 256 + score % 256 > score then

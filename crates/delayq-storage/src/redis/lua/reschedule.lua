@@ -84,7 +84,9 @@ end
 local ready = ARGV[2] .. string.match(head, '^([^|]*)|')
 local delaying = redis.call('ZSCORE', KEYS[1], id)
 local waiting = (not delaying) and redis.call('ZSCORE', ready, id)
-if not delaying and not waiting then
+-- Due, behind its group's turn (group.lua): it stays there while due.
+local held = (not delaying and not waiting) and group_held_score(ARGV[2], rec, id)
+if not delaying and not waiting and not held then
   -- Held, yet in no zset (Redis lost the key that placed it): the record
   -- changes all the same, for the reconciler that puts it back.
   if (ARGV[7] or '') ~= '' then
@@ -92,17 +94,23 @@ if not delaying and not waiting then
   end
   return { 'absent' }
 end
-local new, due, priority = new_score(tonumber(delaying or waiting))
+local new, due, priority = new_score(tonumber(delaying or waiting or held))
 local text = string.format('%.0f', new)
 redis.call('HSET', KEYS[2], id, head .. text .. string.sub(rec, #head + #score + 1))
 local where = 'delaying'
 if waiting and due <= now then
   redis.call('ZADD', ready, text, id)
   where = 'ready'
+elseif held and due <= now then
+  group_leave(ARGV[2], KEYS[2], rec, id)
+  group_due(ARGV[2], KEYS[2], string.match(head, '^([^|]*)|'), rec, id, text)
+  where = 'ready'
 else
   if waiting then
     redis.call('ZREM', ready, id)
   end
+  -- Moved later: its group's turn (or its place behind it) is given up.
+  group_leave(ARGV[2], KEYS[2], rec, id)
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
   redis.call('ZADD', KEYS[1], text, id)
   if not first or new < tonumber(first) then

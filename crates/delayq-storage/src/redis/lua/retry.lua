@@ -29,12 +29,14 @@ end
 local function fail_delivery(delay_key, msg_key, finished_key, unjournaled_key, ready_prefix, id, rec, now, wait)
   local topic, attempts, score, max_attempts, kind, delay, max, series = retry_header(rec)
   if series == ',x' then
+    group_leave(ready_prefix, msg_key, rec, id)
     redis.call('HDEL', msg_key, id)
     redis.call('ZADD', finished_key, now, id)
     unjournaled(unjournaled_key, id, 5, attempts, now)
     return 'stopped', topic, attempts, now
   end
   if attempts >= max_attempts then
+    group_leave(ready_prefix, msg_key, rec, id)
     redis.call('HDEL', msg_key, id)
     redis.call('ZADD', finished_key, now, id)
     unjournaled(unjournaled_key, id, 6, attempts, now)
@@ -50,7 +52,8 @@ local function fail_delivery(delay_key, msg_key, finished_key, unjournaled_key, 
     end
   end
   if wait <= 0 then
-    redis.call('ZADD', ready_prefix .. topic, string.format('%.0f', score), id)
+    -- Ready again (a message of a group keeps its turn, see group.lua).
+    group_due(ready_prefix, msg_key, topic, rec, id, string.format('%.0f', score))
     return 'ready', topic, attempts, now
   end
   local due = now + wait

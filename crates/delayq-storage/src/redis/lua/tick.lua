@@ -64,17 +64,25 @@ if #due > 0 then
     local rec = recs[k]
     if rec then
       local topic = string.match(rec, '^([^|]*)|')
-      local pairs_of = ready[topic]
-      if not pairs_of then
-        pairs_of = {}
-        ready[topic] = pairs_of
+      if group_of(rec) then
+        -- A message of an ordered group is ready with its group's turn,
+        -- or waits behind it (group.lua); it is due either way.
+        if group_due(ARGV[2], KEYS[2], topic, rec, id, due[2 * k]) then
+          topics[topic] = true
+        end
+      else
+        local pairs_of = ready[topic]
+        if not pairs_of then
+          pairs_of = {}
+          ready[topic] = pairs_of
+        end
+        pairs_of[#pairs_of + 1] = due[2 * k]
+        pairs_of[#pairs_of + 1] = id
+        topics[topic] = true
       end
-      pairs_of[#pairs_of + 1] = due[2 * k]
-      pairs_of[#pairs_of + 1] = id
       moved[#moved + 1] = id
       moved[#moved + 1] = topic
       moved[#moved + 1] = string.match(rec, '^[^|]*|%d+|(%d+)|') or '0'
-      topics[topic] = true
     end
   end
   for topic, pairs_of in pairs(ready) do

@@ -126,6 +126,39 @@ impl TopicState<'_> {
         Ok(())
     }
 
+    /// Each topic's ordered groups across shards: `None` for a topic
+    /// with none due or handed out.
+    pub async fn group_counts(
+        self,
+        topics: &[&str],
+    ) -> Result<Vec<Option<delayq_proto::GroupCounts>>, RedisError> {
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shards = self.keys.shards();
+        let mut pipe = redis::pipe();
+        for topic in topics {
+            for shard in 0..shards {
+                pipe.hlen(self.keys.group_turns(shard, topic))
+                    .scard(self.keys.groups_waiting(shard, topic))
+                    .get(self.keys.held_count(shard, topic));
+            }
+        }
+        let counts: Vec<Option<i64>> = pipe.query_async(&mut self.con.clone()).await?;
+        Ok(counts
+            .chunks(3 * shards as usize)
+            .map(|per_topic| {
+                let mut c = delayq_proto::GroupCounts::default();
+                for s in per_topic.chunks(3) {
+                    c.active += s[0].unwrap_or(0);
+                    c.waiting += s[1].unwrap_or(0);
+                    c.held += s[2].unwrap_or(0).max(0);
+                }
+                (c.active > 0).then_some(c)
+            })
+            .collect())
+    }
+
     /// The due time (ms) of each topic's oldest message waiting ready,
     /// across shards (`None`: nothing waits).
     pub async fn oldest_ready(self, topics: &[&str]) -> Result<Vec<Option<i64>>, RedisError> {

@@ -1,0 +1,126 @@
+-- Prepended to the scripts that make a message ready or end it: the turn
+-- of ordered groups. Every message of a group of a topic is in one shard
+-- (its id was drawn there, see keys.rs), so these keys, named from the
+-- shard's ready key prefix ('{P:s}:ready:'), are in the caller's slot:
+--   '{P:s}:turn:TOPIC'       hash  group -> the id holding the group's turn
+--   '{P:s}:held:TOPIC|GROUP' zset  due ids waiting behind the turn (ready scores)
+--   '{P:s}:gwait:TOPIC'      set   groups of the topic with ids held
+--   '{P:s}:heldn:TOPIC'      int   how many ids of the topic are held
+-- The holder is ready, handed out, or waiting for the retry after a failed
+-- delivery (a nack or an expired deadline keeps the turn); it gives the
+-- turn up when it ends (acked, dead, cancelled, removed) or is moved to
+-- later, and the group's first held message takes it, ready at once.
+-- Messages without a group touch none of this.
+
+-- The group of a record, or nil (see record.rs: ',gN' closes the field
+-- list, and the group's N bytes come first after it).
+local function group_of(rec)
+  local n, at = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|~[^|]*,g(%d+)|()')
+  if not n then
+    return nil
+  end
+  return string.sub(rec, at, at + tonumber(n) - 1)
+end
+
+local function group_base(ready_prefix)
+  return string.sub(ready_prefix, 1, -7)
+end
+
+local function turn_key(ready_prefix, topic)
+  return group_base(ready_prefix) .. 'turn:' .. topic
+end
+
+local function held_key(ready_prefix, topic, group)
+  return group_base(ready_prefix) .. 'held:' .. topic .. '|' .. group
+end
+
+-- Consumers on every node wake: a message became ready outside a scan.
+local function group_wake(ready_prefix, topic)
+  redis.call('PUBLISH', string.sub(ready_prefix, 1, -2), '-|' .. topic)
+end
+
+-- `id` leaves its group's held messages, if it is there.
+local function group_unhold(ready_prefix, topic, group, id)
+  local held = held_key(ready_prefix, topic, group)
+  if redis.call('ZREM', held, id) == 0 then
+    return false
+  end
+  local base = group_base(ready_prefix)
+  redis.call('DECR', base .. 'heldn:' .. topic)
+  if redis.call('EXISTS', held) == 0 then
+    redis.call('SREM', base .. 'gwait:' .. topic, group)
+  end
+  return true
+end
+
+-- Message `id` (record `rec`, in hash `msg_key`) of topic `topic` is due
+-- with `score` (text): it takes its group's turn and joins the ready queue
+-- when the turn is free, already its own, or held by a message this shard
+-- no longer has; otherwise it waits behind the turn. Returns true when it
+-- is ready. A message without a group is ready.
+local function group_due(ready_prefix, msg_key, topic, rec, id, score)
+  local group = group_of(rec)
+  if group then
+    local turn = turn_key(ready_prefix, topic)
+    local holder = redis.call('HGET', turn, group)
+    if holder and holder ~= id and redis.call('HEXISTS', msg_key, holder) == 1 then
+      local base = group_base(ready_prefix)
+      if redis.call('ZADD', held_key(ready_prefix, topic, group), score, id) == 1 then
+        redis.call('INCR', base .. 'heldn:' .. topic)
+      end
+      redis.call('SADD', base .. 'gwait:' .. topic, group)
+      return false
+    end
+    redis.call('HSET', turn, group, id)
+  end
+  redis.call('ZADD', ready_prefix .. topic, score, id)
+  return true
+end
+
+-- Message `id` (record `rec`) no longer holds its group's turn, or waits
+-- behind it: it ended or moves to later. When it held the turn, the
+-- group's first held message that this shard still has takes it and is
+-- ready (consumers wake). Returns true when one became ready.
+local function group_leave(ready_prefix, msg_key, rec, id)
+  local group = group_of(rec)
+  if not group then
+    return false
+  end
+  local topic = string.match(rec, '^([^|]*)|')
+  local turn = turn_key(ready_prefix, topic)
+  if redis.call('HGET', turn, group) ~= id then
+    group_unhold(ready_prefix, topic, group, id)
+    return false
+  end
+  local held = held_key(ready_prefix, topic, group)
+  local base = group_base(ready_prefix)
+  while true do
+    local head = redis.call('ZPOPMIN', held)
+    if not head[1] then
+      break
+    end
+    redis.call('DECR', base .. 'heldn:' .. topic)
+    if redis.call('HEXISTS', msg_key, head[1]) == 1 then
+      redis.call('HSET', turn, group, head[1])
+      redis.call('ZADD', ready_prefix .. topic, head[2], head[1])
+      if redis.call('EXISTS', held) == 0 then
+        redis.call('SREM', base .. 'gwait:' .. topic, group)
+      end
+      group_wake(ready_prefix, topic)
+      return true
+    end
+  end
+  redis.call('HDEL', turn, group)
+  redis.call('SREM', base .. 'gwait:' .. topic, group)
+  return false
+end
+
+-- Where a message of a group waits behind its turn: its score there, or nil.
+local function group_held_score(ready_prefix, rec, id)
+  local group = group_of(rec)
+  if not group then
+    return nil
+  end
+  local topic = string.match(rec, '^([^|]*)|')
+  return redis.call('ZSCORE', held_key(ready_prefix, topic, group), id)
+end
