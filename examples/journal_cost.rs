@@ -52,6 +52,7 @@ fn main() {
             id: ids.next_id().expect("an id"),
             topic: "cost".into(),
             biz_key: None,
+            group: None,
             body: format!("{i:0100}"),
             priority: 0,
             ttl: 30_000,
