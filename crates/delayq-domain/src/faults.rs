@@ -22,6 +22,7 @@
 //! | `plant_lost` | one message in 16 handed out is acked instead (a planted bug: it never reaches a consumer) |
 //! | `plant_revived` | one ack in 8 of a message in flight is answered Consumed and not applied (a planted bug: the message comes back after its ttl) |
 //! | `plant_answer` | one cancel in 2 is answered `deleted` and not applied (a planted bug: a waiting message is delivered after it) |
+//! | `plant_grouped` | a message of an ordered group gets an id of any shard instead of its group's (a planted bug: its group's messages spread over shards, each keeping a turn of its own, and two of a group are handed out at once) |
 //! | `plant_stale_body` | a push with `onDuplicate: "replace"` moves the live message's due time and priority in Redis but leaves its body (a planted bug: the answer says `replaced` and the old body is delivered) |
 
 use std::sync::LazyLock;

@@ -272,6 +272,8 @@ pub fn check(
     let mut reschedules: HashMap<&str, Vec<(&Op, i64, bool)>> = HashMap::new();
     let mut pauses: Vec<(&Op, bool)> = Vec::new();
     let mut nacked: HashSet<&str> = HashSet::new();
+    // id → the ordered group its push named.
+    let mut group_of: HashMap<&str, &str> = HashMap::new();
     for op in ops {
         match &op.what {
             What::Push { msgs } => {
@@ -286,6 +288,11 @@ pub fn check(
                         if let (Some(id), Res::Ok) = (&p.id, op.res) {
                             key_of.insert(id, (p.topic.as_str(), k.as_str()));
                         }
+                    }
+                    if let (Some(id), Some(g), Res::Ok, false) =
+                        (&p.id, &p.group, op.res, p.duplicate)
+                    {
+                        group_of.insert(id.as_str(), g.as_str());
                     }
                     match (&p.id, op.res) {
                         (Some(id), Res::Ok) if !p.duplicate => {
@@ -825,6 +832,63 @@ pub fn check(
         }
     }
 
+    // One message of a group at a time: no hand-out of a message of an
+    // ordered group (by Redis's clock) while an earlier delivery of
+    // another message of the group is live (before its deadline, and
+    // before an ack or nack of it was sent), unless Redis lost its writes
+    // between the two. (A nack or an expired deadline keeps the turn with
+    // that message: the next may still not go out then, which this, by
+    // the earliest end, does not hold against it.) The group is the one
+    // its push named, else the one its delivery named.
+    let mut by_group: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for d in &deliveries {
+        let group = group_of
+            .get(d.got.id.as_str())
+            .copied()
+            .or(d.got.group.as_deref());
+        if let Some(g) = group {
+            by_group.entry(g).or_default().push(d);
+        }
+    }
+    let mut grouped_deliveries = 0;
+    for (group, list) in &mut by_group {
+        grouped_deliveries += list.len();
+        list.sort_by_key(|d| d.got.claimed());
+        for (i, a) in list.iter().enumerate() {
+            let (Some(a_at), Some(a_deadline)) = (a.got.claimed(), a.got.deadline()) else {
+                continue;
+            };
+            let held_until = a_deadline.min(
+                ended
+                    .get(&(a.got.id.as_str(), a.got.receipt.as_str()))
+                    .copied()
+                    .unwrap_or(i64::MAX),
+            );
+            // The next delivery of another message of the group.
+            let Some(b) = list[i + 1..].iter().find(|b| b.got.id != a.got.id) else {
+                continue;
+            };
+            let Some(b_at) = b.got.claimed() else {
+                continue;
+            };
+            if b_at + 1_000 < held_until && !lost_between(a_at, b_at) {
+                v.add(
+                    "grouped",
+                    format!(
+                        "group {group}: {} handed to consumer {} while consumer {} held {} ({} ms into its ttl; via :{} and :{})",
+                        b.got.id,
+                        b.consumer,
+                        a.consumer,
+                        a.got.id,
+                        ms(b_at - a_at),
+                        a.op.node,
+                        b.op.node
+                    ),
+                );
+            }
+        }
+    }
+
     // The limited topic's cap: never more handed out and held than it.
     let mut holds: Vec<(i64, i64)> = deliveries
         .iter()
@@ -1001,6 +1065,11 @@ pub fn check(
             "nacked": nacked.len(),
         },
         "debounce": debounced,
+        "groups": {
+            "accepted": group_of.len(),
+            "groups": by_group.len(),
+            "deliveries": grouped_deliveries,
+        },
         "faults": fault_counts,
         "violations": violations_json(&v),
         "in_the_documented_windows": excused_by,
@@ -1090,6 +1159,7 @@ mod windows {
             on_duplicate: on,
             result: None,
             due_time: None,
+            group: None,
         }
     }
 
@@ -1124,6 +1194,7 @@ mod windows {
                     body: body.into(),
                     receipt: "r".into(),
                     ttl: 1_000,
+                    group: None,
                 }],
                 acks: vec![],
             },

@@ -77,6 +77,8 @@ pub struct Pushed {
     /// with the first three.
     pub result: Option<String>,
     pub due_time: Option<i64>,
+    /// Its ordered group (of the main topic), if any.
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +110,8 @@ pub struct Got {
     pub body: String,
     pub receipt: String,
     pub ttl: i64,
+    /// The group the delivery named.
+    pub group: Option<String>,
 }
 
 impl Got {

@@ -43,7 +43,7 @@
 //! runs), `DELAYQ_CHECKER_CONFIG` (`single-mariadb`, `single-postgres`,
 //! `cluster-mariadb`, `cluster-postgres`; by the seed when unset) and
 //! `DELAYQ_CHECKER_PLANT` (`early`, `lost`, `revived`, `doubled`,
-//! `answer`, `stale`: a planted bug the checker must catch).
+//! `answer`, `stale`, `grouped`: a planted bug the checker must catch).
 //! `scripts/check-faults` runs it long.
 
 mod check;
@@ -68,13 +68,14 @@ use workload::{World, LIMITED, MAIN, PAUSED};
 
 /// The planted bugs, each with the invariant it must break and the fault
 /// that plants it in the nodes.
-pub const PLANTS: [(&str, &str, &str); 6] = [
+pub const PLANTS: [(&str, &str, &str); 7] = [
     ("early", "early", "plant_early"),
     ("lost", "lost", "plant_lost"),
     ("revived", "revived", "plant_revived"),
     ("doubled", "doubled", "ignore_receipts"),
     ("answer", "answer", "plant_answer"),
     ("stale", "replaced", "plant_stale_body"),
+    ("grouped", "grouped", "plant_grouped"),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

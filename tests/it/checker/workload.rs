@@ -25,6 +25,11 @@ const STALL_ONE_IN: u8 = 10;
 /// Of a hundred messages pushed, this many push again on a recent bizKey
 /// with `onDuplicate` (debounce).
 const DEBOUNCE_PERCENT: u8 = 8;
+/// Of a hundred messages of the main topic, this many belong to one of
+/// [`GROUPS`] ordered groups (few, so their messages queue behind each
+/// other).
+const GROUP_PERCENT: u8 = 15;
+const GROUPS: u8 = 6;
 
 pub struct World {
     pub ports: RwLock<Vec<Option<u16>>>,
@@ -146,6 +151,7 @@ pub async fn producer(w: Arc<World>, me: u64) {
                             on_duplicate: Some(mode),
                             result: None,
                             due_time: None,
+                            group: None,
                         };
                     }
                 }
@@ -154,6 +160,8 @@ pub async fn producer(w: Arc<World>, me: u64) {
                     1 => LIMITED,
                     _ => MAIN,
                 };
+                let group = (topic == MAIN && rng.u8(..100) < GROUP_PERCENT)
+                    .then(|| format!("g{}-{}", w.seed, rng.u8(..GROUPS)));
                 Pushed {
                     id: None,
                     topic: topic.to_string(),
@@ -164,6 +172,7 @@ pub async fn producer(w: Arc<World>, me: u64) {
                     on_duplicate: None,
                     result: None,
                     due_time: None,
+                    group,
                 }
             })
             .collect();
@@ -177,6 +186,9 @@ pub async fn producer(w: Arc<World>, me: u64) {
             }
             if let Some(mode) = p.on_duplicate {
                 m["onDuplicate"] = json!(mode.name());
+            }
+            if let Some(g) = &p.group {
+                m["group"] = json!(g);
             }
             m
         };
@@ -462,6 +474,7 @@ pub async fn consumer(w: Arc<World>, me: usize, topic: &'static str) {
                 body: m["body"].as_str().unwrap_or_default().to_string(),
                 receipt: m["receipt"].as_str().unwrap_or_default().to_string(),
                 ttl: m["ttl"].as_i64().unwrap_or(0),
+                group: m["group"].as_str().map(str::to_string),
             })
             .collect();
         w.history.op(
