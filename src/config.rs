@@ -196,6 +196,12 @@ pub struct ReshardArgs {
     /// Records moved per step.
     #[arg(long, default_value_t = crate::reshard::PAGE, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub page: u64,
+    /// Move messages of ordered groups too: each group's messages then
+    /// spread over the new shards, each keeping a turn of its own (two of
+    /// a group may be handed out at once) until they are gone. Without
+    /// it a reshard refuses while Redis holds any.
+    #[arg(long)]
+    pub split_groups: bool,
     #[command(flatten)]
     pub redis: RedisArgs,
 }

@@ -59,9 +59,52 @@ enum Spot {
     Nowhere,
 }
 
+/// How many records of `keys`' shards belong to an ordered group (a
+/// record whose field list ends in `,gN`, see [`crate::redis::record`]).
+async fn count_grouped(
+    con: &mut crate::redis::conn::Conn,
+    keys: &Keys,
+    page: u64,
+) -> anyhow::Result<u64> {
+    let mut grouped = 0;
+    for s in 0..keys.shards() {
+        let mut cursor = 0u64;
+        loop {
+            let (next, flat): (u64, Vec<String>) = redis::cmd("HSCAN")
+                .arg(keys.messages(s))
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(page)
+                .query_async(con)
+                .await?;
+            for pair in flat.chunks(2).filter(|p| p.len() == 2) {
+                let grouped_record = pair[0]
+                    .parse::<crate::message::MessageId>()
+                    .ok()
+                    .and_then(|id| crate::redis::record::decode(id, &pair[1]).ok())
+                    .is_some_and(|(_, m)| m.group.is_some());
+                grouped += u64::from(grouped_record);
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(grouped)
+}
+
 /// Moves the data set of `redis` (opened with the *new* count) from the
 /// count it was recorded with to the new one. `page` records per step.
-pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<ReshardReport> {
+/// A message of an ordered group is in its group's shard (see
+/// [`Keys::shard_of_group`]) and keeps its id, so under another count its
+/// group would spread over shards: unless `split_groups`, a reshard that
+/// finds any in Redis refuses before it changes anything.
+pub async fn reshard(
+    redis: &RedisSchedule,
+    page: usize,
+    split_groups: bool,
+) -> anyhow::Result<ReshardReport> {
     let started = Instant::now();
     let to = redis.keys().shards();
     let prefix = redis.keys().prefix().to_string();
@@ -126,6 +169,18 @@ pub async fn reshard(redis: &RedisSchedule, page: usize) -> anyhow::Result<Resha
             alive.join(", "),
             crate::redis::schedule::BEHIND_FRESH_MS / 1000
         );
+    }
+    if !resumed && !split_groups {
+        let grouped = count_grouped(&mut con, &Keys::new(&prefix, from), page as u64).await?;
+        if grouped > 0 {
+            bail!(
+                "{grouped} messages of ordered groups are in Redis: each group's messages \
+                 are kept in one shard, and a reshard keeps ids, so under {to} shards \
+                 their groups would spread over shards that each hand out one of a group \
+                 at a time; let them be consumed first, or pass --split-groups to move \
+                 them anyway"
+            );
+        }
     }
     let _: () = redis::cmd("SET")
         .arg(&marker_key)

@@ -504,6 +504,56 @@ func TestCancelRescheduleAndErrorCodes(t *testing.T) {
 	}
 }
 
+func TestOrderedGroups(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	c := newClient(t, []string{srv.url}, delayq.WithTimeout(10*time.Second))
+	a1, err := c.Push(ctx, delayq.Message{Topic: "go-groups", Body: "a1", Group: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := c.Push(ctx, delayq.Message{Topic: "go-groups", Body: "a2", Group: "a", Delay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Push(ctx, delayq.Message{Topic: "go-groups", Body: "free", Delay: 5 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var got []delayq.Delivery
+	for len(got) < 2 {
+		r, err := c.Poll(ctx, "go-groups", delayq.PollRequest{Count: 10, Wait: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Messages...)
+	}
+	seen := map[string]string{}
+	for _, d := range got {
+		seen[d.Body] = d.Group
+	}
+	if len(got) != 2 || seen["a1"] != "a" || seen["free"] != "" {
+		t.Fatalf("one of group a at a time: %+v", got)
+	}
+	if r, err := c.Poll(ctx, "go-groups", delayq.PollRequest{Count: 10, Wait: time.Second}); err != nil || len(r.Messages) != 0 {
+		t.Fatalf("a2 waits behind a1: %+v %v", r, err)
+	}
+	for _, d := range got {
+		if _, err := c.Ack(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := c.Poll(ctx, "go-groups", delayq.PollRequest{Wait: 5 * time.Second})
+	if err != nil || len(r.Messages) != 1 || r.Messages[0].ID != a2.ID || a2.ID == a1.ID {
+		t.Fatalf("a2 after a1's ack: %+v %v", r, err)
+	}
+	if _, err := c.Ack(ctx, r.Messages[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Push(ctx, delayq.Message{Topic: "go-groups", Body: "x", Group: strings.Repeat("g", 257)})
+	if e := apiError(t, err); e.Status != 400 || e.Code != delayq.CodeInvalidGroup {
+		t.Fatalf("a bad group: %+v", e)
+	}
+}
+
 func TestForecast(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	c := newClient(t, []string{srv.url}, delayq.WithTimeout(5*time.Second))

@@ -18,6 +18,7 @@ const (
 	CodeInvalidContentType = "invalid_content_type"
 	CodeInvalidDelay       = "invalid_delay"
 	CodeInvalidField       = "invalid_field"
+	CodeInvalidGroup       = "invalid_group"
 	CodeInvalidID          = "invalid_id"
 	CodeInvalidIDs         = "invalid_ids"
 	CodeInvalidJSON        = "invalid_json"
@@ -76,6 +77,7 @@ var ErrorCodes = []string{
 	CodeInvalidContentType,
 	CodeInvalidDelay,
 	CodeInvalidField,
+	CodeInvalidGroup,
 	CodeInvalidID,
 	CodeInvalidIDs,
 	CodeInvalidJSON,

@@ -53,6 +53,10 @@ type Message struct {
 	// OnDuplicateReplace or OnDuplicateExtend; Pushed.Result says what it
 	// did. Only with BizKey (400 invalid_field otherwise).
 	OnDuplicate string
+	// Group puts the message in an ordered group of its topic (1 … 256
+	// characters): one message of the group is handed out at a time (the
+	// next once it is acked, dead or cancelled), in due order.
+	Group string
 }
 
 // MarshalJSON writes the message as POST /push takes it, leaving out the
@@ -73,9 +77,10 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		Retry          *Retry  `json:"retry,omitempty"`
 		Repeat         *Repeat `json:"repeat,omitempty"`
 		OnDuplicate    string  `json:"onDuplicate,omitempty"`
+		Group          string  `json:"group,omitempty"`
 	}
 	w := wire{Topic: m.Topic, BizKey: m.BizKey, Body: m.Body, DeliverAtLocal: m.DeliverAtLocal, TZ: m.TZ, DST: m.DST,
-		Retry: m.Retry, Repeat: m.Repeat, OnDuplicate: m.OnDuplicate}
+		Retry: m.Retry, Repeat: m.Repeat, OnDuplicate: m.OnDuplicate, Group: m.Group}
 	if m.Delay != 0 {
 		w.Delay = msOf(m.Delay)
 	}
@@ -300,6 +305,7 @@ type Delivery struct {
 	Attempts    int         `json:"attempts"`
 	DueTime     int64       `json:"dueTime"`
 	BizKey      string      `json:"bizKey"`
+	Group       string      `json:"group"`
 	Priority    int         `json:"priority"`
 	TTL         int64       `json:"ttl"`
 	MaxAttempts int         `json:"maxAttempts"`
@@ -313,6 +319,7 @@ type MessageView struct {
 	ID          string      `json:"id"`
 	Topic       string      `json:"topic"`
 	BizKey      string      `json:"bizKey"`
+	Group       string      `json:"group"`
 	Body        string      `json:"body"`
 	Priority    int         `json:"priority"`
 	TTL         int64       `json:"ttl"`
@@ -416,6 +423,19 @@ type Topic struct {
 	LimitConcurrency   int   `json:"limitConcurrency"`
 	OldestReadyDueTime int64 `json:"oldestReadyDueTime"`
 	OverdueMs          int64 `json:"overdueMs"`
+	// Groups counts its ordered groups (nil: none due or handed out).
+	Groups *GroupCounts `json:"groups"`
+}
+
+// GroupCounts are a topic's ordered groups as Redis holds them now.
+type GroupCounts struct {
+	// Active groups hold their turn: a message ready, handed out or
+	// waiting to retry.
+	Active int64 `json:"active"`
+	// Waiting counts those with due messages waiting behind it.
+	Waiting int64 `json:"waiting"`
+	// Held counts the due messages waiting behind their group's.
+	Held int64 `json:"held"`
 }
 
 // TopicList is the answer of GET /topics.

@@ -143,7 +143,7 @@ pub async fn reshard(
     args: crate::config::ReshardArgs,
 ) -> anyhow::Result<crate::reshard::ReshardReport> {
     let redis = connect_redis(&args.redis, &host_name()).await?;
-    crate::reshard::reshard(&redis, args.page as usize).await
+    crate::reshard::reshard(&redis, args.page as usize, args.split_groups).await
 }
 
 /// `delayq reconcile`: the report of `GET /admin/reconcile`, with progress

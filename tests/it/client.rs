@@ -278,6 +278,45 @@ async fn pushes_and_cancels_round_trip(b: Backend) {
     let err = client.forecast(None, "0s", "1h").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::InvalidParameter));
 
+    // Ordered groups: one of group "a" handed out at a time; the next
+    // once it is acked.
+    let a1 = client
+        .push(&NewMessage::new("grouped", "a1").group("a"))
+        .await
+        .unwrap();
+    let a2 = client
+        .push(
+            &NewMessage::new("grouped", "a2")
+                .group("a")
+                .delay(Duration::from_millis(5)),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let got = client
+        .poll("grouped", &[], 10, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .messages;
+    let ids: Vec<MessageId> = got.iter().map(|m| m.id).collect();
+    assert_eq!(ids, vec![a1.id], "{got:?}");
+    assert_eq!(got[0].group.as_deref(), Some("a"));
+    let deliveries: Vec<delayq_client::Delivery> = got.iter().map(Into::into).collect();
+    let next = client
+        .poll("grouped", &deliveries, 10, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .messages;
+    let ids: Vec<MessageId> = next.iter().map(|m| m.id).collect();
+    assert_eq!(ids, vec![a2.id], "{next:?}");
+    let deliveries: Vec<delayq_client::Delivery> = next.iter().map(Into::into).collect();
+    client.ack(&deliveries).await.unwrap();
+    let err = client
+        .push(&NewMessage::new("grouped", "x").group(""))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidGroup));
+
     // Found by bizKey (any characters, sent encoded) and by prefix.
     let odd = client
         .push(

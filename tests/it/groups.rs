@@ -421,3 +421,47 @@ async fn concurrent_consumers_on_two_nodes_never_hold_two_of_a_group() {
         assert_eq!(firsts, expected, "{group}: handed out out of due order");
     }
 }
+
+/// A group's messages are in its shard and a reshard keeps ids, so
+/// `delayq reshard` refuses while Redis holds messages of ordered groups,
+/// changing nothing, unless told `--split-groups`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reshard_refuses_while_groups_are_in_redis() {
+    let mut env = Env::start(Backend::Sqlite).await;
+    env.push(json!({"topic": "gz", "body": "free", "delay": 60_000}))
+        .await;
+    env.push(json!({"topic": "gz", "group": "g", "body": "held", "delay": 60_000}))
+        .await;
+    env.stop_server();
+    let count_key = format!("{{{}}}:shards", env.config.key_prefix);
+    let refused = env
+        .tool(&["reshard", "--shards", "8", "--page", "7"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("1 messages of ordered groups") && err.contains("--split-groups"),
+        "{err}"
+    );
+    let (count, marker): (Option<String>, Option<String>) = redis::pipe()
+        .get(&count_key)
+        .get(format!("{{{}}}:resharding", env.config.key_prefix))
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert_eq!((count.as_deref(), marker), (Some("4"), None));
+    let moved = env
+        .tool(&["reshard", "--shards", "8", "--split-groups"])
+        .output()
+        .unwrap();
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    let count: Option<String> = redis::cmd("GET")
+        .arg(&count_key)
+        .query(&mut env.redis.con())
+        .unwrap();
+    assert_eq!(count.as_deref(), Some("8"));
+}

@@ -21,9 +21,11 @@ const SKIP_CODES = new Set(['node_stalled', 'node_unavailable']);
 // wall-clock time, no offset) with `tz` (its IANA zone) and `dst`.
 // `onDuplicate` (with a bizKey) is what the push does to a live message of
 // the topic holding the key: `keep` (the default), `replace` or `extend`.
+// `group` puts it in an ordered group of its topic: one message of the
+// group handed out at a time, in due order.
 const MESSAGE_FIELDS = [
   'delay', 'deliverAt', 'deliverAtLocal', 'tz', 'dst', 'bizKey', 'priority', 'ttl', 'maxAttempts', 'retry', 'repeat',
-  'onDuplicate',
+  'onDuplicate', 'group',
 ];
 
 /**
@@ -93,6 +95,7 @@ function delivery(m) {
     attempts: m.attempts ?? 0,
     dueTime: m.dueTime ?? 0,
     bizKey: m.bizKey ?? null,
+    group: m.group ?? null,
     priority: m.priority ?? 0,
     ttl: m.ttl || 30000,
     raw: m,

@@ -15,6 +15,7 @@ export const ERROR_CODES = Object.freeze([
   'invalid_content_type',
   'invalid_delay',
   'invalid_field',
+  'invalid_group',
   'invalid_id',
   'invalid_ids',
   'invalid_json',

@@ -8,7 +8,7 @@ export type Status = 'WaitPut' | 'Delaying' | 'Ready' | 'Consuming' | 'Consumed'
 export type ErrorCode =
   | 'biz_key_taken' | 'body_too_large' | 'forbidden' | 'https_required' | 'internal'
   | 'invalid_batch' | 'invalid_biz_key' | 'invalid_body' | 'invalid_cancel' | 'invalid_content_type'
-  | 'invalid_delay' | 'invalid_field' | 'invalid_id' | 'invalid_ids' | 'invalid_json'
+  | 'invalid_delay' | 'invalid_field' | 'invalid_group' | 'invalid_id' | 'invalid_ids' | 'invalid_json'
   | 'invalid_max_attempts' | 'invalid_message' | 'invalid_parameter' | 'invalid_path' | 'invalid_priority'
   | 'invalid_receipt' | 'invalid_repeat' | 'invalid_retry' | 'invalid_shard' | 'invalid_topic'
   | 'invalid_ttl' | 'journal_behind' | 'journal_refused' | 'journal_unavailable' | 'missing_body'
@@ -110,6 +110,12 @@ export interface MessageOptions extends TimeOptions {
   repeat?: Repeat;
   /** only with `bizKey` (400 `invalid_field` otherwise) */
   onDuplicate?: OnDuplicate;
+  /**
+   * its ordered group in the topic (1–256 characters): one message of the
+   * group is handed out at a time (the next once it is acked, dead or
+   * cancelled), in due order
+   */
+  group?: string;
 }
 
 export interface NewMessage extends MessageOptions {
@@ -152,6 +158,7 @@ export interface MessageView {
   id: string;
   topic: string;
   bizKey?: string | null;
+  group?: string | null;
   body: string;
   priority: number;
   ttl: number;
@@ -176,6 +183,7 @@ export interface Delivery {
   attempts: number;
   dueTime: number;
   bizKey: string | null;
+  group: string | null;
   priority: number;
   /** ms this delivery may take before the message is handed out again */
   ttl: number;
@@ -243,6 +251,17 @@ export interface TopicView {
   limitConcurrency?: number | null;
   oldestReadyDueTime?: number | null;
   overdueMs?: number | null;
+  /** its ordered groups, when some are due or handed out */
+  groups?: GroupCounts;
+}
+
+export interface GroupCounts {
+  /** groups holding their turn: a message ready, handed out or waiting to retry */
+  active: number;
+  /** of those, groups with due messages waiting behind it */
+  waiting: number;
+  /** due messages waiting behind their group's */
+  held: number;
 }
 
 export interface PauseState {

@@ -147,6 +147,22 @@ describe('against one node', () => {
     assert.equal((await client.resume('node-manage')).paused, false);
   });
 
+  test('ordered groups: one message of a group at a time, in due order', async () => {
+    const a1 = await client.push('node-groups', 'a1', { group: 'a' });
+    const a2 = await client.push('node-groups', 'a2', { group: 'a', delay: 5 });
+    await client.push('node-groups', 'free', { delay: 5 });
+    const got = [];
+    while (got.length < 2) got.push(...(await client.poll('node-groups', { count: 10, timeout: 2 })).messages);
+    assert.deepEqual(got.map((d) => [d.body, d.group]).sort(), [['a1', 'a'], ['free', null]]);
+    assert.equal(got.find((d) => d.body === 'a1').id, a1.id);
+    assert.deepEqual((await client.poll('node-groups', { count: 10, timeout: 1 })).messages, []);
+    await client.ackAll(got);
+    const next = (await client.poll('node-groups', { timeout: 5 })).messages;
+    assert.deepEqual(next.map((d) => d.id), [a2.id]);
+    await client.ack(next[0]);
+    await assert.rejects(client.push('node-groups', 'x', { group: '' }), (e) => e.status === 400 && e.code === 'invalid_group');
+  });
+
   test('forecast: what falls due per bucket, refused on a bad bucket', async () => {
     await client.push('node-forecast', 'x', { delay: 1800000 });
     const f = await client.forecast('node-forecast', { bucket: '20m', span: '1h' });

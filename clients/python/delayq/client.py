@@ -42,6 +42,8 @@ class Delivery:
     attempts: int
     due_time: int
     biz_key: Optional[str] = None
+    #: Its ordered group, if any.
+    group: Optional[str] = None
     priority: int = 0
     #: ms this delivery may take before the message is handed out again.
     ttl: int = 30_000
@@ -57,6 +59,7 @@ class Delivery:
             attempts=m.get("attempts", 0),
             due_time=m.get("dueTime", 0),
             biz_key=m.get("bizKey"),
+            group=m.get("group"),
             priority=m.get("priority", 0),
             ttl=m.get("ttl") or 30_000,
             raw=m,
@@ -121,6 +124,7 @@ def message(
     retry: Optional[dict] = None,
     repeat: Optional[dict] = None,
     on_duplicate: Optional[str] = None,
+    group: Optional[str] = None,
 ) -> dict:
     """A message as ``POST /push`` takes it (fields left out take the server's defaults).
 
@@ -135,6 +139,10 @@ def message(
     otherwise) says what the push does to a live message of the topic
     holding the key: :data:`ON_DUPLICATE_KEEP` (the default),
     :data:`ON_DUPLICATE_REPLACE` or :data:`ON_DUPLICATE_EXTEND`.
+
+    ``group`` (1–256 characters) puts it in an ordered group of its topic:
+    one message of the group is handed out at a time (the next once it is
+    acked, dead or cancelled), in due order.
     """
     m: dict[str, Any] = {"topic": topic, "body": body}
     for key, value in (
@@ -150,6 +158,7 @@ def message(
         ("retry", retry),
         ("repeat", repeat),
         ("onDuplicate", on_duplicate),
+        ("group", group),
     ):
         if value is not None:
             m[key] = value

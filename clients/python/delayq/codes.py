@@ -16,6 +16,7 @@ ERROR_CODES = (
     "invalid_content_type",
     "invalid_delay",
     "invalid_field",
+    "invalid_group",
     "invalid_id",
     "invalid_ids",
     "invalid_json",

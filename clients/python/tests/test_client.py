@@ -283,6 +283,32 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(r["results"][0]["dueTime"], 1824942600000)
         self.client.cancel(p.id)
 
+    def test_ordered_groups(self):
+        a1 = self.client.push("py-groups", "a1", group="a")
+        a2 = self.client.push("py-groups", "a2", group="a", delay_ms=5)
+        free = self.client.push("py-groups", "free", delay_ms=5)
+        got = []
+        while len(got) < 2:
+            got += self.client.poll("py-groups", timeout_s=2, count=10)[1]
+        # One of group a at a time: a2 waits behind a1.
+        self.assertEqual(sorted((d.body, d.group) for d in got), [("a1", "a"), ("free", None)])
+        self.assertEqual(self.client.poll("py-groups", timeout_s=1, count=10)[1], [])
+        # The topic list's counts are a few seconds old at most.
+        deadline = time.monotonic() + 10
+        while not any(t["topic"] == "py-groups" for t in self.client.topics()):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        groups = next(t for t in self.client.topics() if t["topic"] == "py-groups")["groups"]
+        self.assertEqual(groups, {"active": 1, "waiting": 1, "held": 1})
+        self.client.ack_all(got)
+        _, nxt = self.client.poll("py-groups", timeout_s=5)
+        self.assertEqual([d.id for d in nxt], [a2.id])
+        self.client.ack(nxt[0])
+        self.assertNotEqual(a1.id, free.id)
+        with self.assertRaises(ApiError) as e:
+            self.client.push("py-groups", "x", group="")
+        self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_group"))
+
     def test_on_duplicate_replace_and_extend(self):
         first = self.client.push("py-debounce", "v1", delay_ms=60_000, biz_key="k")
         self.assertFalse(first.duplicate)

@@ -25,8 +25,12 @@ async function main(): Promise<void> {
   const [batched] = await client.pushBatch([message('orders', 'd', { bizKey: 'order-1', onDuplicate: 'extend' })]);
   if (batched.result === 'not_later' || batched.result === 'in_flight') console.log(batched.dueTime);
   const row: string = outboxRow('reminders', 'order 42', { delay: 86400000, bizKey: 'order-42', onDuplicate: 'keep' });
+  await client.push('orders', 'e', { group: 'customer-7' });
   const { messages } = await client.poll('orders', { count: 10, timeout: 5 });
   const first: Delivery | undefined = messages[0];
+  const group: string | null | undefined = first?.group;
+  const waiting: number | undefined = (await client.topics())[0]?.groups?.waiting;
+  console.log(group, waiting);
   if (first) await client.ack(first);
 
   const consumer = new Consumer(client, 'orders', async (d, signal) => {

@@ -42,6 +42,11 @@ public record Delivery(
                 m);
     }
 
+    /** Its ordered group, or null when it has none. */
+    public String group() {
+        return raw.get("group") == null ? null : Json.string(raw, "group");
+    }
+
     /** The server's ttl when a message does not set one, in ms. */
     static final long DEFAULT_TTL_MS = 30_000;
 

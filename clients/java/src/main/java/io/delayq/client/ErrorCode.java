@@ -27,6 +27,7 @@ public enum ErrorCode {
     INVALID_CONTENT_TYPE("invalid_content_type"),
     INVALID_DELAY("invalid_delay"),
     INVALID_FIELD("invalid_field"),
+    INVALID_GROUP("invalid_group"),
     INVALID_ID("invalid_id"),
     INVALID_IDS("invalid_ids"),
     INVALID_JSON("invalid_json"),

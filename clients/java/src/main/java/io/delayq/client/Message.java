@@ -35,6 +35,7 @@ public final class Message {
     private final Retry retry;
     private final Repeat repeat;
     private final OnDuplicate onDuplicate;
+    private final String group;
 
     private Message(Builder b) {
         this.topic = b.topic;
@@ -51,6 +52,7 @@ public final class Message {
         this.retry = b.retry;
         this.repeat = b.repeat;
         this.onDuplicate = b.onDuplicate;
+        this.group = b.group;
     }
 
     /** A message of {@code topic} carrying {@code body} (text; JSON text welcome). */
@@ -126,6 +128,11 @@ public final class Message {
         return onDuplicate;
     }
 
+    /** Its ordered group, or null. */
+    public String group() {
+        return group;
+    }
+
     /** The JSON object sent: only the fields that are set, under their wire names. */
     public Map<String, Object> toMap() {
         Map<String, Object> m = new LinkedHashMap<>();
@@ -143,6 +150,7 @@ public final class Message {
         putIf(m, "retry", retry == null ? null : retry.toMap());
         putIf(m, "repeat", repeat == null ? null : repeat.toMap());
         putIf(m, "onDuplicate", onDuplicate == null ? null : onDuplicate.wire());
+        putIf(m, "group", group);
         return m;
     }
 
@@ -192,6 +200,7 @@ public final class Message {
         private Retry retry;
         private Repeat repeat;
         private OnDuplicate onDuplicate;
+        private String group;
 
         private Builder(String topic, String body) {
             this.topic = Objects.requireNonNull(topic, "topic");
@@ -293,6 +302,16 @@ public final class Message {
          */
         public Builder onDuplicate(OnDuplicate onDuplicate) {
             this.onDuplicate = onDuplicate;
+            return this;
+        }
+
+        /**
+         * Its ordered group in the topic (1 to 256 characters): one message of the group is handed
+         * out at a time (the next once it is acked, dead or cancelled), in due order. Otherwise
+         * 400 {@code invalid_group}.
+         */
+        public Builder group(String group) {
+            this.group = group;
             return this;
         }
 

@@ -2,6 +2,7 @@ package io.delayq.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -299,6 +300,37 @@ class ClientTest {
         assertEquals(Optional.of(ErrorCode.UNKNOWN_PARAMETER), badParameter.errorCode());
 
         assertTrue(client.topics().stream().anyMatch(t -> topic.equals(t.get("topic"))));
+    }
+
+    @Test
+    void orderedGroupsHandOutOneAtATimeInDueOrder() {
+        String topic = "java-groups";
+        String a1 = client.push(Message.builder(topic, "a1").group("a").build()).id();
+        String a2 = client.push(Message.builder(topic, "a2").group("a").delayMs(5).build()).id();
+        client.push(Message.builder(topic, "free").delayMs(5).build());
+        List<Delivery> got = new ArrayList<>();
+        while (got.size() < 2) {
+            got.addAll(client.poll(topic, 10, 2).messages());
+        }
+        Map<String, String> groups = new java.util.HashMap<>();
+        for (Delivery d : got) {
+            groups.put(d.body(), d.group());
+        }
+        assertEquals(2, got.size());
+        assertEquals("a", groups.get("a1"));
+        assertTrue(groups.containsKey("free") && groups.get("free") == null);
+        assertTrue(client.poll(topic, 10, 1).messages().isEmpty(), "a2 waits behind a1");
+        for (Delivery d : got) {
+            client.ack(d);
+        }
+        List<Delivery> next = client.poll(topic, 1, 5).messages();
+        assertEquals(List.of(a2), next.stream().map(Delivery::id).toList());
+        assertNotEquals(a1, a2);
+        client.ack(next.get(0));
+        ApiException bad =
+                assertThrows(ApiException.class, () -> client.push(Message.builder(topic, "x").group("").build()));
+        assertEquals(400, bad.status());
+        assertEquals(Optional.of(ErrorCode.INVALID_GROUP), bad.errorCode());
     }
 
     @Test
