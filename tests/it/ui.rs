@@ -49,6 +49,15 @@ async fn pages_show_live_data(b: Backend) {
         .push(json!({"topic": "orders.eu", "body": SCRIPT_BODY, "bizKey": "<img src=x onerror=alert(1)>", "delay": 3_600_000}))
         .await;
     env.wait_history(&id, &["WaitPut", "Delaying"]).await;
+    // An ordered group with one message out and one waiting behind it.
+    let grouped: Vec<String> = env
+        .push_batch(
+            (0..2)
+                .map(|i| json!({"topic": "grouped.ui", "group": "<b>cart</b>", "body": format!("g{i}"), "delay": i}))
+                .collect(),
+        )
+        .await;
+    assert_eq!(env.receive_one("grouped.ui").await.id(), grouped[0]);
     if asked {
         // Some traffic for the overview's rates and charts.
         for round in 0..4 {
@@ -88,6 +97,22 @@ async fn pages_show_live_data(b: Backend) {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     browser.screenshot(&dir.join("overview.png")).await;
+
+    // The group shows on its topic's row, and on its topic page; the
+    // message page names its group, as text.
+    browser.wait_for("1 group · 1 waiting").await;
+    browser.goto(&env.url("/ui/topics/grouped.ui")).await;
+    browser.wait_for("Ordered groups").await;
+    assert!(browser
+        .text("#groups")
+        .await
+        .contains("1 group · 1 waiting"));
+    browser
+        .goto(&env.url(&format!("/ui/messages/{}", grouped[1])))
+        .await;
+    browser.wait_for("<b>cart</b>").await;
+    browser.goto(&env.url("/ui")).await;
+    browser.wait_for("orders.eu").await;
 
     // Coming due: the forecast chart is drawn, from data that count the
     // message pushed an hour ahead.

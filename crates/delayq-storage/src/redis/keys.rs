@@ -17,6 +17,10 @@
 //! | `{P:s}:moved` | hash | id → `score|at`: a message rescheduled while Redis did not hold it (nor its tombstone); the next schedule of it takes that score (within two minutes); the key expires two minutes after the last such move |
 //! | `{P:s}:moved-at` | zset | the ids of `{P:s}:moved`, scored by `at` (ms): the scripts that leave or take moves drop those past their two minutes, a batch at a time; expires with it |
 //! | `{P:s}:limit:TOPIC` | hash | a rate-limited topic's token bucket (`t` tokens, `at` ms), gone a minute after its last use; on one Redis only shard 0's |
+//! | `{P:s}:turn:TOPIC` | hash | ordered groups of the topic: group → the id holding the group's turn (ready, handed out, or waiting for the retry after a failed delivery); see group.lua |
+//! | `{P:s}:held:TOPIC\|GROUP` | zset | a group's due messages waiting behind its turn, scored as in a ready queue |
+//! | `{P:s}:gwait:TOPIC` | set | the topic's groups with messages held |
+//! | `{P:s}:heldn:TOPIC` | string | how many of the topic's messages are held |
 //! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P:s}:pause-seq` | hash | topic → the number of the last pause or resume of it this shard took; an older one is ignored (pause.lua) |
