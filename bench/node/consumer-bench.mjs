@@ -5,7 +5,7 @@
 //
 //   node bench/node/consumer-bench.mjs spread|burst|push [--url=http://127.0.0.1:7070]
 //        [--count=20000] [--loops=4] [--ack=batch|per-message|none] [--background-push]
-//        [--window-ms=N] [--lead-ms=N] [--wait-ms=36000]
+//        [--window-ms=N] [--lead-ms=N] [--wait-ms=36000] [--groups=N]
 //
 // --ack=batch        each loop acks its previous batch in the request that polls
 //                    for the next (POST /get/{topic} {"ack": [...], "count": 100});
@@ -22,6 +22,10 @@
 // last delivery until --wait-ms after the last due time (those left are
 // reported missing). push: pushes alone (batches of 500, one at a time,
 // due in 10 minutes), nothing consumed: the push rate.
+// --groups=N: message k belongs to ordered group k mod N (one of a group
+// handed out at a time); the consumer counts as group_overlaps each
+// message handed out while another of its group was handed out and not yet
+// acked by any loop (the server must keep it 0).
 // --background-push: a second producer pushes batches of 500 (to another
 // topic, due in 10 minutes) at full speed from the first push of the scenario
 // to its last delivery; its rate is reported as background_push_rate.
@@ -43,6 +47,7 @@ const ackMode = args.ack ?? 'batch';
 const windowMs = Number(args['window-ms'] ?? (scenario === 'spread' ? 5000 : 0));
 const leadMs = Number(args['lead-ms'] ?? 3000 + Math.floor(count / 5));
 const waitMs = Number(args['wait-ms'] ?? 36000);
+const groups = Number(args.groups ?? 0);
 const agent = new http.Agent({ keepAlive: true, maxSockets: loops + 8 });
 const topic = `node-${scenario}-${Date.now()}`;
 
@@ -50,6 +55,9 @@ const request = requester(base, agent);
 
 const first = new Map(); // id -> { due, at }
 let duplicates = 0;
+// group -> the id of its message handed out and not yet acked.
+const out_of_group = new Map();
+let groupOverlaps = 0;
 let ackErrors = 0;
 let pollErrors = 0;
 let stop = false;
@@ -59,18 +67,32 @@ function record(messages) {
   for (const m of messages) {
     if (first.has(m.id)) duplicates++;
     else first.set(m.id, { due: m.dueTime, at });
+    if (m.group !== undefined) {
+      if (out_of_group.has(m.group)) groupOverlaps++;
+      out_of_group.set(m.group, m.id);
+    }
+  }
+}
+
+// The deliveries `ids` are being acked: their groups are free once sent.
+function acking(messages) {
+  for (const m of messages) {
+    if (m.group !== undefined && out_of_group.get(m.group) === m.id) out_of_group.delete(m.group);
   }
 }
 
 async function loop() {
   let toAck = [];
+  let held = [];
   while (!stop) {
     try {
       if (ackMode === 'batch') {
+        acking(held);
         const r = await request('POST', `/get/${topic}`, { ack: toAck, count: 100, timeout: 1 });
         if (r.status !== 200) throw new Error(`POST /get: ${r.status} ${JSON.stringify(r.body)}`);
         ackErrors += r.body.results.filter((x) => x.result !== 'consumed').length;
         record(r.body.messages);
+        held = r.body.messages;
         toAck = r.body.messages.map((m) => m.id);
       } else {
         const r = await request('GET', `/get/${topic}?count=100&timeout=1`);
@@ -78,6 +100,7 @@ async function loop() {
         record(r.body.messages);
         if (ackMode === 'per-message') {
           for (const m of r.body.messages) {
+            acking([m]);
             const a = await request('POST', `/ack/${m.id}`);
             if (a.status !== 200) ackErrors++;
           }
@@ -145,7 +168,7 @@ const due = (k) =>
 for (let i = 0; i < count; i += 500) {
   const messages = [];
   for (let k = i; k < Math.min(count, i + 500); k++) {
-    messages.push({ topic, body: 'x'.repeat(100), ...due(k) });
+    messages.push({ topic, body: 'x'.repeat(100), ...due(k), ...(groups > 0 ? { group: `g${k % groups}` } : {}) });
   }
   const r = await request('POST', '/push/batch', { messages });
   if (r.status !== 200) throw new Error(`push: ${r.status} ${JSON.stringify(r.body)}`);
@@ -180,6 +203,7 @@ const out = {
   early: lateness.filter((l) => l < 0).length,
   lateness_ms: percentiles(lateness),
   duplicates,
+  ...(groups > 0 ? { groups, group_overlaps: groupOverlaps } : {}),
   ack_errors: ackErrors,
   poll_errors: pollErrors,
 };

@@ -168,6 +168,36 @@ async fn a_nack_or_an_expired_ttl_keeps_the_turn() {
     env.ack(&second).await.assert_ok();
 }
 
+/// A message waiting for its retry keeps its group's turn through a new
+/// priority or a move earlier (only a move later gives it up).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_wait_keeps_the_turn_through_a_new_priority_or_a_move_earlier() {
+    let env = Env::start(Backend::Sqlite).await;
+    let at = now_ms() + 200;
+    let a = env
+        .push(json!({"topic": "gw", "group": "g", "body": "a", "deliverAt": at}))
+        .await;
+    let b = env
+        .push(json!({"topic": "gw", "group": "g", "body": "b", "deliverAt": at + 1}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(next(&env, "gw").await.1, a);
+    env.send(env.http.post(env.url(&format!("/nack/{a}?delay=60000"))))
+        .await
+        .assert_ok();
+    env.post_json("/reschedule", &json!({"id": a, "priority": 7}))
+        .await
+        .assert_ok();
+    env.post_json("/reschedule", &json!({"id": a, "delay": 1_500}))
+        .await
+        .assert_ok();
+    env.assert_nothing("gw", 1).await;
+    assert_eq!(next(&env, "gw").await.1, a);
+    env.ack(&a).await.assert_ok();
+    assert_eq!(next(&env, "gw").await.1, b);
+    env.ack(&b).await.assert_ok();
+}
+
 /// A dead, cancelled or acked message passes the turn on; a cancelled
 /// one waiting behind it leaves the line; one moved later gives up its
 /// place, and the turn when it held it.

@@ -94,7 +94,8 @@ if not delaying and not waiting and not held then
   end
   return { 'absent' }
 end
-local new, due, priority = new_score(tonumber(delaying or waiting or held))
+local old = tonumber(delaying or waiting or held)
+local new, due, priority = new_score(old)
 local text = string.format('%.0f', new)
 redis.call('HSET', KEYS[2], id, head .. text .. string.sub(rec, #head + #score + 1))
 local where = 'delaying'
@@ -109,8 +110,12 @@ else
   if waiting then
     redis.call('ZREM', ready, id)
   end
-  -- Moved later: its group's turn (or its place behind it) is given up.
-  group_leave(ARGV[2], KEYS[2], rec, id)
+  -- No longer due: its place behind its group's turn is given up; moved
+  -- to later than it was, so is the turn when it held it (one waiting for
+  -- its retry keeps it through a move earlier or a new priority).
+  if held or due > math.floor(old / 256) then
+    group_leave(ARGV[2], KEYS[2], rec, id)
+  end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
   redis.call('ZADD', KEYS[1], text, id)
   if not first or new < tonumber(first) then
