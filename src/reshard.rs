@@ -59,6 +59,54 @@ enum Spot {
     Nowhere,
 }
 
+/// Before a reshard told `--split-groups`: every shard forgets its groups'
+/// turns, and the messages held behind them go back to the shard's delay
+/// zset with their scores (due: the next scan makes each ready, or held
+/// behind a turn its new shard keeps). None is left behind a turn that no
+/// shard would ever pass on.
+async fn reset_groups(con: &mut crate::redis::conn::Conn, keys: &Keys) -> anyhow::Result<()> {
+    for s in 0..keys.shards() {
+        let topics: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys.group_topics(s))
+            .query_async(con)
+            .await?;
+        for topic in &topics {
+            let (turns, waiting): (Vec<String>, Vec<String>) = redis::pipe()
+                .hkeys(keys.group_turns(s, topic))
+                .smembers(keys.groups_waiting(s, topic))
+                .query_async(con)
+                .await?;
+            for group in turns.iter().chain(&waiting) {
+                let held = keys.held(s, topic, group);
+                let ids: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                    .arg(&held)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query_async(con)
+                    .await?;
+                let mut pipe = redis::pipe();
+                for (id, score) in &ids {
+                    pipe.zadd(keys.delay(s), id, *score).ignore();
+                }
+                pipe.del(&held).ignore();
+                let _: () = pipe.query_async(con).await?;
+            }
+            let _: () = redis::pipe()
+                .del(keys.group_turns(s, topic))
+                .del(keys.groups_waiting(s, topic))
+                .del(keys.held_count(s, topic))
+                .query_async(con)
+                .await?;
+        }
+        let _: () = redis::cmd("DEL")
+            .arg(keys.group_topics(s))
+            .query_async(con)
+            .await?;
+    }
+    Ok(())
+}
+
 /// How many records of `keys`' shards belong to an ordered group (a
 /// record whose field list ends in `,gN`, see [`crate::redis::record`]).
 async fn count_grouped(
@@ -172,15 +220,22 @@ pub async fn reshard(
     }
     if !resumed && !split_groups {
         let grouped = count_grouped(&mut con, &Keys::new(&prefix, from), page as u64).await?;
-        if grouped > 0 {
+        let used: bool = redis::cmd("EXISTS")
+            .arg(redis.keys().groups_used())
+            .query_async(&mut con)
+            .await?;
+        if grouped > 0 || used {
             bail!(
-                "{grouped} messages of ordered groups are in Redis: each group's messages \
-                 are kept in one shard, and a reshard keeps ids, so under {to} shards \
-                 their groups would spread over shards that each hand out one of a group \
-                 at a time; let them be consumed first, or pass --split-groups to move \
-                 them anyway"
+                "this data set carries messages of ordered groups ({grouped} in Redis now; \
+                 more may wait in the journal alone, due beyond the horizon or dead): each \
+                 group's messages are kept in one shard and a reshard keeps ids, so under \
+                 {to} shards a group would spread over shards that each hand out one of it \
+                 at a time. Once none is left, or to move them anyway, pass --split-groups"
             );
         }
+    }
+    if split_groups {
+        reset_groups(&mut con, &Keys::new(&prefix, from)).await?;
     }
     let _: () = redis::cmd("SET")
         .arg(&marker_key)

@@ -31,6 +31,9 @@ impl Queue {
     /// none without one) and accepts them, all or none: see
     /// [`Queue::accept`].
     pub async fn push(&self, drafts: Vec<Draft>) -> Result<Vec<Accepted>, QueueError> {
+        if drafts.iter().any(|d| d.group.is_some()) {
+            self.mark_groups_used().await?;
+        }
         let mut messages = Vec::with_capacity(drafts.len());
         let modes: Vec<OnDuplicate> = drafts.iter().map(|d| d.on_duplicate).collect();
         let whens: Vec<When> = drafts.iter().map(|d| d.when).collect();
@@ -98,6 +101,26 @@ impl Queue {
         Ok(accepted)
     }
 
+    /// Records, once per process, that this data set carries messages of
+    /// ordered groups, before the first is accepted: they may wait in the
+    /// journal alone (beyond the horizon, dead letters), where `delayq
+    /// reshard` cannot see them, so it refuses from then on.
+    async fn mark_groups_used(&self) -> Result<(), QueueError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static MARKED: AtomicBool = AtomicBool::new(false);
+        if MARKED.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _: () = redis::cmd("SET")
+            .arg(self.redis.keys().groups_used())
+            .arg("1")
+            .query_async(&mut self.redis.connection())
+            .await
+            .map_err(crate::error::RedisError::from)?;
+        MARKED.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// A new message's id: one of its group's shard for a message of an
     /// ordered group (see [`crate::redis::keys::Keys::shard_of_group`]),
     /// drawn until one falls there (as many draws as shards, on average).
@@ -136,6 +159,9 @@ impl Queue {
         drafts: Vec<Draft>,
         rows: OutboxRows,
     ) -> Result<Vec<Accepted>, QueueError> {
+        if drafts.iter().any(|d| d.group.is_some()) {
+            self.mark_groups_used().await?;
+        }
         let mut messages = Vec::with_capacity(drafts.len());
         for draft in drafts {
             debug_assert_eq!(draft.on_duplicate, OnDuplicate::Keep);

@@ -453,15 +453,38 @@ async fn concurrent_consumers_on_two_nodes_never_hold_two_of_a_group() {
 }
 
 /// A group's messages are in its shard and a reshard keeps ids, so
-/// `delayq reshard` refuses while Redis holds messages of ordered groups,
-/// changing nothing, unless told `--split-groups`.
+/// `delayq reshard` refuses once the data set carried messages of ordered
+/// groups (some may wait in the journal alone), changing nothing, unless
+/// told `--split-groups`: then no message is left behind a turn no shard
+/// passes on.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_reshard_refuses_while_groups_are_in_redis() {
+async fn a_reshard_refuses_once_groups_were_used() {
     let mut env = Env::start(Backend::Sqlite).await;
-    env.push(json!({"topic": "gz", "body": "free", "delay": 60_000}))
-        .await;
-    env.push(json!({"topic": "gz", "group": "g", "body": "held", "delay": 60_000}))
-        .await;
+    // Sixteen groups of two: the first of each out (acked after the
+    // reshard), the second held behind it. Under 8 shards some firsts move
+    // to another shard while their seconds stay (one group in four).
+    const GROUPS: usize = 16;
+    let mut firsts = Vec::new();
+    let mut seconds = Vec::new();
+    for g in 0..GROUPS {
+        firsts.push(
+            env.push(json!({"topic": "gz", "group": format!("g{g}"), "body": "first"}))
+                .await,
+        );
+    }
+    for g in 0..GROUPS {
+        seconds.push(
+            env.push(json!({"topic": "gz", "group": format!("g{g}"), "body": "second"}))
+                .await,
+        );
+    }
+    let out = env.collect("gz", GROUPS, Duration::from_secs(10)).await;
+    let mut out: Vec<String> = out.iter().map(|r| r.id().to_string()).collect();
+    out.sort();
+    let mut expected = firsts.clone();
+    expected.sort();
+    assert_eq!(out, expected);
+    env.assert_nothing("gz", 1).await;
     env.stop_server();
     let count_key = format!("{{{}}}:shards", env.config.key_prefix);
     let refused = env
@@ -471,7 +494,7 @@ async fn a_reshard_refuses_while_groups_are_in_redis() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{err}");
     assert!(
-        err.contains("1 messages of ordered groups") && err.contains("--split-groups"),
+        err.contains("ordered groups (32 in Redis now") && err.contains("--split-groups"),
         "{err}"
     );
     let (count, marker): (Option<String>, Option<String>) = redis::pipe()
@@ -489,9 +512,29 @@ async fn a_reshard_refuses_while_groups_are_in_redis() {
         "{}",
         String::from_utf8_lossy(&moved.stderr)
     );
-    let count: Option<String> = redis::cmd("GET")
-        .arg(&count_key)
-        .query(&mut env.redis.con())
-        .unwrap();
-    assert_eq!(count.as_deref(), Some("8"));
+    env.config
+        .extra_args
+        .extend(["--shards".to_string(), "8".to_string()]);
+    env.keys = delayq::redis::keys::Keys::new(&env.config.key_prefix, 8);
+    env.start_server().await;
+    // No held one is left behind its former turn.
+    for id in &firsts {
+        env.ack(id).await.assert_ok();
+    }
+    let got = env.collect("gz", GROUPS, Duration::from_secs(10)).await;
+    let mut got: Vec<String> = got.iter().map(|r| r.id().to_string()).collect();
+    got.sort();
+    seconds.sort();
+    assert_eq!(got, seconds);
+    for id in &seconds {
+        env.ack(id).await.assert_ok();
+    }
+    env.stop_server();
+    // Nothing of a group in Redis now, yet groups were used: refused.
+    let refused = env.tool(&["reshard", "--shards", "4"]).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("ordered groups (0 in Redis now"),
+        "{err}"
+    );
 }

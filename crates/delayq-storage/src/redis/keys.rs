@@ -21,6 +21,7 @@
 //! | `{P:s}:held:TOPIC\|GROUP` | zset | a group's due messages waiting behind its turn, scored as in a ready queue |
 //! | `{P:s}:gwait:TOPIC` | set | the topic's groups with messages held |
 //! | `{P:s}:heldn:TOPIC` | string | how many of the topic's messages are held |
+//! | `{P:s}:gtopics` | set | the topics with a group holding its turn in the shard (what `GET /topics` reads groups of) |
 //! | `{P:s}:busy:TOPIC` | zset | a topic with a concurrency cap: ids of it this shard handed out and not acked or nacked, scored by their ack deadline; those past it leave at the next claim; the key expires after the last deadline |
 //! | `{P:s}:paused` | set | topics paused (nothing handed out): the copy the shard's hand-out scripts read |
 //! | `{P:s}:pause-seq` | hash | topic → the number of the last pause or resume of it this shard took; an older one is ignored (pause.lua) |
@@ -28,6 +29,7 @@
 //! | `{P}:shards` | string | the shard count the data set was written with; a node with another refuses to start (see `delayq reshard`) |
 //! | `{P}:resharding` | string | `FROM>TO` while `delayq reshard` moves the data set (nodes refuse to start) |
 //! | `{P}:retention` | hash | how far the journal's retention has read the flow rows: `finished`, `dead` → flow id |
+//! | `{P}:groups` | string | set when the first message of an ordered group is pushed: groups may wait in the journal alone (beyond the horizon, dead letters), so `delayq reshard` refuses from then on unless `--split-groups` |
 //! | `{P}:restore` | hash | keyset cursor of the restore under way (or interrupted), so a restore run again resumes; gone with the data set |
 //! | `{P}:standalone` | string | lease of the one standalone node serving this prefix |
 //! | `{P}:worker:N` | string | lease of Snowflake worker id N (standalone nodes, command-line tools) |
@@ -100,6 +102,12 @@ impl Keys {
     /// The groups of a topic with due messages waiting behind their turn.
     pub fn groups_waiting(&self, shard: u32, topic: &str) -> String {
         format!("{}:gwait:{topic}", self.tag(shard))
+    }
+
+    /// The topics with a group holding its turn in the shard: what
+    /// `GET /topics` reads the groups of.
+    pub fn group_topics(&self, shard: u32) -> String {
+        format!("{}:gtopics", self.tag(shard))
     }
 
     /// How many due messages of a topic wait behind their group's turn.
@@ -218,6 +226,12 @@ impl Keys {
     /// `FROM>TO` while a reshard moves the data set.
     pub fn resharding(&self) -> String {
         format!("{{{}}}:resharding", self.prefix)
+    }
+
+    /// Set once a message of an ordered group was pushed on this data set
+    /// (`delayq reshard` then refuses unless told `--split-groups`).
+    pub fn groups_used(&self) -> String {
+        format!("{{{}}}:groups", self.prefix)
     }
 
     /// How far the journal's retention has read (see the server's `retention`).

@@ -6,6 +6,7 @@
 --   '{P:s}:held:TOPIC|GROUP' zset  due ids waiting behind the turn (ready scores)
 --   '{P:s}:gwait:TOPIC'      set   groups of the topic with ids held
 --   '{P:s}:heldn:TOPIC'      int   how many ids of the topic are held
+--   '{P:s}:gtopics'          set   topics with a group holding its turn here
 -- The holder is ready, handed out, or waiting for the retry after a failed
 -- delivery (a nack or an expired deadline keeps the turn); it gives the
 -- turn up when it ends (acked, dead, cancelled, removed) or is moved to
@@ -71,7 +72,9 @@ local function group_due(ready_prefix, msg_key, topic, rec, id, score)
       redis.call('SADD', base .. 'gwait:' .. topic, group)
       return false
     end
-    redis.call('HSET', turn, group, id)
+    if redis.call('HSET', turn, group, id) == 1 then
+      redis.call('SADD', group_base(ready_prefix) .. 'gtopics', topic)
+    end
   end
   redis.call('ZADD', ready_prefix .. topic, score, id)
   return true
@@ -112,6 +115,9 @@ local function group_leave(ready_prefix, msg_key, rec, id)
   end
   redis.call('HDEL', turn, group)
   redis.call('SREM', base .. 'gwait:' .. topic, group)
+  if redis.call('EXISTS', turn) == 0 then
+    redis.call('SREM', base .. 'gtopics', topic)
+  end
   return false
 end
 

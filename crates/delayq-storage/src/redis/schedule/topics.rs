@@ -135,27 +135,41 @@ impl TopicState<'_> {
         if topics.is_empty() {
             return Ok(Vec::new());
         }
+        // The shards' topics with groups first (one command a shard), then
+        // the counts of those alone: topics without groups cost nothing more.
         let shards = self.keys.shards();
         let mut pipe = redis::pipe();
-        for topic in topics {
-            for shard in 0..shards {
-                pipe.hlen(self.keys.group_turns(shard, topic))
-                    .scard(self.keys.groups_waiting(shard, topic))
-                    .get(self.keys.held_count(shard, topic));
+        for shard in 0..shards {
+            pipe.smembers(self.keys.group_topics(shard));
+        }
+        let with_groups: Vec<BTreeSet<String>> = pipe.query_async(&mut self.con.clone()).await?;
+        let mut asked = Vec::new();
+        let mut pipe = redis::pipe();
+        for (i, topic) in topics.iter().enumerate() {
+            for (shard, here) in with_groups.iter().enumerate() {
+                if here.contains(*topic) {
+                    let shard = shard as u32;
+                    pipe.hlen(self.keys.group_turns(shard, topic))
+                        .scard(self.keys.groups_waiting(shard, topic))
+                        .get(self.keys.held_count(shard, topic));
+                    asked.push(i);
+                }
             }
         }
+        let mut out = vec![None; topics.len()];
+        if asked.is_empty() {
+            return Ok(out);
+        }
         let counts: Vec<Option<i64>> = pipe.query_async(&mut self.con.clone()).await?;
-        Ok(counts
-            .chunks(3 * shards as usize)
-            .map(|per_topic| {
-                let mut c = delayq_proto::GroupCounts::default();
-                for s in per_topic.chunks(3) {
-                    c.active += s[0].unwrap_or(0);
-                    c.waiting += s[1].unwrap_or(0);
-                    c.held += s[2].unwrap_or(0).max(0);
-                }
-                (c.active > 0).then_some(c)
-            })
+        for (&i, s) in asked.iter().zip(counts.chunks(3)) {
+            let c: &mut delayq_proto::GroupCounts = out[i].get_or_insert_with(Default::default);
+            c.active += s[0].unwrap_or(0);
+            c.waiting += s[1].unwrap_or(0);
+            c.held += s[2].unwrap_or(0).max(0);
+        }
+        Ok(out
+            .into_iter()
+            .map(|c| c.filter(|c| c.active > 0))
             .collect())
     }
 
