@@ -14,13 +14,29 @@
 -- Messages without a group touch none of this.
 
 -- The group of a record, or nil (see record.rs: ',gN' closes the field
--- list, and the group's N bytes come first after it).
+-- list '|~...|', the sixth field, and the group's N bytes come first after
+-- it). Plain finds, no pattern over the header: every hand-out step of
+-- every message asks, grouped or not. The header's fields hold no '~', so
+-- the first '|~' opens the field list; an older record holds JSON from its
+-- fifth or sixth field on ('|{' first), where a '|~' would be the body's.
 local function group_of(rec)
-  local n, at = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|~[^|]*,g(%d+)|()')
+  local open, tilde = string.find(rec, '|~', 1, true)
+  if not open then
+    return nil
+  end
+  local json = string.find(rec, '|{', 1, true)
+  if json and json < open then
+    return nil
+  end
+  local close = string.find(rec, '|', tilde + 1, true)
+  if not close then
+    return nil
+  end
+  local n = string.match(string.sub(rec, tilde + 1, close - 1), ',g(%d+)$')
   if not n then
     return nil
   end
-  return string.sub(rec, at, at + tonumber(n) - 1)
+  return string.sub(rec, close + 1, close + tonumber(n))
 end
 
 local function group_base(ready_prefix)
