@@ -45,6 +45,7 @@ end
 -- messages leave in a few calls at the end (bulk.lua, prepended). An id
 -- given twice must see what its first mention did, as two calls would:
 -- such a call reads and writes id by id.
+local grouped = groups_here(ARGV[1])
 local one_by_one, seen = false, {}
 for _, id in ipairs(ids) do
   if seen[id] then
@@ -168,7 +169,9 @@ for k, id in ipairs(ids) do
         group_add(left_queues, where, id)
       end
       -- Its group's next message takes the turn (group.lua).
-      group_leave(ARGV[1], KEYS[2], rec, id)
+      if grouped then
+        group_leave(ARGV[1], KEYS[2], rec, id)
+      end
       records_gone[#records_gone + 1] = id
       tombstones[#tombstones + 1] = now
       tombstones[#tombstones + 1] = id

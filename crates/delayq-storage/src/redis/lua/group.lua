@@ -15,28 +15,38 @@
 
 -- The group of a record, or nil (see record.rs: ',gN' closes the field
 -- list '|~...|', the sixth field, and the group's N bytes come first after
--- it). Plain finds, no pattern over the header: every hand-out step of
--- every message asks, grouped or not. The header's fields hold no '~', so
--- the first '|~' opens the field list; an older record holds JSON from its
--- fifth or sixth field on ('|{' first), where a '|~' would be the body's.
+-- it). Every hand-out step of every message asks, grouped or not, so the
+-- common answer (none) costs two plain finds and a byte or two: the
+-- header's fields hold no '~', so the first '|~' opens the field list,
+-- whose last entry is read backwards from its closing '|'. An older
+-- record holds JSON from its fifth or sixth field on ('|{' before any
+-- '|~'), where a '|~' would be the body's.
 local function group_of(rec)
-  local open, tilde = string.find(rec, '|~', 1, true)
-  if not open then
-    return nil
-  end
-  local json = string.find(rec, '|{', 1, true)
-  if json and json < open then
+  local _, tilde = string.find(rec, '|~', 1, true)
+  if not tilde then
     return nil
   end
   local close = string.find(rec, '|', tilde + 1, true)
   if not close then
     return nil
   end
-  local n = string.match(string.sub(rec, tilde + 1, close - 1), ',g(%d+)$')
-  if not n then
+  local i = close - 1
+  while i > tilde do
+    local b = string.byte(rec, i)
+    if b < 48 or b > 57 then
+      break
+    end
+    i = i - 1
+  end
+  if i == close - 1 or string.byte(rec, i) ~= 103 or string.byte(rec, i - 1) ~= 44 then
     return nil
   end
-  return string.sub(rec, close + 1, close + tonumber(n))
+  local json = string.find(rec, '|{', 1, true)
+  if json and json < tilde then
+    return nil
+  end
+  local n = tonumber(string.sub(rec, i + 1, close - 1))
+  return string.sub(rec, close + 1, close + n)
 end
 
 local function group_base(ready_prefix)
@@ -135,6 +145,13 @@ local function group_leave(ready_prefix, msg_key, rec, id)
     redis.call('SREM', base .. 'gtopics', topic)
   end
   return false
+end
+
+-- Whether any group of any topic holds its turn in the shard: a message
+-- held behind a turn, or holding one, implies so, so a step that only
+-- passes turns on (an ack) skips looking for groups when none does.
+local function groups_here(ready_prefix)
+  return redis.call('EXISTS', group_base(ready_prefix) .. 'gtopics') == 1
 end
 
 -- Where a message of a group waits behind its turn: its score there, or nil.
