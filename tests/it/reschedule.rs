@@ -44,7 +44,13 @@ async fn a_message_moves_and_keeps_its_id(b: Backend) {
         (Some(id.as_str()), Some("rescheduled"))
     );
     let due = one["dueTime"].as_i64().unwrap();
-    assert!((asked + 400..=now_ms() + 400).contains(&due), "{reply}");
+    // The server counts on its estimate of Redis's clock, which a probe's
+    // round trip may put ahead of this host's (never behind: a due time
+    // is late on no master); on a loaded machine, by tens of ms.
+    assert!(
+        (asked + 400..=now_ms() + 400 + crate::common::CLOCK_LEAD_MS).contains(&due),
+        "{reply}"
+    );
     assert_eq!(reply["rescheduled"], 1);
     // The journal holds the new time: a restore would schedule it there.
     assert_eq!(env.journal.row(&id).unwrap().due_time, due);

@@ -78,6 +78,12 @@ macro_rules! backend_tests {
     )*};
 }
 
+/// How far ahead of this host's clock the server's estimate of Redis's
+/// clock may run: a reading's round trip counts as if Redis answered at
+/// once (so a due time computed from it is late on no master, never
+/// early), and on a loaded machine a round trip takes tens of ms.
+pub const CLOCK_LEAD_MS: i64 = 250;
+
 /// Epoch milliseconds, as the server counts them.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
