@@ -171,6 +171,29 @@ impl Draft {
     }
 }
 
+/// An optional key of a message, `bizKey` or `group`: 1 to
+/// [`MAX_BIZ_KEY_LEN`] characters, or `code`.
+fn key_field(
+    obj: &Map<String, Value>,
+    name: &str,
+    code: ErrorCode,
+) -> Result<Option<String>, Invalid> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_BIZ_KEY_LEN => {
+            Ok(Some(k.clone()))
+        }
+        Some(Value::String(_)) => Err(invalid(
+            code,
+            format!("{name} must be 1 to {MAX_BIZ_KEY_LEN} characters"),
+        )),
+        Some(other) => Err(invalid(
+            code,
+            format!("{name} must be a string, got {}", json_type(other)),
+        )),
+    }
+}
+
 const FIELDS: &[&str] = &[
     "topic",
     "bizKey",
@@ -410,43 +433,8 @@ pub fn parse_draft(value: &Value, max_body: usize, now: i64) -> Result<Draft, In
         ));
     }
 
-    let biz_key = match obj.get("bizKey") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_BIZ_KEY_LEN => {
-            Some(k.clone())
-        }
-        Some(Value::String(_)) => {
-            return Err(invalid(
-                ErrorCode::InvalidBizKey,
-                format!("bizKey must be 1 to {MAX_BIZ_KEY_LEN} characters"),
-            ))
-        }
-        Some(other) => {
-            return Err(invalid(
-                ErrorCode::InvalidBizKey,
-                format!("bizKey must be a string, got {}", json_type(other)),
-            ))
-        }
-    };
-
-    let group = match obj.get("group") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(g)) if !g.is_empty() && g.chars().count() <= MAX_BIZ_KEY_LEN => {
-            Some(g.clone())
-        }
-        Some(Value::String(_)) => {
-            return Err(invalid(
-                ErrorCode::InvalidGroup,
-                format!("group must be 1 to {MAX_BIZ_KEY_LEN} characters"),
-            ))
-        }
-        Some(other) => {
-            return Err(invalid(
-                ErrorCode::InvalidGroup,
-                format!("group must be a string, got {}", json_type(other)),
-            ))
-        }
-    };
+    let biz_key = key_field(obj, "bizKey", ErrorCode::InvalidBizKey)?;
+    let group = key_field(obj, "group", ErrorCode::InvalidGroup)?;
 
     let when = match parse_when(obj)? {
         None => When::Delay(0),

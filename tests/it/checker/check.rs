@@ -798,22 +798,29 @@ pub fn check(
     // earlier delivery's receipt is live (before its deadline, and before
     // an ack or nack of it was sent), unless Redis lost its writes
     // between the two.
+    // Until when a delivery held its message, at the latest: its deadline,
+    // or an ack or nack of it sent before.
+    let held_until = |d: &Delivery| {
+        let deadline = d.got.deadline()?;
+        Some(
+            deadline.min(
+                ended
+                    .get(&(d.got.id.as_str(), d.got.receipt.as_str()))
+                    .copied()
+                    .unwrap_or(i64::MAX),
+            ),
+        )
+    };
     for (id, list) in &by_id {
         let mut list: Vec<&&Delivery> = list.iter().collect();
         list.sort_by_key(|d| d.got.claimed());
         for pair in list.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            let (Some(a_at), Some(b_at), Some(a_deadline)) =
-                (a.got.claimed(), b.got.claimed(), a.got.deadline())
+            let (Some(a_at), Some(b_at), Some(held_until)) =
+                (a.got.claimed(), b.got.claimed(), held_until(a))
             else {
                 continue;
             };
-            let held_until = a_deadline.min(
-                ended
-                    .get(&(a.got.id.as_str(), a.got.receipt.as_str()))
-                    .copied()
-                    .unwrap_or(i64::MAX),
-            );
             if b_at + 1_000 < held_until && !lost_between(a_at, b_at) {
                 v.add(
                     "doubled",
@@ -855,15 +862,9 @@ pub fn check(
         grouped_deliveries += list.len();
         list.sort_by_key(|d| d.got.claimed());
         for (i, a) in list.iter().enumerate() {
-            let (Some(a_at), Some(a_deadline)) = (a.got.claimed(), a.got.deadline()) else {
+            let (Some(a_at), Some(held_until)) = (a.got.claimed(), held_until(a)) else {
                 continue;
             };
-            let held_until = a_deadline.min(
-                ended
-                    .get(&(a.got.id.as_str(), a.got.receipt.as_str()))
-                    .copied()
-                    .unwrap_or(i64::MAX),
-            );
             // The next delivery of another message of the group.
             let Some(b) = list[i + 1..].iter().find(|b| b.got.id != a.got.id) else {
                 continue;
@@ -893,16 +894,7 @@ pub fn check(
     let mut holds: Vec<(i64, i64)> = deliveries
         .iter()
         .filter(|d| d.got.topic == LIMITED)
-        .filter_map(|d| {
-            let at = d.got.claimed()?;
-            let until = d.got.deadline()?.min(
-                ended
-                    .get(&(d.got.id.as_str(), d.got.receipt.as_str()))
-                    .copied()
-                    .unwrap_or(i64::MAX),
-            );
-            Some((at, until))
-        })
+        .filter_map(|d| Some((d.got.claimed()?, held_until(d)?)))
         .collect();
     holds.sort();
     let mut open: Vec<i64> = Vec::new();
