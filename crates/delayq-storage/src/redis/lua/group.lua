@@ -61,6 +61,18 @@ local function held_key(ready_prefix, topic, group)
   return group_base(ready_prefix) .. 'held:' .. topic .. '|' .. group
 end
 
+local function gwait_key(ready_prefix, topic)
+  return group_base(ready_prefix) .. 'gwait:' .. topic
+end
+
+local function heldn_key(ready_prefix, topic)
+  return group_base(ready_prefix) .. 'heldn:' .. topic
+end
+
+local function gtopics_key(ready_prefix)
+  return group_base(ready_prefix) .. 'gtopics'
+end
+
 -- Consumers on every node wake: a message became ready outside a scan.
 local function group_wake(ready_prefix, topic)
   redis.call('PUBLISH', string.sub(ready_prefix, 1, -2), '-|' .. topic)
@@ -72,10 +84,9 @@ local function group_unhold(ready_prefix, topic, group, id)
   if redis.call('ZREM', held, id) == 0 then
     return false
   end
-  local base = group_base(ready_prefix)
-  redis.call('DECR', base .. 'heldn:' .. topic)
+  redis.call('DECR', heldn_key(ready_prefix, topic))
   if redis.call('EXISTS', held) == 0 then
-    redis.call('SREM', base .. 'gwait:' .. topic, group)
+    redis.call('SREM', gwait_key(ready_prefix, topic), group)
   end
   return true
 end
@@ -91,15 +102,14 @@ local function group_due(ready_prefix, msg_key, topic, rec, id, score)
     local turn = turn_key(ready_prefix, topic)
     local holder = redis.call('HGET', turn, group)
     if holder and holder ~= id and redis.call('HEXISTS', msg_key, holder) == 1 then
-      local base = group_base(ready_prefix)
       if redis.call('ZADD', held_key(ready_prefix, topic, group), score, id) == 1 then
-        redis.call('INCR', base .. 'heldn:' .. topic)
+        redis.call('INCR', heldn_key(ready_prefix, topic))
       end
-      redis.call('SADD', base .. 'gwait:' .. topic, group)
+      redis.call('SADD', gwait_key(ready_prefix, topic), group)
       return false
     end
     if redis.call('HSET', turn, group, id) == 1 then
-      redis.call('SADD', group_base(ready_prefix) .. 'gtopics', topic)
+      redis.call('SADD', gtopics_key(ready_prefix), topic)
     end
   end
   redis.call('ZADD', ready_prefix .. topic, score, id)
@@ -122,27 +132,26 @@ local function group_leave(ready_prefix, msg_key, rec, id)
     return false
   end
   local held = held_key(ready_prefix, topic, group)
-  local base = group_base(ready_prefix)
   while true do
     local head = redis.call('ZPOPMIN', held)
     if not head[1] then
       break
     end
-    redis.call('DECR', base .. 'heldn:' .. topic)
+    redis.call('DECR', heldn_key(ready_prefix, topic))
     if redis.call('HEXISTS', msg_key, head[1]) == 1 then
       redis.call('HSET', turn, group, head[1])
       redis.call('ZADD', ready_prefix .. topic, head[2], head[1])
       if redis.call('EXISTS', held) == 0 then
-        redis.call('SREM', base .. 'gwait:' .. topic, group)
+        redis.call('SREM', gwait_key(ready_prefix, topic), group)
       end
       group_wake(ready_prefix, topic)
       return true
     end
   end
   redis.call('HDEL', turn, group)
-  redis.call('SREM', base .. 'gwait:' .. topic, group)
+  redis.call('SREM', gwait_key(ready_prefix, topic), group)
   if redis.call('EXISTS', turn) == 0 then
-    redis.call('SREM', base .. 'gtopics', topic)
+    redis.call('SREM', gtopics_key(ready_prefix), topic)
   end
   return false
 end
@@ -151,7 +160,7 @@ end
 -- held behind a turn, or holding one, implies so, so a step that only
 -- passes turns on (an ack) skips looking for groups when none does.
 local function groups_here(ready_prefix)
-  return redis.call('EXISTS', group_base(ready_prefix) .. 'gtopics') == 1
+  return redis.call('EXISTS', gtopics_key(ready_prefix)) == 1
 end
 
 -- Where a message of a group waits behind its turn: its score there, or nil.
