@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 /// or below, never above; a module not named takes its parent's floor.
 const FLOORS: &[(&str, &[&str])] = &[
     (
-        "support: the crate root, the API's error codes, a stalled process, progress bars",
-        &["lib", "layers", "error", "progress", "stall"],
+        "support: the crate root, the API's error codes, a stalled process, progress bars, the process's end",
+        &["lib", "layers", "error", "progress", "stall", "exit"],
     ),
     (
         "the shards' engine: the actors in front of Redis and the journal, wake-ups",

@@ -22,7 +22,7 @@
 //!   [`reshard`], [`retention`], [`horizon`];
 //! - the edges: [`api`], [`forward`], [`outbox`], [`config`], [`node`];
 //! - beside them all: [`error`] (the API's error codes), [`stall`],
-//!   [`progress`].
+//!   [`progress`], [`exit`] (how the process ends).
 //!
 //! The modules of the lower crates keep their paths here
 //! (`delayq::message`, `delayq::redis`, ...).
@@ -89,6 +89,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod exit;
 pub mod forward;
 pub mod horizon;
 #[cfg(test)]

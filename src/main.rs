@@ -6,7 +6,21 @@ use delayq::config::{Cli, Command};
 use delayq::journal::{self, connection::JournalUrl};
 use tracing_subscriber::EnvFilter;
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command, then ends the process with [`delayq::exit::now`]
+/// (exit code 0, or 1 after `Error: …` as a `main` returning an error
+/// prints), never through the C library's exit handlers.
+fn main() {
+    let code = match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            1
+        }
+    };
+    delayq::exit::now(code)
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::load();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
@@ -23,7 +37,7 @@ fn main() -> anyhow::Result<()> {
     // the command here.
     if let Err(e) = delayq::tls::init(&cli.tls.settings()) {
         eprintln!("error: {e:#}");
-        std::process::exit(2);
+        delayq::exit::now(2);
     }
     match cli.command {
         Command::Serve(args) => actix_web::rt::System::new().block_on(delayq::node::serve(*args)),

@@ -202,3 +202,32 @@ async fn a_stop_signal_as_soon_as_the_node_answers_is_graceful() {
         );
     }
 }
+
+/// A clean stop on a network journal exits 0 however soon it comes, 40
+/// times over. libpq and the MySQL client link OpenSSL, whose exit handler
+/// frees its tables; a journal pool's thread still opening a connection
+/// then crashed the process ("exited with signal: 11 (SIGSEGV)", 3 stops
+/// in 20 on PostgreSQL over TLS). Seen red with the process ended by a
+/// return from `main`.
+async fn stops_exit_cleanly_again_and_again(b: Backend) {
+    let mut env = Env::start(b).await;
+    for round in 0..40 {
+        let exit = tokio::task::block_in_place(|| env.server.stop());
+        assert!(
+            exit.is_some_and(|s| s.success()),
+            "stop {round}: {exit:?}:\n{}",
+            env.server.log_tail(20)
+        );
+        env.start_server().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stops_exit_cleanly_again_and_again_on_postgres() {
+    stops_exit_cleanly_again_and_again(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stops_exit_cleanly_again_and_again_on_mariadb() {
+    stops_exit_cleanly_again_and_again(Backend::Mariadb).await
+}

@@ -32,7 +32,7 @@ impl Node {
                          start it with --shards {recorded} (moving a deployment to another count: stop every node, \
                          run `delayq reshard --shards N`, and remove the cluster's /shards node in ZooKeeper); stopping"
                     );
-                    std::process::exit(2);
+                    crate::exit::now(2);
                 }
             }
             Err(e) => return Err(zk_err(e)),
