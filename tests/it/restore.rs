@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::common::{now_ms, sleep_until_ms, status, Backend, Env};
+use crate::common::{now_ms, sleep_until_ms, status, wait_every, Backend, Env};
 use serde_json::{json, Value};
 
 backend_tests!(
@@ -118,6 +118,25 @@ async fn cli_restore(b: Backend) {
         env.wait_scheduled(id).await;
     }
     env.redis.wipe_schedule(&env.keys);
+    // The running node's fence finds the wiped shards' `applied` keys gone,
+    // re-applies the journal's ends and writes them again: wait for that
+    // (CI saw it land between the two snapshots below on a loaded machine).
+    let shards = env.keys.shards() as usize;
+    wait_every(
+        "the node to re-apply the journal's ends to the wiped shards",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || async {
+            let snap = env.redis.snapshot();
+            let applied = snap.keys().filter(|k| k.ends_with(":applied")).count();
+            if applied == shards {
+                Ok(())
+            } else {
+                Err(format!("{applied} of {shards} shards re-applied"))
+            }
+        },
+    )
+    .await;
 
     // A dry run counts and writes nothing. (The running node writes its
     // shards' epochs again after the wipe, whenever its scans find them
