@@ -121,14 +121,17 @@ async fn cli_restore(b: Backend) {
     // The running node's fence finds the wiped shards' `applied` keys gone,
     // re-applies the journal's ends and writes them again: wait for that
     // (CI saw it land between the two snapshots below on a loaded machine).
-    let shards = env.keys.shards() as usize;
+    let shards = env.keys.shards();
+    let applied_keys: Vec<String> = (0..shards).map(|s| env.keys.applied(s)).collect();
     wait_every(
         "the node to re-apply the journal's ends to the wiped shards",
         Duration::from_secs(15),
         Duration::from_millis(50),
         || async {
-            let snap = env.redis.snapshot();
-            let applied = snap.keys().filter(|k| k.ends_with(":applied")).count();
+            let applied: u32 = redis::cmd("EXISTS")
+                .arg(&applied_keys)
+                .query(&mut env.redis.con())
+                .unwrap();
             if applied == shards {
                 Ok(())
             } else {

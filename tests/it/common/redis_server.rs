@@ -195,7 +195,13 @@ impl Redis {
                         redis::cmd("HGETALL").arg(&key).query(&mut con).unwrap();
                     map.into_iter().flat_map(|(k, v)| [k, v]).collect()
                 }
-                "string" => vec![redis::cmd("GET").arg(&key).query(&mut con).unwrap()],
+                // A key gone since KEYS listed it (a lease that lapsed, a
+                // lock let go) is left out, as if KEYS had not seen it.
+                "none" => continue,
+                "string" => match redis::cmd("GET").arg(&key).query(&mut con).unwrap() {
+                    Some(value) => vec![value],
+                    None => continue,
+                },
                 "list" => redis::cmd("LRANGE")
                     .arg(&key)
                     .arg(0)
